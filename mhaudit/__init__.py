@@ -1,0 +1,5 @@
+"""mhaudit: audit the multi-head attention of PyTorch models."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

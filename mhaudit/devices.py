@@ -1,0 +1,80 @@
+"""Target GPU profiles: peak throughput, bandwidth, SMs and attention-kernel limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mhaudit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """Datasheet figures for one accelerator (dense, no sparsity)."""
+
+    key: str
+    """CLI name, e.g. ``h100``."""
+    name: str
+    """Marketing name."""
+    peak_tflops_bf16: float
+    """Peak dense bf16/fp16 tensor-core TFLOP/s (10**12 FLOP/s)."""
+    bandwidth_gb_s: float
+    """Memory bandwidth in GB/s (10**9 B/s)."""
+    sm_count: int
+    """Streaming multiprocessors (compute units), for wave quantisation."""
+    compute_capability: tuple[int, int]
+    """CUDA (major, minor); (9, 4) stands for AMD CDNA3 here and has no CUDA kernels."""
+    memory_bytes: int
+    """Device memory in bytes."""
+    vendor: str = "nvidia"
+
+    @property
+    def flash_attention_version(self) -> int | None:
+        """FlashAttention generation available: 3 on Hopper, 2 on sm80+, else None."""
+        if self.vendor != "nvidia":
+            return None
+        if self.compute_capability[0] == 9:
+            return 3
+        if self.compute_capability >= (8, 0):
+            return 2
+        return None
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity (FLOP per byte) where compute and bandwidth meet."""
+        return (self.peak_tflops_bf16 * 1e12) / (self.bandwidth_gb_s * 1e9)
+
+
+_GIB = 1024**3
+
+PROFILES: dict[str, GpuProfile] = {
+    p.key: p
+    for p in (
+        GpuProfile("t4", "NVIDIA T4", 65.0, 320.0, 40, (7, 5), 16 * _GIB),
+        GpuProfile("l4", "NVIDIA L4", 121.0, 300.0, 58, (8, 9), 24 * _GIB),
+        GpuProfile("a10", "NVIDIA A10", 125.0, 600.0, 72, (8, 6), 24 * _GIB),
+        GpuProfile("a100-40g", "NVIDIA A100 40GB", 312.0, 1555.0, 108, (8, 0), 40 * _GIB),
+        GpuProfile("a100-80g", "NVIDIA A100 80GB", 312.0, 2039.0, 108, (8, 0), 80 * _GIB),
+        GpuProfile("h100", "NVIDIA H100 SXM", 989.0, 3350.0, 132, (9, 0), 80 * _GIB),
+        GpuProfile("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 114, (9, 0), 80 * _GIB),
+        GpuProfile("h200", "NVIDIA H200", 989.0, 4800.0, 132, (9, 0), 141 * 10**9),
+        GpuProfile("rtx4090", "NVIDIA RTX 4090", 165.0, 1008.0, 128, (8, 9), 24 * _GIB),
+        GpuProfile("mi300x", "AMD MI300X", 1307.0, 5300.0, 304, (9, 4), 192 * _GIB, "amd"),
+    )
+}
+
+ALIASES: dict[str, str] = {"a100": "a100-80g", "h100-sxm": "h100", "4090": "rtx4090"}
+
+DEFAULT_GPU = "h100"
+
+
+def get_profile(key: str) -> GpuProfile:
+    """Look a profile up by CLI name or alias, case-insensitively."""
+    wanted = key.strip().lower()
+    wanted = ALIASES.get(wanted, wanted)
+    try:
+        return PROFILES[wanted]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise ConfigError(
+            f"unknown GPU profile {key!r}", f"Use one of: {known}."
+        ) from None

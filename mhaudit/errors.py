@@ -1,0 +1,41 @@
+"""Exception hierarchy: one base, one subclass per stage."""
+
+from __future__ import annotations
+
+
+class MhauditError(Exception):
+    """Base of every error mhaudit raises on purpose.
+
+    ``tip`` is one practical sentence telling the user what to change.
+    ``exit_code`` is the documented process exit code for this kind of error.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, tip: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.tip = tip
+
+    def one_line(self) -> str:
+        """The message and the tip on one line, as the CLI prints it."""
+        text = self.message.rstrip(".")
+        return f"{text}. {self.tip}" if self.tip else f"{text}."
+
+
+class ConfigError(MhauditError):
+    """Bad flag, option, budget file or rule configuration (exit 2)."""
+
+    exit_code = 2
+
+
+class LoadError(MhauditError):
+    """The model file or factory could not be imported or called (exit 3)."""
+
+    exit_code = 3
+
+
+class TraceError(MhauditError):
+    """No tracer could turn the model into an fx graph (exit 3)."""
+
+    exit_code = 3
