@@ -270,6 +270,22 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class BlockGroup:
+    """Blocks with identical layouts and figures (repeated layers), shown as one row."""
+
+    pattern: str
+    """Names folded into one, e.g. ``layers.{0..31}.self_attn``."""
+    names: tuple[str, ...]
+    block: AttentionBlock
+    """The first block of the group; the others match it in every figure."""
+
+    @property
+    def count(self) -> int:
+        """How many blocks the group stands for."""
+        return len(self.names)
+
+
+@dataclass(frozen=True)
 class Report:
     """The full result of an audit."""
 
@@ -279,6 +295,8 @@ class Report:
     flags: tuple[Finding, ...] = ()
     """Model-level findings."""
     coverage: Coverage = field(default_factory=Coverage)
+    groups: tuple[BlockGroup, ...] = ()
+    """The blocks folded by identical layout, in order of first appearance."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Optional sections added by later stages (costs on a device, scaling, ...)."""
 

@@ -78,3 +78,41 @@ def get_profile(key: str) -> GpuProfile:
         raise ConfigError(
             f"unknown GPU profile {key!r}", f"Use one of: {known}."
         ) from None
+
+
+DTYPE_BYTES: dict[str, int] = {
+    "float64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+}
+"""Element size in bytes of each canonical dtype name."""
+
+HALF_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16"})
+"""Dtypes the FlashAttention kernels accept."""
+
+_DTYPE_ALIASES: dict[str, str] = {
+    "fp64": "float64", "double": "float64",
+    "fp32": "float32", "float": "float32", "f32": "float32", "tf32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16", "half": "float16", "f16": "float16",
+    "fp8": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """Turn ``bf16``, ``torch.bfloat16`` or ``BFloat16`` into ``bfloat16``."""
+    wanted = name.strip().lower().removeprefix("torch.")
+    wanted = _DTYPE_ALIASES.get(wanted, wanted)
+    if wanted not in DTYPE_BYTES:
+        known = ", ".join(sorted(DTYPE_BYTES))
+        raise ConfigError(f"unknown dtype {name!r}", f"Use one of: {known} (or bf16, fp16, fp32).")
+    return wanted
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a dtype given by any accepted name."""
+    return DTYPE_BYTES[canonical_dtype(name)]

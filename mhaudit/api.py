@@ -1,0 +1,219 @@
+"""The library entry points: ``audit(model, inputs)`` and ``audit_target("model.py")``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from mhaudit.blockcost import block_flops, block_memory
+from mhaudit.count import count
+from mhaudit.data import (
+    AttentionBlock,
+    Coverage,
+    Layout,
+    ModelInfo,
+    Report,
+    Totals,
+)
+from mhaudit.detect import detect
+from mhaudit.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
+from mhaudit.errors import ConfigError
+from mhaudit.graphcost import graph_flops, peak_activation_bytes
+from mhaudit.kernels import block_kernel
+from mhaudit.load import LoadedModel, infer_inputs, load_target, normalize_inputs
+from mhaudit.rules import RuleConfig, RuleContext, evaluate
+from mhaudit.summarize import group_blocks
+from mhaudit.trace import TracedGraph, trace
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How to build, trace and cost a model."""
+
+    batch_size: int = 1
+    """Batch size for inferred inputs."""
+    seq_len: int = 128
+    """Sequence length for inferred inputs."""
+    device: str = "meta"
+    """Where to build the model: ``meta`` (nothing allocated), ``cpu`` or ``cuda[:i]``."""
+    dtype: str = "bfloat16"
+    """Element type that bytes and kernels are costed at."""
+    gpu: str = DEFAULT_GPU
+    """Target GPU profile for kernels and roofline estimates."""
+    tensor_parallel: int | None = None
+    """Tensor-parallel degree for MHA008."""
+    input_shape: tuple[int, ...] | None = None
+    """Shape of a single input tensor, overriding example_inputs()."""
+    rule_config: RuleConfig | None = None
+    """Rule selection, severities and thresholds; None for the defaults."""
+    scaling_seq_lens: tuple[int, ...] = ()
+    """Extra sequence lengths to project block costs to."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Raise ConfigError for values no stage can use."""
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size {self.batch_size} is not positive", "Use 1 or more.")
+        if self.seq_len < 1:
+            raise ConfigError(f"sequence length {self.seq_len} is not positive", "Use 1 or more.")
+        if self.tensor_parallel is not None and self.tensor_parallel < 1:
+            raise ConfigError("--tensor-parallel must be 1 or more", "Pass a GPU count.")
+        canonical_dtype(self.dtype)
+        get_profile(self.gpu)
+
+
+def audit(
+    model: nn.Module,
+    example_inputs: Any = None,
+    *,
+    options: AuditOptions | None = None,
+    source: str | None = None,
+    **overrides: Any,
+) -> Report:
+    """Audit a built model. Inputs are a tuple of args, a dict of kwargs, or one tensor.
+
+    Without inputs, mhaudit infers them from the first layer (token ids for an
+    embedding, ``(batch, seq, d)`` floats for a linear layer).
+    """
+    opts = replace(options or AuditOptions(), **overrides)
+    opts.validate()
+    if example_inputs is None:
+        args: tuple[Any, ...] = (infer_inputs(model, opts.batch_size, opts.seq_len),)
+        kwargs: dict[str, Any] = {}
+    else:
+        args, kwargs = normalize_inputs(example_inputs)
+    loaded = LoadedModel(model, args, kwargs, source or type(model).__name__)
+    return run(loaded, opts)
+
+
+def audit_target(target: str, options: AuditOptions | None = None, **overrides: Any) -> Report:
+    """Load ``model.py[:NAME]``, ``pkg.mod:NAME`` or a ``config.json`` and audit it."""
+    opts = replace(options or AuditOptions(), **overrides)
+    opts.validate()
+    loaded = load_target(
+        target,
+        device=opts.device,
+        batch_size=opts.batch_size,
+        seq_len=opts.seq_len,
+        input_shape=opts.input_shape,
+    )
+    return run(loaded, opts)
+
+
+def run(loaded: LoadedModel, opts: AuditOptions) -> Report:
+    """Trace, detect, count, cost and check one loaded model."""
+    traced = trace(loaded.module, loaded.args, loaded.kwargs)
+    layouts = detect(traced, loaded.module)
+    profile = get_profile(opts.gpu)
+    dtype = canonical_dtype(opts.dtype)
+    blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
+    ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
+    blocks = evaluate(blocks, ctx, opts.rule_config)
+    return assemble(loaded, traced, blocks, dtype, opts)
+
+
+def build_block(layout: Layout, dtype: str, profile: GpuProfile) -> AttentionBlock:
+    """Count and cost one block on the target."""
+    kernel = block_kernel(layout, dtype, profile)
+    memory = block_memory(
+        layout, dtype_bytes(dtype), kernel.materializes_scores, kernel.score_element_bytes
+    )
+    return AttentionBlock(layout, count(layout), block_flops(layout), memory)
+
+
+def assemble(
+    loaded: LoadedModel,
+    traced: TracedGraph,
+    blocks: Sequence[AttentionBlock],
+    dtype: str,
+    opts: AuditOptions,
+) -> Report:
+    """Put the model facts, blocks, totals and coverage together."""
+    model = loaded.module
+    params_total = sum(p.numel() for p in model.parameters())
+    param_bytes = params_total * dtype_bytes(dtype)
+    costs = graph_flops(traced.graph)
+    excluded = set(traced.params) | set(traced.buffers)
+    info = ModelInfo(
+        source=loaded.source,
+        class_name=type(model).__name__,
+        params_total=params_total,
+        trace_method=traced.method,
+        device=opts.device,
+        dtype=dtype,
+        inputs=describe_inputs(model, loaded.args, loaded.kwargs),
+        param_bytes=param_bytes,
+    )
+    attention_params = _attention_params(blocks)
+    totals = Totals(
+        num_blocks=len(blocks),
+        attention_params=attention_params,
+        params_total=params_total,
+        attention_params_share=attention_params / params_total if params_total else 0.0,
+        flops=costs.flops,
+        attention_flops=sum(b.flops.total for b in blocks),
+        kv_cache_bytes_per_token=sum(b.memory.kv_cache_bytes_per_token for b in blocks),
+        param_bytes=param_bytes,
+        peak_activation_bytes=_scale_bytes(
+            peak_activation_bytes(traced.graph, excluded), traced, dtype
+        ),
+    )
+    flags = tuple(f for b in blocks for f in b.flags)
+    coverage = Coverage(ops_without_formula=dict(costs.ops_without_formula))
+    return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks))
+
+
+def _attention_params(blocks: Sequence[AttentionBlock]) -> int:
+    """Block parameters with weights shared between blocks counted once."""
+    seen: dict[tuple[str, str, int], int] = {}
+    for block in blocks:
+        for role in ("q", "k", "v", "o"):
+            proj = getattr(block.layout, role)
+            if proj is not None:
+                seen[(proj.weight, role, proj.out_features)] = proj.params
+    return sum(seen.values())
+
+
+def _scale_bytes(graph_bytes: int, traced: TracedGraph, dtype: str) -> int:
+    """Convert activation bytes traced at the model's dtype to the audited dtype."""
+    traced_bytes = _traced_element_bytes(traced)
+    return graph_bytes * dtype_bytes(dtype) // traced_bytes if traced_bytes else graph_bytes
+
+
+def _traced_element_bytes(traced: TracedGraph) -> int:
+    for node in traced.graph.nodes:
+        if node.name in traced.params:
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return int(value.element_size())
+    return 0
+
+
+def describe_inputs(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Input names to ``{"shape": [...], "dtype": "..."}`` (other values by type)."""
+    try:
+        names = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        names = []
+    described: dict[str, Any] = {}
+    for index, value in enumerate(args):
+        name = names[index] if index < len(names) else f"arg{index}"
+        described[name] = _describe(value)
+    for name, value in kwargs.items():
+        described[name] = _describe(value)
+    return described
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, (int, float, bool, str)) or value is None:
+        return value
+    return type(value).__name__

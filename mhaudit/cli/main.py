@@ -1,0 +1,22 @@
+"""The ``mhaudit`` command group."""
+
+from __future__ import annotations
+
+import click
+
+from mhaudit import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mhaudit")
+def main() -> None:
+    """Audit the multi-head attention of a PyTorch model."""
+
+
+def _register() -> None:
+    from mhaudit.cli.report_cmd import report_command
+
+    main.add_command(report_command)
+
+
+_register()

@@ -1,0 +1,44 @@
+"""``mhaudit report TARGET``: the audit, as a table, JSON or markdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mhaudit.api import AuditOptions, audit_target
+from mhaudit.cli.common import errors_to_exit, model_options, options_from, write_output
+from mhaudit.data import Severity
+from mhaudit.render import RENDERERS, render
+from mhaudit.rules import load_config
+
+
+@click.command("report")
+@click.argument("target")
+@model_options
+@click.option("--format", "-f", "fmt", type=click.Choice(sorted(RENDERERS)), default="table",
+              show_default=True, help="Output format.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the report here (atomically) instead of stdout.")
+@click.option("--select", multiple=True, help="Only rules whose code starts with this.")
+@click.option("--ignore", multiple=True, help="Skip rules whose code starts with this.")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
+              default="never", show_default=True,
+              help="Exit 1 when a flag at or above this severity is raised.")
+def report_command(target: str, fmt: str, output: Path | None, select: tuple[str, ...],
+                   ignore: tuple[str, ...], fail_on: str, **params: Any) -> None:
+    """Audit the attention blocks of TARGET.
+
+    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
+    """
+    with errors_to_exit():
+        rule_config = load_config(other_keys=("budget",), select=list(select) or None,
+                                  ignore=list(ignore) or None)
+        options = AuditOptions(rule_config=rule_config, **options_from(params))
+        result = audit_target(target, options)
+        write_output(render(result, fmt), output)
+    if fail_on != "never":
+        floor = Severity(fail_on).rank
+        if any(f.severity.rank >= floor for f in result.flags):
+            raise SystemExit(1)

@@ -1,0 +1,306 @@
+"""Find attention cores in a graph: SDPA calls and explicit softmax(QKᵀ)·V chains."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import fx
+
+from mhaudit.graphs import (
+    MATMUL_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+    VIEW_OPS,
+    arg,
+    op_name,
+    param_root,
+    shape,
+    tensor_inputs,
+    val,
+)
+
+
+@dataclass(frozen=True)
+class Core:
+    """The heart of one attention computation, before projections are resolved."""
+
+    output: fx.Node
+    """The context tensor, (…, n_q, d_v) per head."""
+    q: fx.Node
+    k: fx.Node
+    v: fx.Node
+    head_dim: int
+    v_head_dim: int
+    seq_len_q: int
+    seq_len_kv: int
+    implementation: str
+    causal: bool
+    scale: float | None
+    masks: tuple[fx.Node, ...]
+    """Other tensors combined with the scores (masks, biases, scale tensors)."""
+
+
+# Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping.
+_SCORE_OPS = frozenset(
+    {"mul", "div", "add", "sub", "masked_fill", "where", "to", "_to_copy", "view", "reshape",
+     "_unsafe_view", "clamp", "tanh", "contiguous", "clone", "_assert_tensor_metadata",
+     "type_as", "float"}
+)
+# Ops that may sit between softmax and probs·V: casts, dropout, head masks.
+_PROB_OPS = frozenset(
+    {"dropout", "native_dropout", "getitem", "to", "_to_copy", "mul", "masked_fill", "where",
+     "view", "reshape", "_unsafe_view", "type_as", "contiguous", "clone", "nan_to_num",
+     "_assert_tensor_metadata", "expand"}
+)
+_CAUSAL_OPS = frozenset({"tril", "triu", "le", "lt", "ge", "gt"})
+# SDPA variants: index of ``is_causal`` in their positional arguments.
+_IS_CAUSAL_INDEX = {
+    "scaled_dot_product_attention": 5,
+    "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_efficient_attention": 6,
+    "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_fused_attention_overrideable": 5,
+}
+
+
+def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
+    """A matmul-family op whose two operands are both activations."""
+    if op_name(node) not in MATMUL_OPS:
+        return False
+    operands = _matmul_operands(node)
+    return len(operands) == 2 and all(
+        val(o) is not None and param_root(o, params) is None for o in operands
+    )
+
+
+def _matmul_operands(node: fx.Node) -> list[fx.Node]:
+    name = op_name(node)
+    if name == "einsum":
+        ops = node.args[1] if len(node.args) > 1 else []
+        return [o for o in ops if isinstance(o, fx.Node)] if isinstance(ops, (list, tuple)) else []
+    if name == "baddbmm":
+        return [a for a in node.args[1:3] if isinstance(a, fx.Node)]
+    return [a for a in node.args[:2] if isinstance(a, fx.Node)]
+
+
+def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
+    """Every attention core in graph order."""
+    cores: list[Core] = []
+    for node in graph.nodes:
+        name = op_name(node)
+        if name in SDPA_OPS:
+            core = _sdpa_core(node, name)
+        elif name in SOFTMAX_OPS:
+            core = _eager_core(node, params)
+        else:
+            continue
+        if core is not None:
+            cores.append(core)
+    return cores
+
+
+def _sdpa_core(node: fx.Node, name: str) -> Core | None:
+    q, k, v = (arg(node, i, n) for i, n in enumerate(("query", "key", "value")))
+    if not all(isinstance(t, fx.Node) for t in (q, k, v)):
+        return None
+    assert isinstance(q, fx.Node) and isinstance(k, fx.Node) and isinstance(v, fx.Node)
+    output = node
+    if val(node) is None:
+        picks = [u for u in node.users if op_name(u) == "getitem" and u.args[1] == 0]
+        if not picks:
+            return None
+        output = picks[0]
+    mask = arg(node, 3, "attn_mask") if name == "scaled_dot_product_attention" else None
+    mask = mask if mask is not None else node.kwargs.get("attn_bias", node.kwargs.get("attn_mask"))
+    is_causal = bool(arg(node, _IS_CAUSAL_INDEX.get(name, 5), "is_causal", False))
+    masks = (mask,) if isinstance(mask, fx.Node) else ()
+    d_k = shape(q)[-1]
+    scale = node.kwargs.get("scale")
+    return Core(
+        output=output,
+        q=q,
+        k=k,
+        v=v,
+        head_dim=d_k,
+        v_head_dim=shape(v)[-1],
+        seq_len_q=shape(q)[-2],
+        seq_len_kv=shape(k)[-2],
+        implementation="sdpa",
+        causal=is_causal or any(_looks_causal(m) for m in masks),
+        scale=float(scale) if isinstance(scale, (int, float)) else 1.0 / math.sqrt(d_k),
+        masks=masks,
+    )
+
+
+def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
+    dims = shape(softmax)
+    dim = arg(softmax, 1, "dim", -1)
+    if len(dims) < 2 or dim not in (-1, len(dims) - 1):
+        return None
+    found = _find_scores(softmax.args[0], params)
+    if found is None:
+        return None
+    scores, masks, scale = found
+    context, probs = _find_context(softmax, params)
+    if context is None or probs is None:
+        return None
+    q, k, d_k = _scores_operands(scores)
+    v, d_v = _context_value(context, probs)
+    if q is None or k is None or v is None:
+        return None
+    return Core(
+        output=context,
+        q=q,
+        k=k,
+        v=v,
+        head_dim=d_k,
+        v_head_dim=d_v,
+        seq_len_q=dims[-2],
+        seq_len_kv=dims[-1],
+        implementation="eager",
+        causal=any(_looks_causal(m) for m in masks),
+        scale=scale,
+        masks=tuple(masks),
+    )
+
+
+def _find_scores(
+    start: object, params: dict[str, str]
+) -> tuple[fx.Node, list[fx.Node], float | None] | None:
+    """Walk back from softmax's input to an activation matmul (the scores op)."""
+    masks: list[fx.Node] = []
+    scale: float | None = None
+    current = start
+    for _ in range(16):
+        if not isinstance(current, fx.Node):
+            return None
+        if is_activation_matmul(current, params):
+            return current, masks, scale
+        name = op_name(current)
+        if name not in _SCORE_OPS:
+            return None
+        inputs = list(tensor_inputs(current))
+        scalars = [a for a in current.args[1:] if isinstance(a, (int, float))]
+        if name == "mul" and scalars:
+            scale = (scale or 1.0) * float(scalars[0])
+        elif name == "div" and scalars and scalars[0]:
+            scale = (scale or 1.0) / float(scalars[0])
+        nxt = _branch_to_matmul(inputs, params)
+        if nxt is None:
+            return None
+        masks.extend(i for i in inputs if i is not nxt)
+        current = nxt
+    return None
+
+
+def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str]) -> fx.Node | None:
+    """The input whose ancestry reaches an activation matmul through score ops."""
+    for candidate in inputs:
+        if _reaches_matmul(candidate, params, 10):
+            return candidate
+    return None
+
+
+def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int) -> bool:
+    if is_activation_matmul(node, params):
+        return True
+    if depth == 0 or op_name(node) not in _SCORE_OPS:
+        return False
+    return any(_reaches_matmul(i, params, depth - 1) for i in tensor_inputs(node))
+
+
+def _find_context(
+    softmax: fx.Node, params: dict[str, str]
+) -> tuple[fx.Node | None, fx.Node | None]:
+    """Walk forward from softmax to the matmul that applies the probabilities to V."""
+    frontier = [softmax]
+    for _ in range(8):
+        nxt: list[fx.Node] = []
+        for node in frontier:
+            for user in node.users:
+                if is_activation_matmul(user, params):
+                    operands = _matmul_operands(user)
+                    if operands and operands[0] is node:
+                        return user, node
+                elif op_name(user) in _PROB_OPS:
+                    nxt.append(user)
+        frontier = nxt
+    return None, None
+
+
+def _scores_operands(scores: fx.Node) -> tuple[fx.Node | None, fx.Node | None, int]:
+    operands = _matmul_operands(scores)
+    if op_name(scores) == "einsum":
+        sizes, inputs, output = _einsum_sizes(scores)
+        if sizes is None or len(operands) != 2:
+            return None, None, 0
+        k_index = 0 if output[-1] in inputs[0] else 1
+        contracted = (set(inputs[0]) & set(inputs[1])) - set(output)
+        d_k = math.prod(sizes[c] for c in contracted)
+        return operands[1 - k_index], operands[k_index], d_k
+    return operands[0], operands[1], shape(operands[0])[-1]
+
+
+def _context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int]:
+    operands = _matmul_operands(context)
+    others = [o for o in operands if o is not probs]
+    if len(others) != 1:
+        return None, 0
+    if op_name(context) == "einsum":
+        sizes, inputs, output = _einsum_sizes(context)
+        if sizes is None:
+            return None, 0
+        v_index = operands.index(others[0])
+        own = set(inputs[v_index]) & set(output)
+        own -= set(inputs[1 - v_index])
+        return others[0], math.prod(sizes[c] for c in own)
+    return others[0], shape(context)[-1]
+
+
+def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]:
+    equation = str(node.args[0]).replace(" ", "")
+    if "->" not in equation or "..." in equation:
+        return None, [], ""
+    lhs, output = equation.split("->")
+    inputs = lhs.split(",")
+    operands = _matmul_operands(node)
+    sizes: dict[str, int] = {}
+    for letters, operand in zip(inputs, operands, strict=False):
+        for letter, size in zip(letters, shape(operand), strict=False):
+            sizes[letter] = size
+    return sizes, inputs, output
+
+
+def _looks_causal(mask: fx.Node) -> bool:
+    """True when a mask is built from tril/triu or a comparison of position ranges."""
+    seen: set[fx.Node] = set()
+    stack = [mask]
+    while stack and len(seen) < 64:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        name = op_name(node)
+        if name in ("tril", "triu"):
+            return True
+        if name in _CAUSAL_OPS and _from_arange(node):
+            return True
+        stack.extend(a for a in node.all_input_nodes if a.op == "call_function")
+    return False
+
+
+def _from_arange(node: fx.Node) -> bool:
+    found = 0
+    for operand in node.all_input_nodes[:2]:
+        probe: fx.Node | None = operand
+        for _ in range(8):
+            if probe is None or probe.op != "call_function":
+                break
+            if op_name(probe) == "arange":
+                found += 1
+                break
+            ins = probe.all_input_nodes
+            probe = ins[0] if ins and op_name(probe) in VIEW_OPS | {"add", "sub"} else None
+    return found == 2

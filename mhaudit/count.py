@@ -1,0 +1,182 @@
+"""Count stage: block parameters against the textbook 4·d² (+ biases), deviations explained."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mhaudit.data import Deviation, Layout, ParamBreakdown, Projection
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The dimensions that fix a block's parameter count."""
+
+    d_q_in: int
+    d_k_in: int
+    d_v_in: int
+    heads: int
+    kv_heads: int
+    d_k: int
+    d_v: int
+    d_out: int
+    has: tuple[bool, bool, bool, bool]
+    """Q, K, V, O projections present."""
+    bias: tuple[bool, bool, bool, bool]
+    """Q, K, V, O biases present."""
+    kv_shared: bool
+
+    def widths(self) -> tuple[int, int, int, int]:
+        """Output widths of Q, K, V and O."""
+        return (
+            self.heads * self.d_k,
+            self.kv_heads * self.d_k,
+            self.kv_heads * self.d_v,
+            self.d_out,
+        )
+
+    def weights(self) -> tuple[int, int, int, int]:
+        """Weight elements of Q, K, V and O."""
+        q_w, k_w, v_w, _ = self.widths()
+        parts = (
+            self.d_q_in * q_w,
+            self.d_k_in * k_w,
+            0 if self.kv_shared else self.d_v_in * v_w,
+            self.heads * self.d_v * self.d_out,
+        )
+        return tuple(p if on else 0 for p, on in zip(parts, self.has, strict=True))  # type: ignore[return-value]
+
+    def biases(self) -> tuple[int, int, int, int]:
+        """Bias elements of Q, K, V and O."""
+        shared = (False, False, self.kv_shared, False)
+        return tuple(  # type: ignore[return-value]
+            w if (on and b and not s) else 0
+            for w, on, b, s in zip(self.widths(), self.has, self.bias, shared, strict=True)
+        )
+
+    def total(self) -> int:
+        """All parameters of this shape."""
+        return sum(self.weights()) + sum(self.biases())
+
+
+def actual_shape(layout: Layout) -> _Shape:
+    """The shape the graph shows."""
+    d = layout.d_model
+    roles = (layout.q, layout.k, layout.v, layout.o)
+    return _Shape(
+        d_q_in=layout.q.in_features if layout.q else d,
+        d_k_in=layout.k.in_features if layout.k else d,
+        d_v_in=layout.v.in_features if layout.v else d,
+        heads=layout.num_heads,
+        kv_heads=layout.num_kv_heads,
+        d_k=layout.head_dim,
+        d_v=layout.v_head_dim,
+        d_out=layout.d_out,
+        has=tuple(p is not None for p in roles),  # type: ignore[arg-type]
+        bias=tuple(p is not None and p.bias_params > 0 for p in roles),  # type: ignore[arg-type]
+        kv_shared=layout.kv_shared,
+    )
+
+
+def textbook_params(d_model: int, num_biases: int) -> int:
+    """4·d² (W_Q, W_K, W_V, W_O of d×d) plus d for each bias."""
+    return 4 * d_model * d_model + num_biases * d_model
+
+
+def count(layout: Layout) -> ParamBreakdown:
+    """The breakdown of one block, with deviations that add up exactly."""
+    actual = actual_shape(layout)
+    measured = [_params(p) for p in (layout.q, layout.k, layout.v, layout.o)]
+    biases = [p.bias_params if p else 0 for p in (layout.q, layout.k, layout.v, layout.o)]
+    d = layout.d_model
+    textbook = textbook_params(d, sum(actual.bias))
+    deviations = _deviations(actual, d)
+    explained = textbook + sum(x.params for x in deviations)
+    total = sum(measured)
+    if total != explained:
+        deviations.append(
+            Deviation(
+                f"not explained by the derived shape: {total - explained:+,} parameters "
+                "(the layout may use weights the graph walk could not attribute)",
+                total - explained,
+            )
+        )
+    return ParamBreakdown(
+        q=measured[0],
+        k=measured[1],
+        v=measured[2],
+        o=measured[3],
+        q_bias=biases[0],
+        k_bias=biases[1],
+        v_bias=biases[2],
+        o_bias=biases[3],
+        textbook=textbook,
+        formula=actual.total(),
+        formula_text=formula_text(actual),
+        deviations=tuple(deviations),
+    )
+
+
+def _params(p: Projection | None) -> int:
+    return p.params if p is not None else 0
+
+
+def _deviations(actual: _Shape, d: int) -> list[Deviation]:
+    """Walk from the textbook shape to the actual one, one cause at a time."""
+    h = actual.heads
+    steps: list[tuple[_Shape, str]] = []
+    head = d // h if h else d
+    shape = _Shape(d, d, d, h, h, head, head, d, actual.has, actual.bias, False)
+    inner = h * actual.d_k
+    steps.append((replace(shape, d_k=actual.d_k, d_v=actual.d_k),
+                  f"inner width h·d_k = {h}·{actual.d_k} = {inner:,} differs from "
+                  f"d_model = {d:,}"))
+    steps.append((replace(steps[-1][0], d_v=actual.d_v),
+                  f"value head dim d_v = {actual.d_v} differs from d_k = {actual.d_k}"))
+    kv = actual.kv_heads
+    label = "MQA" if kv == 1 else "GQA" if kv < h else "more KV heads than query heads"
+    steps.append((replace(steps[-1][0], kv_heads=kv),
+                  f"{label}: {kv} KV heads for {h} query heads"))
+    steps.append((replace(steps[-1][0], d_k_in=actual.d_k_in),
+                  f"key input width kdim = {actual.d_k_in:,} differs from d_model"))
+    steps.append((replace(steps[-1][0], d_v_in=actual.d_v_in),
+                  f"value input width vdim = {actual.d_v_in:,} differs from d_model"))
+    steps.append((replace(steps[-1][0], d_out=actual.d_out),
+                  f"output projection width {actual.d_out:,} differs from d_model"))
+    steps.append((replace(steps[-1][0], kv_shared=actual.kv_shared),
+                  "K and V read one shared projection"))
+    result: list[Deviation] = []
+    previous = textbook_params(d, sum(actual.bias))
+    for step, reason in steps:
+        now = step.total()
+        if now != previous:
+            verb = "saves" if now < previous else "adds"
+            result.append(Deviation(f"{reason}: {verb} {abs(now - previous):,}", now - previous))
+        previous = now
+    for role, present in zip("QKVO", actual.has, strict=True):
+        if not present:
+            result.append(Deviation(f"no {role} projection (counted as 0)", 0))
+    return result
+
+
+def formula_text(shape: _Shape) -> str:
+    """The layout's count written out, e.g. ``64·8·8 + 2·64·8·8 + 8·8·64 + 256 (biases)``."""
+    terms: list[str] = []
+    q_in, k_in, v_in = shape.d_q_in, shape.d_k_in, shape.d_v_in
+    h, kv, dk, dv = shape.heads, shape.kv_heads, shape.d_k, shape.d_v
+    has_q, has_k, has_v, has_o = shape.has
+    if has_q:
+        terms.append(f"{q_in}·{h}·{dk}")
+    v_on = has_v and not shape.kv_shared
+    if has_k and v_on and k_in == v_in and dk == dv:
+        terms.append(f"2·{k_in}·{kv}·{dk}")
+    else:
+        if has_k:
+            terms.append(f"{k_in}·{kv}·{dk}")
+        if v_on:
+            terms.append(f"{v_in}·{kv}·{dv}")
+    if has_o:
+        terms.append(f"{h}·{dv}·{shape.d_out}")
+    bias = sum(shape.biases())
+    if bias:
+        terms.append(f"{bias:,} (biases)")
+    return " + ".join(terms) if terms else "0"

@@ -1,0 +1,380 @@
+"""A registry of pure FLOP formulas: one small function per op family, from shapes to an int."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+# FLOPs here are floating-point operations counted as 2 per multiply-add; every
+# formula counts the dense work and ignores padding, masking and bias adds unless
+# its docstring says otherwise.
+
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+"""softmax per score: max, subtract, exp, sum, divide (log_softmax: a second subtract)."""
+
+NORM_FLOPS_PER_ELEMENT = 5
+"""layer/group/batch norm per element: mean, subtract, square, sum, multiply by rstd."""
+
+RMS_NORM_FLOPS_PER_ELEMENT = 3
+"""RMS norm per element: square, sum, multiply by rsqrt(mean)."""
+
+Shape = tuple[int, ...]
+
+
+class FormulaInputError(ValueError):
+    """The arguments of a call do not have the shapes its formula needs."""
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor argument or output as a formula sees it: its shape and number kind."""
+
+    shape: Shape
+    floating: bool = True
+    """True for floating-point (and complex) dtypes, False for integer and bool."""
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One call of an op: tensors replaced by ``TensorArg``, lists by tuples, rest as given."""
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    out: Any = None
+    """A ``TensorArg``, a tuple of them (multi-output ops), or None."""
+
+    def arg(self, index: int, name: str, default: Any = None) -> Any:
+        """The argument at ``index`` or keyword ``name``, else ``default``."""
+        if index < len(self.args):
+            return self.args[index]
+        return self.kwargs.get(name, default)
+
+    def tensor(self, index: int, name: str) -> TensorArg:
+        """The tensor argument at ``index`` or ``name``; raises if it is not a tensor."""
+        value = self.arg(index, name)
+        if not isinstance(value, TensorArg):
+            raise FormulaInputError(f"argument {name!r} is not a tensor: {value!r}")
+        return value
+
+    def first_out(self) -> TensorArg:
+        """The (first) tensor output."""
+        out = self.out[0] if isinstance(self.out, tuple) and self.out else self.out
+        if not isinstance(out, TensorArg):
+            raise FormulaInputError(f"output is not a tensor: {self.out!r}")
+        return out
+
+
+Formula = Callable[[OpCall], int]
+
+
+@dataclass(frozen=True)
+class FormulaEntry:
+    """A registered formula and the family its op belongs to."""
+
+    op: str
+    """Op name, ``namespace.packet`` (e.g. ``aten.mm``), covering every overload."""
+    family: str
+    """One of ``matmul conv attention softmax norm elementwise reduction``."""
+    formula: Formula
+
+
+def op_names(namespace: str, names: str) -> list[str]:
+    """``namespace.name`` for each space-separated name."""
+    return [f"{namespace}.{name}" for name in names.split()]
+
+
+ZERO_FLOP_OPS: frozenset[str] = frozenset(
+    # views and aliases
+    op_names("aten", "view _unsafe_view reshape reshape_as view_as transpose t permute expand "
+         "expand_as slice select narrow split split_with_sizes unbind chunk tensor_split "
+         "unsqueeze squeeze flatten unflatten movedim swapaxes as_strided diagonal unfold alias "
+         "detach view_as_real view_as_complex real imag resolve_conj resolve_neg numpy_T")
+    # copies, conversions, gathers and scatters
+    + op_names("aten", "contiguous clone _to_copy to type_as copy cat stack concat concatenate "
+           "repeat repeat_interleave tile flip roll pad constant_pad_nd lift_fresh "
+           "lift_fresh_copy slice_scatter select_scatter index_put scatter _unsafe_index index "
+           "index_select gather embedding masked_fill where tril triu")
+    # factories
+    + op_names("aten", "empty empty_strided empty_like zeros zeros_like ones ones_like full "
+           "full_like new_empty new_zeros new_ones new_full arange scalar_tensor fill")
+    # comparisons and logic (they build masks)
+    + op_names("aten", "eq ne lt le gt ge logical_not logical_and logical_or logical_xor "
+           "bitwise_not bitwise_and bitwise_or bitwise_xor __and__ __or__ __xor__ __invert__ "
+           "isnan isinf")
+    # dropout (inference: identity), assertions, scalars and metadata
+    + op_names("aten", "dropout feature_dropout alpha_dropout native_dropout "
+           "_assert_tensor_metadata _assert_scalar _assert_async _functional_assert_async "
+           "sym_size sym_numel sym_stride sym_storage_offset sym_constrain_range "
+           "sym_constrain_range_for_size item _local_scalar_dense")
+    + op_names("operator", "getitem add sub mul floordiv truediv mod neg pow eq ne lt le gt ge "
+           "and_ or_")
+)
+"""Ops that do no floating-point arithmetic; ``dropout`` assumes inference (eval) mode."""
+
+_REGISTRY: dict[str, FormulaEntry] = {}
+REGISTRY: Mapping[str, FormulaEntry] = MappingProxyType(_REGISTRY)
+"""Op name to formula entry (read-only view)."""
+
+
+def register(*ops: str, family: str) -> Callable[[Formula], Formula]:
+    """Register ``formula`` for each op name; a name registered twice raises ValueError."""
+
+    def decorate(formula: Formula) -> Formula:
+        for op in ops:
+            if op in _REGISTRY or op in ZERO_FLOP_OPS:
+                raise ValueError(f"a FLOP formula for {op} is already registered")
+            _REGISTRY[op] = FormulaEntry(op, family, formula)
+        return formula
+
+    return decorate
+
+
+def canonical_op(name: str) -> str:
+    """Map an in-place op name (``aten.add_``) to its functional form (``aten.add``)."""
+    if name.endswith("_") and not name.endswith("__"):
+        return name[:-1]
+    return name
+
+
+def lookup(name: str) -> FormulaEntry | None:
+    """The formula entry for an op name (``namespace.packet``), or None."""
+    return _REGISTRY.get(name) or _REGISTRY.get(canonical_op(name))
+
+
+def is_zero_flop(name: str) -> bool:
+    """True for ops known to do no floating-point arithmetic (views, copies, gathers...)."""
+    return name in ZERO_FLOP_OPS or canonical_op(name) in ZERO_FLOP_OPS
+
+
+# ---- arithmetic helpers -----------------------------------------------------------
+
+
+def matmul_flops(m: int, k: int, n: int, batch: int = 1) -> int:
+    """2·batch·m·k·n: ``batch`` products of (m, k) by (k, n). Exact for dense GEMM."""
+    return 2 * batch * m * k * n
+
+
+def broadcast_matmul_flops(a: Shape, b: Shape) -> int:
+    """FLOPs of ``torch.matmul(a, b)`` with 1-D promotion and batch broadcasting. Exact."""
+    if not a or not b:
+        raise FormulaInputError("matmul of a 0-d tensor")
+    a2 = (1, a[0]) if len(a) == 1 else a
+    b2 = (b[0], 1) if len(b) == 1 else b
+    n = max(len(a2), len(b2)) - 2
+    pairs = list(zip((1,) * (n + 2 - len(a2)) + a2[:-2], (1,) * (n + 2 - len(b2)) + b2[:-2],
+                     strict=True))
+    if a2[-1] != b2[-2] or any(x != y and 1 not in (x, y) for x, y in pairs):
+        raise FormulaInputError(f"matmul shapes do not fit: {a} @ {b}")
+    batch = math.prod(x if y == 1 else y for x, y in pairs)
+    return matmul_flops(a2[-2], a2[-1], b2[-1], batch)
+
+
+def softmax_flops(numel: int) -> int:
+    """SOFTMAX_FLOPS_PER_ELEMENT per element."""
+    return SOFTMAX_FLOPS_PER_ELEMENT * numel
+
+
+def attention_flops(
+    batch_heads: int, n_q: int, n_kv: int, d_k: int, d_v: int, *, with_softmax: bool = True
+) -> int:
+    """Dense attention: QKᵀ 2·bh·n_q·n_kv·d_k + probs·V 2·bh·n_q·n_kv·d_v (+ softmax)."""
+    scores = matmul_flops(n_q, d_k, n_kv, batch_heads)
+    context = matmul_flops(n_q, n_kv, d_v, batch_heads)
+    softmax = softmax_flops(batch_heads * n_q * n_kv) if with_softmax else 0
+    return scores + context + softmax
+
+
+_EINSUM_SPEC = re.compile(r"^[A-Za-z.,\->\s]*$")
+
+
+def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
+    """FLOPs of an einsum contracted left to right, pair by pair (torch's default order).
+
+    Each pairwise step costs 2 × the product of every index size it touches when
+    it sums an index away, else 1 × that product (an elementwise or outer product).
+    A single operand costs its element count when it sums, else 0 (a permutation).
+    Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
+    """
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes) or not _EINSUM_SPEC.match(equation):
+        raise FormulaInputError(f"einsum {equation!r} does not fit {len(shapes)} operands")
+    n_ell = max(len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes, strict=True))
+    ell = "".join(chr(0x100 + i) for i in range(n_ell))  # one letter per ellipsis dim
+    sizes: dict[str, int] = {}
+    expanded: list[str] = []
+    for term, shape in zip(terms, shapes, strict=True):
+        term = term.replace("...", ell[n_ell - len(shape) + len(term.replace("...", "")):])
+        if len(term) != len(shape):
+            raise FormulaInputError(f"einsum term {term!r} does not fit shape {shape}")
+        for index, extent in zip(term, shape, strict=True):
+            sizes[index] = max(sizes.get(index, 1), extent)
+        expanded.append(term)
+    joined = "".join(expanded)
+    once = sorted(c for c in set(joined) - set(ell) if joined.count(c) == 1)
+    out = rhs.replace("...", ell) if arrow else ell + "".join(once)
+
+    def volume(indices: set[str]) -> int:
+        return math.prod(sizes[i] for i in indices)
+
+    current = set(expanded[0])
+    if len(expanded) == 1:
+        return volume(current) if current - set(out) else 0
+    total = 0
+    for position, term in enumerate(expanded[1:], start=1):
+        touched = current | set(term)
+        later = set(out).union(*expanded[position + 1:])
+        keep = touched & later
+        total += volume(touched) * (2 if touched - keep else 1)
+        current = keep
+    return total
+
+
+def conv_flops(out_numel: int, weight: Shape) -> int:
+    """2·out_numel·(in_ch/groups)·kernel_numel; ``weight`` is (out_ch, in_ch/groups, *kernel)."""
+    return 2 * out_numel * math.prod(weight[1:])
+
+
+# ---- registered formulas -------------------------------------------------------
+
+
+@register("aten.linear", family="matmul")
+def _linear(call: OpCall) -> int:
+    """2·rows·in·out for x (..., in) and W (out, in); bias add ignored. Exact."""
+    x, w = call.tensor(0, "input"), call.tensor(1, "weight")
+    out_features = w.shape[0] if len(w.shape) == 2 else 1
+    return matmul_flops(math.prod(x.shape[:-1]), x.shape[-1], out_features)
+
+
+def _matmul(first: int, doc: str) -> Formula:
+    def formula(call: OpCall) -> int:
+        a, b = call.tensor(first, "self"), call.tensor(first + 1, "mat2")
+        return broadcast_matmul_flops(a.shape, b.shape)
+
+    formula.__doc__ = doc
+    return formula
+
+
+register("aten.mm", "aten.bmm", "aten.matmul", "aten.dot", "aten.vdot", "aten.mv",
+         family="matmul")(_matmul(0, "2·m·k·n per (m, k) @ (k, n) product, with torch.matmul's "
+                                     "1-D promotion and batch broadcasting. Exact."))
+register("aten.addmm", "aten.baddbmm", "aten.addbmm", "aten.addmv", family="matmul")(
+    _matmul(1, "As mm/bmm/mv on arguments 1 and 2; bias add, alpha/beta and addbmm's sum over "
+               "the batch ignored. Exact for the products."))
+
+
+@register("aten.einsum", family="matmul")
+def _einsum(call: OpCall) -> int:
+    """See ``einsum_flops``: exact for two operands, an upper bound for more."""
+    operands = call.arg(1, "tensors", ())
+    if not all(isinstance(t, TensorArg) for t in operands):
+        raise FormulaInputError("einsum operands are not all tensors")
+    return einsum_flops(str(call.arg(0, "equation")), [t.shape for t in operands])
+
+
+def _conv(transposed: bool | None, doc: str) -> Formula:
+    def formula(call: OpCall) -> int:
+        flag = bool(call.arg(6, "transposed", False)) if transposed is None else transposed
+        numel = call.tensor(0, "input").numel if flag else call.first_out().numel
+        return conv_flops(numel, call.tensor(1, "weight").shape)
+
+    formula.__doc__ = doc
+    return formula
+
+
+register("aten.convolution", "aten._convolution", family="conv")(_conv(None, (
+    "2·out_numel·in/groups·kernel (transposed: input_numel); bias ignored. Exact.")))
+register("aten.conv1d", "aten.conv2d", "aten.conv3d", family="conv")(_conv(False, (
+    "2·out_numel·in/groups·kernel; bias ignored, zero padding counted as work. Exact.")))
+register("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3d",
+         family="conv")(_conv(True, "2·input_numel·out/groups·kernel; bias ignored. Exact."))
+
+
+_SDPA = ("attention_math flash_attention flash_attention_for_cpu efficient_attention "
+         "cudnn_attention fused_attention_overrideable")
+
+
+@register("aten.scaled_dot_product_attention",
+          *op_names("aten", " ".join(f"_scaled_dot_product_{n}" for n in _SDPA.split())),
+          family="attention")
+def _sdpa(call: OpCall) -> int:
+    """QKᵀ + softmax + probs·V for q (..., h, n_q, d_k), k (..., h_kv, n_kv, d_k), v (.., d_v).
+
+    Counts all q heads (GQA repeats K/V, it does not shrink the work). Dense: an
+    upper bound for causal masks; scale, mask add and dropout ignored.
+    """
+    q, k, v = call.tensor(0, "query"), call.tensor(1, "key"), call.tensor(2, "value")
+    return attention_flops(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1],
+                           v.shape[-1])
+
+
+@register("aten.softmax", "aten._softmax", "aten._safe_softmax", "aten.log_softmax",
+          "aten._log_softmax", family="softmax")
+def _softmax(call: OpCall) -> int:
+    """SOFTMAX_FLOPS_PER_ELEMENT × input elements (max, subtract, exp, sum, divide)."""
+    return softmax_flops(call.tensor(0, "self").numel)
+
+
+def _norm(per_element: int, weight_at: int, bias_at: int | None, doc: str) -> Formula:
+    def formula(call: OpCall) -> int:
+        affine = [call.arg(weight_at, "weight")]
+        affine += [call.arg(bias_at, "bias")] if bias_at is not None else []
+        extra = sum(isinstance(t, TensorArg) for t in affine)
+        return (per_element + extra) * call.tensor(0, "input").numel
+
+    formula.__doc__ = doc
+    return formula
+
+
+_AFFINE = "+ 1 per element for an affine weight and 1 for a bias. Estimate"
+register("aten.layer_norm", "aten.native_layer_norm", "aten.group_norm", family="norm")(
+    _norm(NORM_FLOPS_PER_ELEMENT, 2, 3, f"NORM_FLOPS_PER_ELEMENT {_AFFINE}."))
+register("aten.batch_norm", "aten.instance_norm", "aten.native_group_norm",
+         "aten.native_batch_norm", "aten._native_batch_norm_legit",
+         "aten._native_batch_norm_legit_no_training", family="norm")(
+    _norm(NORM_FLOPS_PER_ELEMENT, 1, 2, f"As layer norm {_AFFINE}; upper bound in eval."))
+register("aten.rms_norm", "aten._fused_rms_norm", family="norm")(
+    _norm(RMS_NORM_FLOPS_PER_ELEMENT, 2, None, f"RMS_NORM_FLOPS_PER_ELEMENT {_AFFINE}."))
+
+
+_ELEMENTWISE = op_names(
+    "aten", "add sub rsub mul div neg exp exp2 expm1 log log1p log2 log10 tanh sigmoid relu "
+    "gelu silu mish elu selu celu leaky_relu hardtanh hardswish hardsigmoid softplus pow rsqrt "
+    "sqrt square reciprocal abs clamp clamp_min clamp_max maximum minimum fmax fmin erf erfc "
+    "sin cos tan sign sgn floor ceil round trunc frac fmod remainder lerp prelu logit "
+    "threshold glu",
+)
+
+
+@register(*_ELEMENTWISE, family="elementwise")
+def _elementwise(call: OpCall) -> int:
+    """1 per output element (transcendentals too); 0 for integer and bool outputs."""
+    out = call.first_out()
+    return out.numel if out.floating else 0
+
+
+def _reduction(per_element: int) -> Formula:
+    def formula(call: OpCall) -> int:
+        x = call.tensor(0, "self")
+        return per_element * x.numel if x.floating else 0
+
+    formula.__doc__ = f"{per_element} per input element (n, not n - 1, per sum). Upper bound."
+    return formula
+
+
+_REDUCTIONS = {
+    1: "sum mean amax amin max min prod cumsum cumprod argmax argmin nansum nanmean",
+    2: "norm linalg_vector_norm frobenius_norm",
+    4: "var std var_mean std_mean logsumexp",
+}
+for _per, _names in _REDUCTIONS.items():
+    register(*op_names("aten", _names), family="reduction")(_reduction(_per))

@@ -1,0 +1,253 @@
+"""Evaluate the FLOP registry over an fx graph and estimate peak live activation bytes."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Graph, GraphModule, Node
+
+from mhaudit.data import Coverage
+from mhaudit.formulas import (
+    FormulaInputError,
+    OpCall,
+    TensorArg,
+    canonical_op,
+    is_zero_flop,
+    lookup,
+    op_names,
+)
+
+ALIAS_OPS: frozenset[str] = frozenset(op_names(
+    "aten", "view _unsafe_view view_as transpose t permute expand expand_as slice select narrow "
+    "split split_with_sizes unbind chunk tensor_split unsqueeze squeeze unflatten movedim "
+    "swapaxes as_strided diagonal alias detach numpy_T view_as_real view_as_complex real imag "
+    "dropout feature_dropout alpha_dropout",
+))
+"""Ops whose output shares its first input's storage (dropout: in inference mode)."""
+
+MAYBE_ALIAS_OPS: frozenset[str] = frozenset(
+    op_names("aten", "reshape reshape_as flatten contiguous to type_as")
+)
+"""Ops that return a view or their input when they can and a copy otherwise."""
+
+WRAPPER_OPS: frozenset[str] = frozenset(
+    {"higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast"}
+)
+"""Higher-order ops that just run a submodule graph; their FLOPs are that graph's."""
+
+
+@dataclass(frozen=True)
+class GraphFlops:
+    """Forward FLOPs of a graph (2 per multiply-add) and what the registry could not cover."""
+
+    flops: int
+    """Sum over every node with a formula."""
+    node_flops: dict[str, int] = field(default_factory=dict)
+    """Node name to FLOPs, for nodes with a formula (wrapped graphs: ``outer.inner``)."""
+    family_flops: dict[str, int] = field(default_factory=dict)
+    """Formula family (``matmul``, ``attention``, ``softmax``, ...) to FLOPs."""
+    ops_without_formula: dict[str, int] = field(default_factory=dict)
+    """Op name to calls that no formula covers (or whose shapes it could not read)."""
+
+    def coverage(self) -> Coverage:
+        """The coverage gaps as the data model records them."""
+        return Coverage(ops_without_formula=dict(self.ops_without_formula))
+
+
+def op_name(target: Any) -> str:
+    """Registry name of a call_function target: ``aten.mm``, ``operator.getitem``, ..."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target.overloadpacket)
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return str(target)
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order.{target._name}"
+    module = getattr(target, "__module__", None) or "builtins"
+    module = "operator" if module == "_operator" else module
+    return f"{module}.{getattr(target, '__name__', repr(target))}"
+
+
+def _dim(size: Any) -> int:
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        if hint is None:
+            raise FormulaInputError(f"symbolic size {size} has no hint")
+        return int(hint)
+    return int(size)
+
+
+def _formula_value(value: Any) -> Any:
+    """A node value as formulas see it: tensors become TensorArg, sequences tuples."""
+    if isinstance(value, Node):
+        return _formula_value(value.meta.get("val"))
+    if isinstance(value, torch.Tensor):
+        floating = value.dtype.is_floating_point or value.dtype.is_complex
+        return TensorArg(tuple(_dim(s) for s in value.shape), floating)
+    if isinstance(value, (list, tuple)):
+        return tuple(_formula_value(v) for v in value)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return value.node.hint
+    return value
+
+
+def _tensor_outputs(value: Any) -> list[torch.Tensor | None]:
+    """One entry per output of a node: the tensor, or None where it is not one."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v if isinstance(v, torch.Tensor) else None for v in value]
+    return []
+
+
+def _subgraphs(node: Node) -> Iterator[tuple[str, Graph]]:
+    owner = node.graph.owning_module
+    for arg in node.args:
+        if isinstance(arg, Node) and arg.op == "get_attr" and owner is not None:
+            sub = getattr(owner, str(arg.target), None)
+            if isinstance(sub, GraphModule):
+                yield arg.name, sub.graph
+
+
+def graph_flops(graph: Graph) -> GraphFlops:
+    """Apply the formula registry to every call_function node of ``graph``.
+
+    Known zero-FLOP ops add nothing; an op with no formula, or whose formula cannot
+    read the node's shapes, is counted in ``ops_without_formula`` and never as zero.
+    Nodes with no tensor output (symbolic-size arithmetic, assertions) are
+    bookkeeping and add nothing. Wrapper higher-order ops (set_grad_enabled,
+    autocast) are costed through their submodule graphs.
+    """
+    total = 0
+    node_flops: dict[str, int] = {}
+    families: Counter[str] = Counter()
+    missing: Counter[str] = Counter()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = op_name(node.target)
+        if name in WRAPPER_OPS:
+            for prefix, sub in _subgraphs(node):
+                inner = graph_flops(sub)
+                total += inner.flops
+                node_flops.update({f"{prefix}.{k}": v for k, v in inner.node_flops.items()})
+                families.update(inner.family_flops)
+                missing.update(inner.ops_without_formula)
+            continue
+        if is_zero_flop(name):
+            continue
+        entry = lookup(name)
+        if entry is None:
+            if any(t is not None for t in _tensor_outputs(node.meta.get("val"))):
+                missing[name] += 1
+            continue
+        try:
+            call = OpCall(
+                args=tuple(_formula_value(a) for a in node.args),
+                kwargs={k: _formula_value(v) for k, v in node.kwargs.items()},
+                out=_formula_value(node.meta.get("val")),
+            )
+            flops = entry.formula(call)
+        except (FormulaInputError, IndexError, TypeError, ValueError):
+            missing[name] += 1
+            continue
+        total += flops
+        node_flops[node.name] = flops
+        families[entry.family] += flops
+    return GraphFlops(total, node_flops, dict(families), dict(missing))
+
+
+def exported_param_names(program: ExportedProgram) -> frozenset[str]:
+    """Placeholder names of an exported program's parameters, buffers and constants."""
+    signature = program.graph_signature
+    return frozenset(
+        {*signature.inputs_to_parameters, *signature.inputs_to_buffers,
+         *signature.inputs_to_lifted_tensor_constants}
+    )
+
+
+def _aliases_input(node: Node, name: str) -> bool:
+    """True when the node's outputs share the storage of its first input."""
+    if name in ALIAS_OPS or canonical_op(name) != name:  # views, in-place ops
+        return True
+    if name not in MAYBE_ALIAS_OPS or not node.args or not isinstance(node.args[0], Node):
+        return False
+    out, base = node.meta.get("val"), node.args[0].meta.get("val")
+    if not (isinstance(out, torch.Tensor) and isinstance(base, torch.Tensor)):
+        return False
+    try:
+        return bool(out.untyped_storage()._cdata == base.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError):
+        return out.shape == base.shape and out.dtype == base.dtype
+
+
+def peak_activation_bytes(
+    graph: Graph,
+    param_names: Collection[str] = (),
+    is_param: Callable[[Node], bool] | None = None,
+) -> int:
+    """Peak bytes of live activations during an inference forward over ``graph``.
+
+    Each allocating node's outputs (numel · element size) are born at the node and
+    freed after their last user (or kept to the end when the graph returns them);
+    inputs and output of a node are live together. Views, aliases, in-place ops,
+    ``getitem`` and dropout share their base's storage; reshape/contiguous/to
+    share it when the node's fake tensors share storage. Placeholders named in
+    ``param_names`` or accepted by ``is_param`` (weights, buffers) and get_attr
+    constants are not activations; user inputs are. Ignores kernel workspaces,
+    allocator rounding and temporaries inside fused or wrapped ops: a lower bound
+    of what an allocator reports. One pass over nodes and edges.
+    """
+    excluded = set(param_names)
+    sizes: list[int] = []
+    last_use: list[int] = []
+    born: list[int] = []
+    refs: dict[Node, list[tuple[int, ...]]] = {}
+
+    def allocate(tensor: torch.Tensor | None, index: int) -> tuple[int, ...]:
+        if tensor is None:
+            return ()
+        sizes.append(tensor.numel() * tensor.element_size())
+        born.append(index)
+        last_use.append(index)
+        return (len(sizes) - 1,)
+
+    for index, node in enumerate(graph.nodes):
+        outputs = _tensor_outputs(node.meta.get("val"))
+        name = op_name(node.target) if node.op == "call_function" else ""
+        if node.op == "get_attr" or (
+            node.op == "placeholder"
+            and (node.name in excluded or (is_param is not None and is_param(node)))
+        ):
+            refs[node] = [() for _ in outputs]
+        elif node.op == "call_function" and node.target is operator.getitem:
+            source, item = node.args[0], node.args[1]
+            source_refs = refs.get(source, []) if isinstance(source, Node) else []
+            picked = source_refs[item] if isinstance(item, int) and item < len(source_refs) else ()
+            refs[node] = [picked]
+        elif node.op == "call_function" and _aliases_input(node, name):
+            base = node.args[0]
+            base_refs = refs.get(base, []) if isinstance(base, Node) else []
+            shared = tuple(s for r in base_refs for s in r)
+            refs[node] = [shared for _ in outputs] or [shared]
+        elif node.op == "output":
+            refs[node] = []
+        else:
+            refs[node] = [allocate(t, index) for t in outputs]
+        for user_input in node.all_input_nodes:
+            for storage in {s for r in refs.get(user_input, []) for s in r}:
+                last_use[storage] = index
+    delta = [0] * (len(refs) + 2)
+    for storage, size in enumerate(sizes):
+        delta[born[storage]] += size
+        delta[last_use[storage] + 1] -= size
+    peak = live = 0
+    for change in delta:
+        live += change
+        peak = max(peak, live)
+    return peak

@@ -1,0 +1,128 @@
+"""Small helpers for reading aten-level fx graphs: op names, shapes, parameter roots."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import fx
+
+SDPA_OPS = frozenset(
+    {
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable",
+    }
+)
+SOFTMAX_OPS = frozenset({"softmax", "_softmax", "_safe_softmax"})
+MATMUL_OPS = frozenset({"matmul", "bmm", "mm", "einsum", "baddbmm"})
+PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"})
+NORM_OPS = frozenset(
+    {"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
+     "_native_batch_norm_legit_no_training", "embedding"}
+)
+VIEW_OPS = frozenset(
+    {
+        "view", "_unsafe_view", "reshape", "transpose", "t", "permute", "contiguous", "clone",
+        "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "alias", "detach", "detach_",
+        "to", "_to_copy", "type_as", "slice", "select", "narrow", "getitem", "split",
+        "split_with_sizes", "chunk", "unbind", "lift_fresh_copy", "_assert_tensor_metadata",
+        "repeat_interleave", "repeat", "movedim", "swapaxes", "dropout", "native_dropout",
+    }
+)
+"""Ops that move, cast or select data without mixing features."""
+EXPAND_OPS = frozenset({"expand", "repeat_interleave", "repeat"})
+
+
+def op_name(node: fx.Node) -> str:
+    """``linear`` for ``aten.linear.default``; ``getitem`` for operator.getitem."""
+    if node.op != "call_function":
+        return node.op
+    target = node.target
+    if target is operator.getitem:
+        return "getitem"
+    packet = getattr(target, "overloadpacket", None)
+    if packet is not None:
+        return str(packet.__name__)
+    return str(getattr(target, "__name__", target))
+
+
+def val(node: Any) -> torch.Tensor | None:
+    """The fake tensor a node produces, or None for non-tensor values."""
+    if not isinstance(node, fx.Node):
+        return None
+    value = node.meta.get("val")
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def shape(node: Any) -> tuple[int, ...]:
+    """Concrete shape of a node's tensor value (empty when unknown)."""
+    tensor = val(node)
+    if tensor is None:
+        return ()
+    return tuple(int(s) for s in tensor.shape)
+
+
+def numel(node: Any) -> int:
+    """Element count of a node's tensor value (0 when unknown)."""
+    return math.prod(shape(node)) if val(node) is not None else 0
+
+
+def tensor_inputs(node: fx.Node) -> Iterator[fx.Node]:
+    """Input nodes that carry tensors, in argument order (lists flattened)."""
+    for arg in (*node.args, *node.kwargs.values()):
+        if isinstance(arg, fx.Node):
+            if val(arg) is not None or op_name(arg) in ("split", "chunk", "unbind"):
+                yield arg
+        elif isinstance(arg, (list, tuple)):
+            for item in arg:
+                if isinstance(item, fx.Node) and val(item) is not None:
+                    yield item
+
+
+def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    """A call argument by position or keyword."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+_PARAM_PASSTHROUGH = frozenset(
+    {"t", "transpose", "permute", "view", "reshape", "_unsafe_view", "to", "_to_copy",
+     "contiguous", "clone", "detach", "alias", "slice", "select", "narrow", "getitem",
+     "chunk", "split", "split_with_sizes", "unbind", "unflatten", "flatten", "type_as",
+     "lift_fresh_copy", "unsqueeze", "squeeze", "expand"}
+)
+
+
+def param_root(node: Any, params: dict[str, str], depth: int = 8) -> str | None:
+    """Placeholder name of the parameter a node is a view or cast of, if any."""
+    current = node
+    for _ in range(depth):
+        if not isinstance(current, fx.Node):
+            return None
+        if current.op == "placeholder":
+            return current.name if current.name in params else None
+        if current.op == "get_attr":
+            return None
+        if op_name(current) not in _PARAM_PASSTHROUGH or not current.args:
+            return None
+        current = current.args[0]
+    return None
+
+
+def is_activation(node: fx.Node, params: dict[str, str]) -> bool:
+    """True for a tensor that is not (a view of) a parameter."""
+    return val(node) is not None and param_root(node, params) is None
+
+
+def tokens(node: fx.Node) -> int:
+    """Rows of a feature-last tensor: numel / last dim."""
+    dims = shape(node)
+    return math.prod(dims[:-1]) if dims else 0

@@ -1,0 +1,12 @@
+"""JSON renderer."""
+
+from __future__ import annotations
+
+import json
+
+from mhaudit.data import Report
+
+
+def render_json(report: Report) -> str:
+    """The report as indented JSON (schema version 1)."""
+    return json.dumps(report.to_dict(), indent=2, sort_keys=False) + "\n"

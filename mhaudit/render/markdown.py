@@ -1,0 +1,39 @@
+"""Markdown renderer, for pull-request comments and job summaries."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from mhaudit.data import Report
+from mhaudit.render.table import (
+    BLOCK_HEADERS,
+    block_rows,
+    flag_lines,
+    formula_lines,
+    header_lines,
+    total_lines,
+)
+
+
+def render_markdown(report: Report) -> str:
+    """The report as GitHub-flavoured markdown."""
+    title, how = header_lines(report)
+    out = [f"## {title}", "", how, ""]
+    if report.groups:
+        out.append(tabulate(block_rows(report), headers=BLOCK_HEADERS, tablefmt="github",
+                            disable_numparse=True))
+        out += ["", "### Parameters", "", "```"]
+        for group in report.groups:
+            out.extend(formula_lines(group))
+        out.append("```")
+    else:
+        out.append("No attention blocks found.")
+    if report.flags:
+        out += ["", "### Flags", ""]
+        lines = flag_lines(report)
+        for finding_line, fix_line in zip(lines[::2], lines[1::2], strict=True):
+            out.append(f"- **{finding_line.split(' ', 1)[0]}** {finding_line.split(' ', 1)[1]}")
+            out.append(f"  - {fix_line.strip()}")
+    out += ["", "### Totals", ""]
+    out.extend(f"- {line}" for line in total_lines(report))
+    return "\n".join(out) + "\n"

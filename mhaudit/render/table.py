@@ -1,0 +1,145 @@
+"""Plain-text table renderer for people (tabulate); also the base of the markdown one."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from mhaudit.data import BlockGroup, Finding, Report
+from mhaudit.render import units
+
+BLOCK_HEADERS = (
+    "block", "×", "type", "kind", "impl", "d_model", "h", "h_kv", "d_k", "params",
+    "4·d²+b", "Δ", "FLOPs", "scores", "KV/token", "flags",
+)
+
+
+def block_rows(report: Report) -> list[list[str]]:
+    """One row per group of identical blocks."""
+    rows = []
+    for group in report.groups:
+        b = group.block
+        lay, par = b.layout, b.params
+        head = f"{lay.head_dim}" if lay.head_dim == lay.v_head_dim else (
+            f"{lay.head_dim}/{lay.v_head_dim}"
+        )
+        rows.append([
+            group.pattern if group.pattern else "(root)",
+            str(group.count),
+            lay.module_type,
+            lay.kind + (" causal" if lay.causal else ""),
+            lay.implementation,
+            str(lay.d_model),
+            str(lay.num_heads),
+            str(lay.num_kv_heads),
+            head,
+            units.count(par.total),
+            units.count(par.textbook),
+            units.signed(par.total - par.textbook),
+            units.si(b.flops.total),
+            units.nbytes(b.memory.scores_bytes) if b.memory.scores_bytes is not None else "—",
+            units.nbytes(b.memory.kv_cache_bytes_per_token),
+            ",".join(f.code for f in b.flags) or "—",
+        ])
+    return rows
+
+
+def _input(value: object) -> str:
+    if isinstance(value, dict) and "shape" in value:
+        dims = "×".join(str(d) for d in value["shape"])
+        return f"{dims} {value.get('dtype', '')}".rstrip()
+    return str(value)
+
+
+def header_lines(report: Report) -> list[str]:
+    """What was audited, how, and at which shape."""
+    m = report.model
+    inputs = ", ".join(f"{k} {_input(v)}" for k, v in m.inputs.items())
+    return [
+        f"mhaudit: {m.source} ({m.class_name})",
+        f"traced with {m.trace_method} on {m.device}; costs at {m.dtype}; inputs: {inputs}",
+    ]
+
+
+def formula_lines(group: BlockGroup) -> list[str]:
+    """The parameter check of one group: textbook, actual formula, and each deviation."""
+    b = group.block
+    par, lay = b.params, b.layout
+    label = _group_label(group)
+    biases = sum(1 for x in (par.q_bias, par.k_bias, par.v_bias, par.o_bias) if x)
+    bias_text = f" + {biases}·{lay.d_model}" if biases else ""
+    lines = [
+        f"{label}: W_Q {units.count(par.q)}, W_K {units.count(par.k)}, "
+        f"W_V {units.count(par.v)}, W_O {units.count(par.o)} = {units.count(par.total)}",
+        f"  textbook 4·d² = 4·{lay.d_model}²{bias_text} = {units.count(par.textbook)}; "
+        f"this layout: {par.formula_text} = {units.count(par.formula)}",
+    ]
+    if not par.deviations:
+        lines.append("  matches the textbook count exactly")
+    for dev in par.deviations:
+        lines.append(f"  {units.signed(dev.params)}: {dev.reason}")
+    return lines
+
+
+def flag_lines(report: Report) -> list[str]:
+    """Each finding with its fix; a repeated layer's findings appear once for the group."""
+    lines = []
+    items: list[tuple[str | None, Finding]] = [
+        (_group_label(g), f) for g in report.groups for f in g.block.flags
+    ]
+    items += [(None, f) for f in report.flags if f.block is None]
+    for label, f in items:
+        where = f" {label}" if label is not None else ""
+        lines.append(f"{f.code} {f.severity.value}{where}: {f.message}")
+        lines.append(f"  fix: {f.fix}")
+    return lines
+
+
+def _group_label(group: BlockGroup) -> str:
+    label = group.pattern or "(root)"
+    return f"{label} (×{group.count})" if group.count > 1 else label
+
+
+def total_lines(report: Report) -> list[str]:
+    """Whole-model figures."""
+    t = report.totals
+    lines = [
+        f"attention blocks: {t.num_blocks}; attention params {units.count(t.attention_params)} "
+        f"of {units.count(t.params_total)} ({units.percent(t.attention_params_share)})",
+        f"forward FLOPs: {units.si(t.flops)} (attention {units.si(t.attention_flops)}; "
+        "2 per multiply-add)",
+        f"KV cache per token: {units.nbytes(t.kv_cache_bytes_per_token)}; "
+        f"parameters {units.nbytes(t.param_bytes)}",
+    ]
+    if t.peak_activation_bytes is not None:
+        lines.append(f"peak activations (estimate): {units.nbytes(t.peak_activation_bytes)}")
+    if t.measured_peak_memory_bytes is not None:
+        lines.append(f"measured peak memory: {units.nbytes(t.measured_peak_memory_bytes)}")
+    if t.latency_ms is not None:
+        lines.append(f"measured forward latency: {t.latency_ms:.3f} ms (median)")
+    missing = report.coverage.ops_without_formula
+    if missing:
+        listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))
+        lines.append(f"ops without a FLOP formula (not counted): {listed}")
+    return lines
+
+
+def render_table(report: Report) -> str:
+    """The report for a terminal."""
+    out = header_lines(report)
+    out.append("")
+    if report.groups:
+        out.append(tabulate(block_rows(report), headers=BLOCK_HEADERS, tablefmt="simple",
+                            disable_numparse=True))
+        out.append("")
+        out.append("Parameters (W_Q, W_K, W_V, W_O with biases):")
+        for group in report.groups:
+            out.extend(formula_lines(group))
+    else:
+        out.append("no attention blocks found")
+    out.append("")
+    if report.flags:
+        out.append("Flags:")
+        out.extend(flag_lines(report))
+        out.append("")
+    out.extend(total_lines(report))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,42 @@
+"""Human-readable numbers for renderers: counts, FLOPs and bytes."""
+
+from __future__ import annotations
+
+
+def count(value: int | float | None) -> str:
+    """``16,640``; ``—`` for None."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
+
+
+def si(value: float | None, unit: str = "") -> str:
+    """``1.23 G`` style with decimal prefixes."""
+    if value is None:
+        return "—"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}".rstrip()
+    return f"{value:.3g} {unit}".rstrip()
+
+
+def nbytes(value: int | None) -> str:
+    """``1.5 MiB`` style with binary prefixes."""
+    if value is None:
+        return "—"
+    size = float(value)
+    for prefix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or prefix == "TiB":
+            return f"{size:.0f} B" if prefix == "B" else f"{size:.3g} {prefix}"
+        size /= 1024
+    return f"{value} B"
+
+
+def signed(value: int) -> str:
+    """``+1,024`` / ``-65,536`` / ``0``."""
+    return f"{value:+,}" if value else "0"
+
+
+def percent(value: float) -> str:
+    """``12.5%``."""
+    return f"{100 * value:.1f}%"

@@ -1,0 +1,35 @@
+"""Run the enabled rules over the blocks and attach their findings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from mhaudit.data import AttentionBlock, Finding
+from mhaudit.rules.base import REGISTRY, RuleContext
+from mhaudit.rules.config import RuleConfig
+
+
+def check_block(block: AttentionBlock, ctx: RuleContext, config: RuleConfig) -> tuple[Finding, ...]:
+    """The findings of every enabled, unsuppressed rule on one block, in code order."""
+    found: list[Finding] = []
+    for rule in REGISTRY:
+        if not config.enabled(rule.code) or config.suppressed(block.name, rule.code):
+            continue
+        finding = rule.check(block, replace(ctx, thresholds=config.thresholds_for(rule)))
+        if finding is not None:
+            found.append(replace(finding, severity=config.severity_for(rule), block=block.name))
+    return tuple(found)
+
+
+def evaluate(
+    blocks: Sequence[AttentionBlock], ctx: RuleContext, config: RuleConfig | None = None,
+) -> tuple[AttentionBlock, ...]:
+    """The blocks with ``flags`` filled by the rules; flags from other stages are kept."""
+    config = config or RuleConfig()
+    codes = set(REGISTRY.codes())
+    out = []
+    for block in blocks:
+        kept = tuple(f for f in block.flags if f.code not in codes)
+        out.append(replace(block, flags=kept + check_block(block, ctx, config)))
+    return tuple(out)

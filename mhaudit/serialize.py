@@ -1,0 +1,149 @@
+"""The JSON report (schema version 1) as plain Python data; field names are a public contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mhaudit import __version__
+from mhaudit.data import (
+    AttentionBlock,
+    Finding,
+    Projection,
+    Report,
+)
+
+SCHEMA_VERSION = 1
+
+FLOPS_CONVENTION = (
+    "flops count 2 per multiply-add of the dense computation; bias adds are excluded"
+)
+
+
+def finding_to_dict(finding: Finding) -> dict[str, Any]:
+    """A flag as ``{code, name, severity, message, fix, block, numbers}``."""
+    return {
+        "code": finding.code,
+        "name": finding.name,
+        "severity": finding.severity.value,
+        "message": finding.message,
+        "fix": finding.fix,
+        "block": finding.block,
+        "numbers": dict(finding.numbers),
+    }
+
+
+def _projection(p: Projection | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {
+        "module": p.module,
+        "weight": p.weight,
+        "in_features": p.in_features,
+        "out_features": p.out_features,
+        "fused_width": p.fused_width,
+        "fused": p.fused,
+        "weight_params": p.weight_params,
+        "bias_params": p.bias_params,
+    }
+
+
+def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
+    """One entry of ``blocks``."""
+    lay, par, fl, mem = block.layout, block.params, block.flops, block.memory
+    return {
+        "name": lay.name,
+        "module_type": lay.module_type,
+        "kind": lay.kind,
+        "implementation": lay.implementation,
+        "d_model": lay.d_model,
+        "num_heads": lay.num_heads,
+        "num_kv_heads": lay.num_kv_heads,
+        "head_dim": lay.head_dim,
+        "v_head_dim": lay.v_head_dim,
+        "batch_size": lay.batch_size,
+        "seq_len_q": lay.seq_len_q,
+        "seq_len_kv": lay.seq_len_kv,
+        "d_out": lay.d_out,
+        "causal": lay.causal,
+        "scale": lay.scale,
+        "kv_shared": lay.kv_shared,
+        "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
+        "params": {
+            "q": par.q,
+            "k": par.k,
+            "v": par.v,
+            "o": par.o,
+            "total": par.total,
+            "textbook": par.textbook,
+            "formula": par.formula,
+            "formula_text": par.formula_text,
+            "biases": {"q": par.q_bias, "k": par.k_bias, "v": par.v_bias, "o": par.o_bias},
+            "deviations": [{"reason": d.reason, "params": d.params} for d in par.deviations],
+        },
+        "flops": {
+            "q_proj": fl.q_proj,
+            "k_proj": fl.k_proj,
+            "v_proj": fl.v_proj,
+            "scores": fl.scores,
+            "softmax": fl.softmax,
+            "context": fl.context,
+            "o_proj": fl.o_proj,
+            "total": fl.total,
+            "causal_total": fl.causal_total,
+        },
+        "memory": {
+            "q_bytes": mem.q_bytes,
+            "k_bytes": mem.k_bytes,
+            "v_bytes": mem.v_bytes,
+            "scores_bytes": mem.scores_bytes,
+            "scores_bytes_if_materialized": mem.scores_bytes_if_materialized,
+            "kv_cache_bytes_per_token": mem.kv_cache_bytes_per_token,
+            "kv_cache_bytes": mem.kv_cache_bytes,
+        },
+        "flags": [finding_to_dict(f) for f in block.flags],
+    }
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The whole report, per the JSON contract."""
+    info, totals = report.model, report.totals
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "mhaudit", "version": __version__},
+        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype"},
+        "model": {
+            "source": info.source,
+            "class": info.class_name,
+            "params_total": info.params_total,
+            "param_bytes": info.param_bytes,
+            "trace_method": info.trace_method,
+            "device": info.device,
+            "dtype": info.dtype,
+            "inputs": info.inputs,
+        },
+        "blocks": [block_to_dict(b) for b in report.blocks],
+        "groups": [
+            {"pattern": g.pattern, "count": g.count, "names": list(g.names)}
+            for g in report.groups
+        ],
+        "totals": {
+            "num_blocks": totals.num_blocks,
+            "params_total": totals.params_total,
+            "attention_params": totals.attention_params,
+            "attention_params_share": totals.attention_params_share,
+            "flops": totals.flops,
+            "attention_flops": totals.attention_flops,
+            "kv_cache_bytes_per_token": totals.kv_cache_bytes_per_token,
+            "param_bytes": totals.param_bytes,
+            "peak_activation_bytes": totals.peak_activation_bytes,
+            "measured_peak_memory_bytes": totals.measured_peak_memory_bytes,
+            "latency_ms": totals.latency_ms,
+        },
+        "flags": [finding_to_dict(f) for f in report.flags],
+        "coverage": {
+            "ops_without_formula": dict(report.coverage.ops_without_formula),
+            "untraced_modules": list(report.coverage.untraced_modules),
+        },
+    }
+    data.update(report.extras)
+    return data

@@ -1,0 +1,63 @@
+"""Fold identical blocks (repeated layers) into groups and total the model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from mhaudit.data import AttentionBlock, BlockGroup
+from mhaudit.serialize import block_to_dict
+
+
+def _signature(block: AttentionBlock) -> str:
+    """Everything about a block except where it sits in the model."""
+    data = block_to_dict(block)
+    data.pop("name")
+    data["projections"] = {
+        role: None if p is None else {k: v for k, v in p.items() if k not in ("module", "weight")}
+        for role, p in data["projections"].items()
+    }
+    for flag in data["flags"]:
+        flag.pop("block", None)
+        flag.pop("message", None)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def group_blocks(blocks: Sequence[AttentionBlock]) -> tuple[BlockGroup, ...]:
+    """Groups of identical blocks, in order of first appearance."""
+    order: list[str] = []
+    members: dict[str, list[AttentionBlock]] = {}
+    for block in blocks:
+        key = _signature(block)
+        if key not in members:
+            order.append(key)
+            members[key] = []
+        members[key].append(block)
+    groups = []
+    for key in order:
+        names = tuple(b.name for b in members[key])
+        groups.append(BlockGroup(fold_names(names), names, members[key][0]))
+    return tuple(groups)
+
+
+def fold_names(names: Sequence[str]) -> str:
+    """``layers.{0..31}.self_attn`` for names that differ only in layer indices."""
+    if len(names) == 1:
+        return names[0]
+    split = [n.split(".") for n in names]
+    if len({len(s) for s in split}) != 1:
+        return f"{names[0]} (+{len(names) - 1} more)"
+    parts = []
+    for column in zip(*split, strict=True):
+        values = list(dict.fromkeys(column))
+        if len(values) == 1:
+            parts.append(values[0])
+        elif all(v.isdigit() for v in values):
+            ints = sorted(int(v) for v in values)
+            if ints == list(range(ints[0], ints[-1] + 1)):
+                parts.append(f"{{{ints[0]}..{ints[-1]}}}")
+            else:
+                parts.append("{" + ",".join(str(i) for i in ints) + "}")
+        else:
+            parts.append("{" + ",".join(values) + "}")
+    return ".".join(parts)

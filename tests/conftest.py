@@ -1,0 +1,24 @@
+"""Shared pytest configuration: golden-file regeneration and test paths."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--regen-golden", action="store_true", default=False,
+        help="Rewrite the golden files under tests/golden/ from the current output.",
+    )
+
+
+@pytest.fixture
+def regen_golden(request: pytest.FixtureRequest) -> bool:
+    """True when golden files should be rewritten instead of compared."""
+    return bool(request.config.getoption("--regen-golden"))
