@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -26,7 +26,9 @@ from mhaudit.errors import ConfigError
 from mhaudit.graphcost import graph_flops, peak_activation_bytes
 from mhaudit.kernels import block_kernel
 from mhaudit.load import LoadedModel, infer_inputs, load_target, normalize_inputs
+from mhaudit.measure import Progress, measure
 from mhaudit.rules import RuleConfig, RuleContext, evaluate
+from mhaudit.scaling import project
 from mhaudit.summarize import group_blocks
 from mhaudit.trace import TracedGraph, trace
 
@@ -52,8 +54,11 @@ class AuditOptions:
     rule_config: RuleConfig | None = None
     """Rule selection, severities and thresholds; None for the defaults."""
     scaling_seq_lens: tuple[int, ...] = ()
-    """Extra sequence lengths to project block costs to."""
-    extras: dict[str, Any] = field(default_factory=dict)
+    """Sequence lengths to project block costs to."""
+    repeats: int = 10
+    """Timed forwards when measuring on cpu or cuda."""
+    progress: Progress | None = None
+    """Called with (done, total) while measuring."""
 
     def validate(self) -> None:
         """Raise ConfigError for values no stage can use."""
@@ -61,6 +66,8 @@ class AuditOptions:
             raise ConfigError(f"batch size {self.batch_size} is not positive", "Use 1 or more.")
         if self.seq_len < 1:
             raise ConfigError(f"sequence length {self.seq_len} is not positive", "Use 1 or more.")
+        if self.repeats < 1:
+            raise ConfigError("repeats must be 1 or more", "Pass a positive count.")
         if self.tensor_parallel is not None and self.tensor_parallel < 1:
             raise ConfigError("--tensor-parallel must be 1 or more", "Pass a GPU count.")
         canonical_dtype(self.dtype)
@@ -114,7 +121,26 @@ def run(loaded: LoadedModel, opts: AuditOptions) -> Report:
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
-    return assemble(loaded, traced, blocks, dtype, opts)
+    report = assemble(loaded, traced, blocks, dtype, opts)
+    if opts.scaling_seq_lens:
+        report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
+    if opts.device != "meta":
+        report = with_measurement(report, loaded, opts)
+    return report
+
+
+def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) -> Report:
+    """Run the model for real and put latency and peak memory on the report."""
+    result = measure(
+        loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
+        device=opts.device, repeats=opts.repeats, progress=opts.progress,
+    )
+    totals = replace(
+        report.totals,
+        latency_ms=result.forward.median_ms,
+        measured_peak_memory_bytes=result.peak_memory_bytes,
+    )
+    return replace(report, totals=totals, measurement=result)
 
 
 def build_block(layout: Layout, dtype: str, profile: GpuProfile) -> AttentionBlock:

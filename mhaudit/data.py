@@ -270,6 +270,50 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """Wall-clock times of repeated runs, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    repeats: int
+
+    @property
+    def spread_ms(self) -> float:
+        """max - min."""
+        return self.max_ms - self.min_ms
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a measured run on a real device found."""
+
+    device: str
+    forward: Timing
+    """The whole forward pass."""
+    blocks: dict[str, Timing]
+    """Attention block name to the time of its module's forward."""
+    peak_memory_bytes: int | None
+    """CUDA max allocated during a forward, or peak resident growth on CPU (Linux)."""
+    peak_memory_method: str
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """Attention costs projected to another sequence length (self-attention n_q = n_kv = n)."""
+
+    seq_len: int
+    attention_flops: int
+    """Sum of block FLOPs at this length."""
+    scores_bytes: int
+    """Sum of b·h·n_q·n_kv·element size over blocks, materialised or not."""
+    kv_cache_bytes: int
+    """KV cache of all self-attention blocks for the batch at this length."""
+    block_flops: dict[str, int]
+    """Block name to its FLOPs at this length."""
+
+
+@dataclass(frozen=True)
 class BlockGroup:
     """Blocks with identical layouts and figures (repeated layers), shown as one row."""
 
@@ -297,6 +341,10 @@ class Report:
     coverage: Coverage = field(default_factory=Coverage)
     groups: tuple[BlockGroup, ...] = ()
     """The blocks folded by identical layout, in order of first appearance."""
+    scaling: tuple[ScalingPoint, ...] = ()
+    """Costs at other sequence lengths (``--seq-len 512,2048,8192``)."""
+    measurement: Measurement | None = None
+    """Real timings and memory when built on cpu or cuda."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Optional sections added by later stages (costs on a device, scaling, ...)."""
 

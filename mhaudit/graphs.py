@@ -30,7 +30,7 @@ NORM_OPS = frozenset(
 VIEW_OPS = frozenset(
     {
         "view", "_unsafe_view", "reshape", "transpose", "t", "permute", "contiguous", "clone",
-        "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "alias", "detach", "detach_",
+        "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "alias", "detach",
         "to", "_to_copy", "type_as", "slice", "select", "narrow", "getitem", "split",
         "split_with_sizes", "chunk", "unbind", "lift_fresh_copy", "_assert_tensor_metadata",
         "repeat_interleave", "repeat", "movedim", "swapaxes", "dropout", "native_dropout",
@@ -48,9 +48,9 @@ def op_name(node: fx.Node) -> str:
     if target is operator.getitem:
         return "getitem"
     packet = getattr(target, "overloadpacket", None)
-    if packet is not None:
-        return str(packet.__name__)
-    return str(getattr(target, "__name__", target))
+    name = str(packet.__name__) if packet is not None else str(getattr(target, "__name__", target))
+    # In-place variants (div_, mul_, detach_) compute what their out-of-place op does.
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
 def val(node: Any) -> torch.Tensor | None:
@@ -94,7 +94,8 @@ def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
 
 
 _PARAM_PASSTHROUGH = frozenset(
-    {"t", "transpose", "permute", "view", "reshape", "_unsafe_view", "to", "_to_copy",
+    {"t", "numpy_T", "mT", "adjoint", "transpose", "permute", "view", "reshape", "_unsafe_view",
+     "to", "_to_copy",
      "contiguous", "clone", "detach", "alias", "slice", "select", "narrow", "getitem",
      "chunk", "split", "split_with_sizes", "unbind", "unflatten", "flatten", "type_as",
      "lift_fresh_copy", "unsqueeze", "squeeze", "expand"}

@@ -8,8 +8,11 @@ from mhaudit import __version__
 from mhaudit.data import (
     AttentionBlock,
     Finding,
+    Measurement,
     Projection,
     Report,
+    ScalingPoint,
+    Timing,
 )
 
 SCHEMA_VERSION = 1
@@ -104,6 +107,39 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
     }
 
 
+def timing_to_dict(timing: Timing) -> dict[str, Any]:
+    """Median, min, max, spread (ms) and the number of repeats."""
+    return {
+        "median_ms": timing.median_ms,
+        "min_ms": timing.min_ms,
+        "max_ms": timing.max_ms,
+        "spread_ms": timing.spread_ms,
+        "repeats": timing.repeats,
+    }
+
+
+def measurement_to_dict(m: Measurement) -> dict[str, Any]:
+    """Measured latencies and peak memory."""
+    return {
+        "device": m.device,
+        "forward": timing_to_dict(m.forward),
+        "blocks": {name: timing_to_dict(t) for name, t in m.blocks.items()},
+        "peak_memory_bytes": m.peak_memory_bytes,
+        "peak_memory_method": m.peak_memory_method,
+    }
+
+
+def scaling_to_dict(point: ScalingPoint) -> dict[str, Any]:
+    """Costs at one sequence length."""
+    return {
+        "seq_len": point.seq_len,
+        "attention_flops": point.attention_flops,
+        "scores_bytes": point.scores_bytes,
+        "kv_cache_bytes": point.kv_cache_bytes,
+        "block_flops": dict(point.block_flops),
+    }
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The whole report, per the JSON contract."""
     info, totals = report.model, report.totals
@@ -145,5 +181,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "untraced_modules": list(report.coverage.untraced_modules),
         },
     }
+    if report.scaling:
+        data["scaling"] = [scaling_to_dict(p) for p in report.scaling]
+    if report.measurement is not None:
+        data["measurement"] = measurement_to_dict(report.measurement)
     data.update(report.extras)
     return data

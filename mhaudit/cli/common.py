@@ -85,6 +85,20 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def stderr_progress() -> Callable[[int, int], None]:
+    """A progress line on stderr for timed runs: ``measuring 3/10``."""
+
+    interactive = sys.stderr.isatty()
+
+    def show(done: int, total: int) -> None:
+        if interactive:
+            click.echo(f"\rmeasuring {done}/{total}", err=True, nl=done == total)
+        elif done == total:
+            click.echo(f"measured {total} forwards", err=True)
+
+    return show
+
+
 def fail(error: MhauditError) -> NoReturn:
     """Print one line to stderr and exit with the error's documented code."""
     click.echo(f"mhaudit: error: {error.one_line()}", err=True)

@@ -8,7 +8,13 @@ from typing import Any
 import click
 
 from mhaudit.api import AuditOptions, audit_target
-from mhaudit.cli.common import errors_to_exit, model_options, options_from, write_output
+from mhaudit.cli.common import (
+    errors_to_exit,
+    model_options,
+    options_from,
+    stderr_progress,
+    write_output,
+)
 from mhaudit.data import Severity
 from mhaudit.render import RENDERERS, render
 from mhaudit.rules import load_config
@@ -26,8 +32,11 @@ from mhaudit.rules import load_config
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
               default="never", show_default=True,
               help="Exit 1 when a flag at or above this severity is raised.")
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed forwards when measuring on cpu or cuda.")
 def report_command(target: str, fmt: str, output: Path | None, select: tuple[str, ...],
-                   ignore: tuple[str, ...], fail_on: str, **params: Any) -> None:
+                   ignore: tuple[str, ...], fail_on: str, repeats: int,
+                   **params: Any) -> None:
     """Audit the attention blocks of TARGET.
 
     TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
@@ -35,7 +44,8 @@ def report_command(target: str, fmt: str, output: Path | None, select: tuple[str
     with errors_to_exit():
         rule_config = load_config(other_keys=("budget",), select=list(select) or None,
                                   ignore=list(ignore) or None)
-        options = AuditOptions(rule_config=rule_config, **options_from(params))
+        options = AuditOptions(rule_config=rule_config, repeats=repeats,
+                               progress=stderr_progress(), **options_from(params))
         result = audit_target(target, options)
         write_output(render(result, fmt), output)
     if fail_on != "never":

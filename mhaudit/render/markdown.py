@@ -7,10 +7,14 @@ from tabulate import tabulate
 from mhaudit.data import Report
 from mhaudit.render.table import (
     BLOCK_HEADERS,
+    MEASURE_HEADERS,
+    SCALING_HEADERS,
     block_rows,
     flag_lines,
     formula_lines,
     header_lines,
+    measure_rows,
+    scaling_rows,
     total_lines,
 )
 
@@ -34,6 +38,14 @@ def render_markdown(report: Report) -> str:
         for finding_line, fix_line in zip(lines[::2], lines[1::2], strict=True):
             out.append(f"- **{finding_line.split(' ', 1)[0]}** {finding_line.split(' ', 1)[1]}")
             out.append(f"  - {fix_line.strip()}")
+    if report.scaling:
+        out += ["", "### Scaling with sequence length", ""]
+        out.append(tabulate(scaling_rows(report), headers=SCALING_HEADERS, tablefmt="github",
+                            disable_numparse=True))
+    if report.measurement is not None:
+        out += ["", "### Measured", ""]
+        out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="github",
+                            disable_numparse=True))
     out += ["", "### Totals", ""]
     out.extend(f"- {line}" for line in total_lines(report))
     return "\n".join(out) + "\n"

@@ -123,6 +123,34 @@ def total_lines(report: Report) -> list[str]:
     return lines
 
 
+SCALING_HEADERS = ("seq len", "attention FLOPs", "scores (if materialised)", "KV cache")
+
+
+def scaling_rows(report: Report) -> list[list[str]]:
+    """One row per projected sequence length."""
+    return [
+        [str(p.seq_len), units.si(p.attention_flops), units.nbytes(p.scores_bytes),
+         units.nbytes(p.kv_cache_bytes)]
+        for p in report.scaling
+    ]
+
+
+MEASURE_HEADERS = ("measured", "median", "min", "max", "repeats")
+
+
+def measure_rows(report: Report) -> list[list[str]]:
+    """The forward and each block's measured time."""
+    m = report.measurement
+    if m is None:
+        return []
+    items = [("forward", m.forward), *m.blocks.items()]
+    return [
+        [name, f"{t.median_ms:.3f} ms", f"{t.min_ms:.3f} ms", f"{t.max_ms:.3f} ms",
+         str(t.repeats)]
+        for name, t in items
+    ]
+
+
 def render_table(report: Report) -> str:
     """The report for a terminal."""
     out = header_lines(report)
@@ -140,6 +168,14 @@ def render_table(report: Report) -> str:
     if report.flags:
         out.append("Flags:")
         out.extend(flag_lines(report))
+        out.append("")
+    if report.scaling:
+        out.append(tabulate(scaling_rows(report), headers=SCALING_HEADERS, tablefmt="simple",
+                            disable_numparse=True))
+        out.append("")
+    if report.measurement is not None:
+        out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="simple",
+                            disable_numparse=True))
         out.append("")
     out.extend(total_lines(report))
     return "\n".join(out) + "\n"

@@ -1,0 +1,34 @@
+"""Project block costs to other sequence lengths from the detected layouts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from mhaudit.blockcost import block_flops, block_memory
+from mhaudit.data import AttentionBlock, Layout, ScalingPoint
+
+
+def at_length(layout: Layout, seq_len: int) -> Layout:
+    """The layout at ``seq_len`` queries; self-attention keys follow, cross keys stay."""
+    kv = seq_len if layout.kind == "self" else layout.seq_len_kv
+    return replace(layout, seq_len_q=seq_len, seq_len_kv=kv)
+
+
+def project(
+    blocks: Sequence[AttentionBlock], seq_lens: Sequence[int], element_bytes: int
+) -> tuple[ScalingPoint, ...]:
+    """One point per length: FLOPs, score bytes and KV cache summed over blocks."""
+    points = []
+    for n in seq_lens:
+        flops: dict[str, int] = {}
+        scores = kv = 0
+        for block in blocks:
+            layout = at_length(block.layout, n)
+            flops[block.name] = block_flops(layout).total
+            memory = block_memory(layout, element_bytes, materializes_scores=True)
+            scores += memory.scores_bytes_if_materialized
+            if layout.kind == "self":
+                kv += memory.kv_cache_bytes
+        points.append(ScalingPoint(n, sum(flops.values()), scores, kv, flops))
+    return tuple(points)
