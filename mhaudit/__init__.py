@@ -1,5 +1,33 @@
-"""mhaudit: audit the multi-head attention of PyTorch models."""
+"""mhaudit: audit the multi-head attention of PyTorch models.
+
+``mhaudit.audit(model, inputs)`` returns a :class:`~mhaudit.data.Report`;
+``mhaudit.check(model, inputs, budget=...)`` gates it against a budget. Both load
+torch on first use, so importing the package stays cheap.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from mhaudit.api import AuditOptions, audit, audit_target
+    from mhaudit.gate import check
+
+_LAZY = {
+    "audit": "mhaudit.api",
+    "audit_target": "mhaudit.api",
+    "AuditOptions": "mhaudit.api",
+    "check": "mhaudit.gate",
+}
+
+__all__ = ["AuditOptions", "__version__", "audit", "audit_target", "check"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mhaudit' has no attribute {name!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from mhaudit.data import (
 from mhaudit.detect import detect
 from mhaudit.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.errors import ConfigError
+from mhaudit.fold import FoldedList, describe, expand_layouts, folded, node_weight
 from mhaudit.graphcost import graph_flops, peak_activation_bytes
 from mhaudit.kernels import block_kernel
 from mhaudit.load import LoadedModel, infer_inputs, load_target, normalize_inputs
@@ -55,6 +57,8 @@ class AuditOptions:
     """Rule selection, severities and thresholds; None for the defaults."""
     scaling_seq_lens: tuple[int, ...] = ()
     """Sequence lengths to project block costs to."""
+    fold: bool = True
+    """Trace one representative of repeated identical layers and multiply its costs."""
     repeats: int = 10
     """Timed forwards when measuring on cpu or cuda."""
     progress: Progress | None = None
@@ -114,14 +118,16 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
 
 def run(loaded: LoadedModel, opts: AuditOptions) -> Report:
     """Trace, detect, count, cost and check one loaded model."""
-    traced = trace(loaded.module, loaded.args, loaded.kwargs)
-    layouts = detect(traced, loaded.module)
+    folding = folded(loaded.module) if opts.fold else contextlib.nullcontext(())
+    with folding as plans:
+        traced = trace(loaded.module, loaded.args, loaded.kwargs)
+        layouts = expand_layouts(detect(traced, loaded.module), plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
-    report = assemble(loaded, traced, blocks, dtype, opts)
+    report = assemble(loaded, traced, blocks, dtype, opts, plans)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.device != "meta":
@@ -158,6 +164,7 @@ def assemble(
     blocks: Sequence[AttentionBlock],
     dtype: str,
     opts: AuditOptions,
+    plans: tuple[FoldedList, ...] = (),
 ) -> Report:
     """Put the model facts, blocks, totals and coverage together."""
     model = loaded.module
@@ -181,7 +188,7 @@ def assemble(
         attention_params=attention_params,
         params_total=params_total,
         attention_params_share=attention_params / params_total if params_total else 0.0,
-        flops=costs.flops,
+        flops=_weighted_flops(traced, costs.node_flops, plans),
         attention_flops=sum(b.flops.total for b in blocks),
         kv_cache_bytes_per_token=sum(b.memory.kv_cache_bytes_per_token for b in blocks),
         param_bytes=param_bytes,
@@ -191,7 +198,21 @@ def assemble(
     )
     flags = tuple(f for b in blocks for f in b.flags)
     coverage = Coverage(ops_without_formula=dict(costs.ops_without_formula))
-    return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks))
+    extras = {"folded_layers": describe(plans)} if plans else {}
+    return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
+                  extras=extras)
+
+
+def _weighted_flops(
+    traced: TracedGraph, node_flops: dict[str, int], plans: tuple[FoldedList, ...]
+) -> int:
+    """Graph FLOPs with each folded layer's nodes counted once per layer it stands for."""
+    if not plans:
+        return sum(node_flops.values())
+    weights = {
+        node.name: node_weight(traced.module_path(node), plans) for node in traced.graph.nodes
+    }
+    return sum(f * weights.get(name.split(".")[0], 1) for name, f in node_flops.items())
 
 
 def _attention_params(blocks: Sequence[AttentionBlock]) -> int:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
+from mhaudit.atomic import write_text_atomic
 from mhaudit.devices import PROFILES
 from mhaudit.errors import ConfigError, MhauditError
 
@@ -115,20 +114,8 @@ def errors_to_exit() -> Iterator[None]:
 
 
 def write_output(text: str, output: Path | None) -> None:
-    """Write to stdout, or atomically to ``output`` (temp file in the same folder, renamed)."""
+    """Write to stdout, or atomically to ``output`` once the whole text exists."""
     if output is None:
         click.echo(text, nl=False)
         return
-    folder = output.resolve().parent
-    if not folder.is_dir():
-        raise ConfigError(f"cannot write {output}: folder {folder} does not exist",
-                          "Create the folder or pick another --output.")
-    handle, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(tmp, output)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(output, text)

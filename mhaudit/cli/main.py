@@ -14,9 +14,11 @@ def main() -> None:
 
 
 def _register() -> None:
+    from mhaudit.cli.check_cmd import check_command
     from mhaudit.cli.report_cmd import report_command
 
     main.add_command(report_command)
+    main.add_command(check_command)
 
 
 _register()

@@ -1,0 +1,359 @@
+"""The CI gate's budgets: parse them, read baselines, and judge a report against them."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from mhaudit.atomic import write_text_atomic
+from mhaudit.ci_formats import format_value
+from mhaudit.data import BudgetLimit, BudgetResult, Finding, GateOutcome, Report, Severity
+from mhaudit.errors import ConfigError
+
+METRIC_KEYS: dict[str, str] = {
+    "max_params": "params_total",
+    "max_attention_params": "attention_params",
+    "max_flops": "flops",
+    "max_kv_cache_bytes_per_token": "kv_cache_bytes_per_token",
+    "max_peak_memory_bytes": "peak_memory_bytes",
+    "max_latency_ms": "latency_ms",
+}
+"""Budget key to the report metric it limits."""
+
+METRICS: tuple[str, ...] = tuple(METRIC_KEYS.values())
+"""Every metric the gate can check, in report order."""
+
+FAIL_ON: tuple[str, ...] = ("error", "warning", "info", "never")
+"""Values of ``fail_on``: the lowest flag severity that fails the gate, or never."""
+
+BUDGET_KEYS: tuple[str, ...] = (*METRIC_KEYS, "fail_on", "max_increase_percent")
+_ENTRY_KEYS = ("limit", "severity", "max_increase_percent")
+_METRIC_ALIASES = {**{m: m for m in METRICS}, **METRIC_KEYS, "params": "params_total"}
+_SCALES: dict[str, int] = {
+    "": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+}
+_NUMBER = re.compile(
+    r"^\s*([0-9]+(?:_[0-9]+)*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]i?)?(B?)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A parsed budget: absolute limits, growth allowed over a baseline, and the flag gate."""
+
+    limits: tuple[BudgetLimit, ...] = ()
+    """Absolute limits, one per metric at most."""
+    fail_on: str = "error"
+    """Lowest flag severity that fails the gate (``error``, ``warning``, ``info``) or ``never``."""
+    increase_percent: Mapping[str, float] = field(default_factory=dict)
+    """Metric to the growth over the baseline it may have, in percent."""
+    default_increase_percent: float | None = None
+    """Growth allowed for every metric without its own entry, in percent."""
+    severities: Mapping[str, Severity] = field(default_factory=dict)
+    """Metric to severity, where the budget sets one (ERROR otherwise)."""
+    source: str = "budget"
+    """Where the budget came from, for messages."""
+
+    def severity(self, metric: str) -> Severity:
+        """How a breach of ``metric`` counts."""
+        return self.severities.get(metric, Severity.ERROR)
+
+
+def parse_quantity(value: Any, key: str, source: str = "budget") -> int | float:
+    """A non-negative number from an int, float or string with an SI/IEC suffix.
+
+    ``"20k"`` is 20,000, ``"125M"`` 125·10**6, ``"2GiB"`` 2·1024**3; a trailing ``B`` is allowed.
+    """
+    tip = 'Use a number or a string such as "20k", "125M" or "2GiB" (k, M, G, T; Ki, Mi, Gi, Ti).'
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{source}: {key} must be a number, not {value!r}", tip)
+    if isinstance(value, str):
+        match = _NUMBER.match(value)
+        if match is None:
+            raise ConfigError(f"{source}: {key} = {value!r} is not a number", tip)
+        text, suffix, _ = match.groups()
+        scale = _SCALES[suffix or ""]
+        number: int | float = (
+            int(text.replace("_", "")) if text.replace("_", "").isdigit() else float(text)
+        )
+        value = number * scale
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{source}: {key} = {value!r} must be a finite number >= 0", tip)
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _percent(value: Any, key: str, source: str) -> float:
+    text = value.strip().removesuffix("%") if isinstance(value, str) else value
+    return float(parse_quantity(text, key, source))
+
+
+def _unknown(key: str, valid: Iterable[str], source: str, where: str) -> ConfigError:
+    valid = list(valid)
+    close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
+    hint = f"Did you mean '{close[0]}'? " if close else ""
+    return ConfigError(f"{source}: unknown key '{where}{key}'",
+                       f"{hint}Valid keys: {', '.join(valid)}.")
+
+
+def _severity(value: Any, key: str, source: str) -> Severity:
+    if value not in ("error", "warning"):
+        raise ConfigError(f"{source}: {key} = {value!r} is not a severity",
+                          'Use "error" (fails the gate) or "warning" (reported only).')
+    return Severity(value)
+
+
+def parse_budget(
+    table: Mapping[str, Any], source: str = "budget", section: str = "budget"
+) -> Budget:
+    """Validate one budget table (the contents of ``[budget]``) into a Budget."""
+    where = f"{section}." if section else ""
+    limits: list[BudgetLimit] = []
+    severities: dict[str, Severity] = {}
+    increase: dict[str, float] = {}
+    default_increase: float | None = None
+    fail_on = "error"
+    for key, value in table.items():
+        name = f"{where}{key}"
+        if key == "fail_on":
+            if value not in FAIL_ON:
+                raise ConfigError(f"{source}: {name} = {value!r} is not allowed",
+                                  'Use "error", "warning", "info" or "never".')
+            fail_on = str(value)
+        elif key == "max_increase_percent":
+            if isinstance(value, Mapping):
+                for sub, pct in value.items():
+                    if sub == "default":
+                        default_increase = _percent(pct, f"{name}.{sub}", source)
+                    elif sub in _METRIC_ALIASES:
+                        increase[_METRIC_ALIASES[sub]] = _percent(pct, f"{name}.{sub}", source)
+                    else:
+                        raise _unknown(sub, [*METRICS, "default"], source, f"{name}.")
+            else:
+                default_increase = _percent(value, name, source)
+        elif key in METRIC_KEYS:
+            metric = METRIC_KEYS[key]
+            if not isinstance(value, Mapping):
+                limits.append(BudgetLimit(metric, parse_quantity(value, name, source)))
+                continue
+            for sub in value:
+                if sub not in _ENTRY_KEYS:
+                    raise _unknown(sub, _ENTRY_KEYS, source, f"{name}.")
+            if "limit" not in value and "max_increase_percent" not in value:
+                raise ConfigError(f"{source}: {name} needs 'limit' or 'max_increase_percent'",
+                                  f'Write {key} = {{ limit = "20k", severity = "warning" }}.')
+            severity = _severity(value.get("severity", "error"), f"{name}.severity", source)
+            severities[metric] = severity
+            if "max_increase_percent" in value:
+                pct = value["max_increase_percent"]
+                increase[metric] = _percent(pct, f"{name}.max_increase_percent", source)
+            if "limit" in value:
+                limit = parse_quantity(value["limit"], f"{name}.limit", source)
+                limits.append(BudgetLimit(metric, limit, severity))
+        else:
+            raise _unknown(key, BUDGET_KEYS, source, where)
+    return Budget(tuple(limits), fail_on, increase, default_increase, severities, source)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read budget file {path}: {reason}",
+                          "Check the file's path and permissions.") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}",
+                          'Fix the syntax there; strings need quotes, e.g. max_params = "20k".'
+                          ) from exc
+
+
+def _tool_budget(data: Mapping[str, Any]) -> Any:
+    tool = data.get("tool")
+    mh = tool.get("mhaudit") if isinstance(tool, Mapping) else None
+    return mh.get("budget") if isinstance(mh, Mapping) else None
+
+
+def load_budget(path: str | Path | None = None, *, start: str | Path | None = None) -> Budget:
+    """Read ``[budget]`` (or ``[tool.mhaudit.budget]``) from ``path``.
+
+    Without a path, use the nearest pyproject.toml from ``start`` (default: the
+    current folder) upward that has a ``[tool.mhaudit.budget]`` table.
+    """
+    if path is None:
+        found = find_pyproject_budget(start)
+        if found is None:
+            raise ConfigError("no budget given and no pyproject.toml with [tool.mhaudit.budget] "
+                              "found from this folder upward",
+                              "Pass --budget FILE or add a [tool.mhaudit.budget] table.")
+        return found
+    path = Path(path)
+    data = _read_toml(path)
+    if "budget" in data:
+        table, section = data["budget"], "budget"
+    else:
+        table, section = _tool_budget(data), "tool.mhaudit.budget"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{path} has no [budget] table",
+                          'Put the limits under a [budget] header, e.g. max_params = "20k".')
+    return parse_budget(table, str(path), section)
+
+
+def find_pyproject_budget(start: str | Path | None = None) -> Budget | None:
+    """The budget in the nearest pyproject.toml (from ``start`` upward) that has one."""
+    folder = Path(start if start is not None else Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            table = _tool_budget(_read_toml(pyproject))
+            if table is not None:
+                if not isinstance(table, Mapping):
+                    raise ConfigError(f"{pyproject}: tool.mhaudit.budget must be a table",
+                                      "Write it as a [tool.mhaudit.budget] header.")
+                return parse_budget(table, str(pyproject), "tool.mhaudit.budget")
+    return None
+
+
+def _metrics(get: Callable[[str], float | None]) -> dict[str, float | None]:
+    """Metrics from a field getter; every metric but peak memory is a Totals field."""
+    peak = get("measured_peak_memory_bytes")
+    activations = get("peak_activation_bytes")
+    if peak is None and activations is not None:
+        peak = activations + (get("param_bytes") or 0)
+    return {m: peak if m == "peak_memory_bytes" else get(m) for m in METRICS}
+
+
+def metric_values(report: Report) -> dict[str, float | None]:
+    """The gate's metrics from a report; None where the report has no figure.
+
+    Peak memory is the measured peak, else estimated activations plus parameter bytes.
+    """
+    return _metrics(lambda key: getattr(report.totals, key, None))
+
+
+def _number(data: Mapping[str, Any], key: str, source: str) -> float | None:
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ConfigError(f"{source}: field {key} = {value!r} is not a number",
+                          "Regenerate the baseline with --update-baseline.")
+    return value
+
+
+def metric_values_from_dict(
+    data: Mapping[str, Any], source: str = "baseline"
+) -> dict[str, float | None]:
+    """The gate's metrics from a JSON report (``--format json``) read back as a dict."""
+    totals = data.get("totals")
+    if not isinstance(totals, Mapping):
+        raise ConfigError(f"{source} is not an mhaudit JSON report (no 'totals' object)",
+                          "Create it with mhaudit check --baseline FILE --update-baseline.")
+    values = _metrics(lambda key: _number(totals, key, source))
+    model, budget = data.get("model"), data.get("budget")
+    if values["params_total"] is None and isinstance(model, Mapping):
+        values["params_total"] = _number(model, "params_total", source)
+    saved = budget.get("metrics") if isinstance(budget, Mapping) else None
+    for metric in METRICS:
+        if values[metric] is None and isinstance(saved, Mapping):
+            values[metric] = _number(saved, metric, source)
+    return values
+
+
+def load_baseline(path: str | Path) -> dict[str, float | None]:
+    """The metrics of a previous JSON report file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read baseline {path}: {exc.strerror or exc}",
+                          "Create it with: mhaudit check --baseline FILE --update-baseline."
+                          ) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"baseline {path} is not valid JSON: {exc}",
+                          "Regenerate it with --update-baseline.") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"baseline {path} is not a JSON object",
+                          "Regenerate it with --update-baseline.")
+    return metric_values_from_dict(data, str(path))
+
+
+def write_baseline(data: Mapping[str, Any], path: str | Path) -> None:
+    """Write a JSON report dict as the new baseline, atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def _judge(metric: str, value: float | None, bounds: list[tuple[float, str]],
+           baseline: float | None, severity: Severity) -> BudgetResult:
+    limit, desc = min(bounds, key=lambda b: b[0])
+    if value is None:
+        tip = "measure on a real device (--device cpu or cuda) to get it"
+        return BudgetResult(metric, None, limit, baseline, severity, False,
+                            f"{metric} is not in the report, so it cannot meet {desc}; {tip}")
+    passed = value <= limit
+    delta = value - limit
+    rel = f", {100.0 * delta / limit:+.1f}%" if limit else ""
+    text = format_value(metric, delta)
+    verb = "within" if passed else "exceeds"
+    sign = "+" if delta >= 0 else ""
+    message = f"{metric} {format_value(metric, value)} {verb} {desc} ({sign}{text}{rel})"
+    if baseline:
+        message += f"; {100.0 * (value - baseline) / baseline:+.1f}% vs baseline"
+    return BudgetResult(metric, value, limit, baseline, severity, passed, message)
+
+
+def evaluate_metrics(values: Mapping[str, float | None], budget: Budget,
+                     baseline: Mapping[str, float | None] | None = None,
+                     findings: Iterable[Finding] = ()) -> GateOutcome:
+    """Judge metric values against the budget's limits and, when given, a baseline."""
+    limits = {limit.metric: limit for limit in budget.limits}
+    results: list[BudgetResult] = []
+    for metric in METRICS:
+        bounds: list[tuple[float, str]] = []
+        if metric in limits:
+            cap = limits[metric].limit
+            bounds.append((cap, f"budget {format_value(metric, cap)}"))
+        base = baseline.get(metric) if baseline is not None else None
+        pct = budget.increase_percent.get(metric, budget.default_increase_percent)
+        if baseline is not None and pct is not None and base is not None:
+            allowed = base * (1.0 + pct / 100.0)
+            bounds.append((allowed, f"baseline {format_value(metric, base)} +{pct:g}% "
+                                    f"= {format_value(metric, allowed)}"))
+        if bounds:
+            severity = budget.severity(metric)
+            results.append(_judge(metric, values.get(metric), bounds, base, severity))
+    return GateOutcome(tuple(results), failing_findings(findings, budget.fail_on), budget.fail_on)
+
+
+def failing_findings(findings: Iterable[Finding], fail_on: str) -> tuple[Finding, ...]:
+    """The findings at or above the ``fail_on`` severity (none for ``never``)."""
+    if fail_on == "never":
+        return ()
+    threshold = Severity(fail_on).rank
+    return tuple(f for f in findings if f.severity.rank >= threshold)
+
+
+def report_findings(report: Report) -> tuple[Finding, ...]:
+    """Every finding in a report (model flags, then block flags), each once."""
+    seen: dict[tuple[str, str | None, str, str], Finding] = {}
+    for f in (*report.flags, *(f for block in report.blocks for f in block.flags)):
+        seen.setdefault((f.code, f.block, f.severity.value, f.message), f)
+    return tuple(seen.values())
+
+
+def evaluate(report: Report, budget: Budget,
+             baseline: Mapping[str, float | None] | None = None) -> GateOutcome:
+    """The gate's verdict on a report."""
+    return evaluate_metrics(metric_values(report), budget, baseline, report_findings(report))

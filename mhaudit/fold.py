@@ -1,0 +1,194 @@
+"""Trace repeated identical layers once: shorten layer lists while tracing, then expand.
+
+An 80-layer decoder is 80 copies of one layer. Tracing one representative of each
+distinct layer and multiplying its costs gives the same report at a fraction of
+the time. Layers count as identical when their classes, parameter and buffer
+shapes, and plain attributes (flags, window sizes, layer types) all match; an
+integer attribute equal to the layer's own index (``layer_idx``) is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from torch import nn
+
+from mhaudit.data import Layout, Projection
+
+MIN_LAYERS = 4
+"""Lists shorter than this are traced as they are."""
+
+_PLAIN = (int, float, str, bool, type(None))
+
+
+@dataclass(frozen=True)
+class FoldedList:
+    """One layer list traced through representatives."""
+
+    path: str
+    """Qualified name of the list (``""`` when the model itself is the list)."""
+    kept: tuple[int, ...]
+    """Original indices of the representatives, in list order."""
+    members: tuple[tuple[int, ...], ...]
+    """For each representative, every original index it stands for."""
+
+    @property
+    def length(self) -> int:
+        """Layers in the original list."""
+        return sum(len(m) for m in self.members)
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    return isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value)
+
+
+def signature(module: nn.Module, index: int) -> tuple[Any, ...]:
+    """What must match for two layers to compute the same thing."""
+    items: list[Any] = [type(module).__module__, type(module).__qualname__]
+    for name, param in module.named_parameters(recurse=False):
+        items.append(("p", name, tuple(param.shape), str(param.dtype)))
+    for name, buf in module.named_buffers(recurse=False):
+        items.append(("b", name, tuple(buf.shape), str(buf.dtype)))
+    for key, value in sorted(vars(module).items()):
+        if key.startswith("_") or not _plain(value):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value in (index, index + 1):
+            continue
+        items.append(("a", key, tuple(value) if isinstance(value, list) else value))
+    for name, child in module.named_children():
+        items.append(("c", name, signature(child, index)))
+    return tuple(items)
+
+
+def _plan(path: str, layers: nn.Module) -> FoldedList | None:
+    children = list(layers.children())
+    if len(children) < MIN_LAYERS or len({id(c) for c in children}) != len(children):
+        return None
+    shared = {id(p) for c in children for p in c.parameters()}
+    if len(shared) != sum(1 for c in children for _ in c.parameters()):
+        return None  # layers that share weights are counted through the real graph
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for index, child in enumerate(children):
+        groups.setdefault(signature(child, index), []).append(index)
+    if len(groups) * 2 > len(children):
+        return None
+    members = tuple(tuple(m) for m in groups.values())
+    order = sorted(range(len(members)), key=lambda g: members[g][0])
+    members = tuple(members[g] for g in order)
+    return FoldedList(path, tuple(m[0] for m in members), members)
+
+
+def find_lists(model: nn.Module) -> list[FoldedList]:
+    """Layer lists (ModuleList or Sequential) worth folding, outermost first."""
+    plans: list[FoldedList] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        if any(name == p.path or name.startswith(p.path + ".") for p in plans if p.path):
+            continue
+        plan = _plan(name, module)
+        if plan is not None:
+            plans.append(plan)
+    return plans
+
+
+@contextlib.contextmanager
+def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
+    """Shorten every foldable layer list to its representatives; restore on exit."""
+    plans = [p for p in find_lists(model) if p.path]
+    swapped: list[tuple[nn.Module, str, nn.Module]] = []
+    try:
+        for plan in plans:
+            parent_name, _, attr = plan.path.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            original = parent._modules[attr]
+            assert original is not None
+            children = list(original.children())
+            short = type(original)(*[children[i] for i in plan.kept]) if isinstance(
+                original, nn.Sequential) else nn.ModuleList([children[i] for i in plan.kept])
+            parent._modules[attr] = short
+            swapped.append((parent, attr, original))
+        yield tuple(plans)
+    finally:
+        for parent, attr, original in reversed(swapped):
+            parent._modules[attr] = original
+
+
+def _position_pattern(path: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(path)}\.(\d+)(?=\.|$)")
+
+
+def rep_position(name: str, plan: FoldedList) -> int | None:
+    """The representative position a traced name falls under, if any."""
+    match = _position_pattern(plan.path).match(name)
+    return int(match.group(1)) if match else None
+
+
+def rename(name: str, plan: FoldedList, position: int, index: int) -> str:
+    """Move a traced name from representative ``position`` to original layer ``index``."""
+    return _position_pattern(plan.path).sub(f"{plan.path}.{index}", name, count=1) if (
+        rep_position(name, plan) == position) else name
+
+
+def _rename_projection(p: Projection | None, plan: FoldedList, pos: int, index: int
+                       ) -> Projection | None:
+    if p is None:
+        return None
+    return replace(p, module=rename(p.module, plan, pos, index),
+                   weight=rename(p.weight, plan, pos, index))
+
+
+def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list[Layout]:
+    """Give every original layer its own copy of its representative's blocks, in order."""
+    placed: list[tuple[tuple[int, int, int], Layout]] = []
+    first_of_plan: dict[int, int] = {}
+    for order, layout in enumerate(layouts):
+        found = _plan_of(layout.name, plans)
+        if found is None:
+            placed.append(((order, -1, 0), layout))
+            continue
+        plan_index, pos = found
+        start = first_of_plan.setdefault(plan_index, order)
+        plan = plans[plan_index]
+        for index in plan.members[pos]:
+            placed.append(((start, index, order), _renamed(layout, plan, pos, index)))
+    placed.sort(key=lambda item: item[0])
+    return [layout for _, layout in placed]
+
+
+def _plan_of(name: str, plans: tuple[FoldedList, ...]) -> tuple[int, int] | None:
+    for plan_index, plan in enumerate(plans):
+        pos = rep_position(name, plan)
+        if pos is not None and pos < len(plan.members):
+            return plan_index, pos
+    return None
+
+
+def _renamed(layout: Layout, plan: FoldedList, pos: int, index: int) -> Layout:
+    return replace(
+        layout,
+        name=rename(layout.name, plan, pos, index),
+        q=_rename_projection(layout.q, plan, pos, index),
+        k=_rename_projection(layout.k, plan, pos, index),
+        v=_rename_projection(layout.v, plan, pos, index),
+        o=_rename_projection(layout.o, plan, pos, index),
+    )
+
+
+def node_weight(module_path: str, plans: tuple[FoldedList, ...]) -> int:
+    """How many original layers a traced node stands for."""
+    found = _plan_of(module_path, plans)
+    return len(plans[found[0]].members[found[1]]) if found else 1
+
+
+def describe(plans: tuple[FoldedList, ...]) -> list[dict[str, Any]]:
+    """The folding, for the report."""
+    return [
+        {"list": p.path, "layers": p.length, "traced": len(p.kept)} for p in plans
+    ]

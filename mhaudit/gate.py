@@ -1,0 +1,91 @@
+"""The library gate: audit a model and judge it against a budget and a baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mhaudit.budget import (
+    METRICS,
+    Budget,
+    evaluate,
+    load_baseline,
+    load_budget,
+    metric_values,
+    metric_values_from_dict,
+    parse_budget,
+)
+from mhaudit.data import GateOutcome, Report
+from mhaudit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+BudgetSpec = Budget | Mapping[str, Any] | str | Path
+"""A parsed budget, a ``[budget]``-style mapping, or a TOML file path."""
+
+BaselineSpec = Report | Mapping[str, Any] | str | Path | None
+"""A report, a JSON report dict, a metric-to-value mapping, or a JSON report file path."""
+
+
+def resolve_budget(budget: BudgetSpec, source: str = "budget") -> Budget:
+    """A Budget from any of the accepted forms."""
+    if isinstance(budget, Budget):
+        return budget
+    if isinstance(budget, (str, Path)):
+        return load_budget(budget)
+    return parse_budget(budget, source, section="")
+
+
+def resolve_baseline(baseline: BaselineSpec) -> dict[str, float | None] | None:
+    """Baseline metric values from any of the accepted forms."""
+    if baseline is None:
+        return None
+    if isinstance(baseline, Report):
+        return metric_values(baseline)
+    if isinstance(baseline, (str, Path)):
+        return load_baseline(baseline)
+    if "totals" in baseline:
+        return metric_values_from_dict(baseline)
+    values: dict[str, float | None] = dict.fromkeys(METRICS)
+    for key, value in baseline.items():
+        if key not in values:
+            raise ConfigError(f"baseline: unknown metric {key!r}", f"Use {', '.join(METRICS)}.")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"baseline: {key} = {value!r} is not a number", "Pass numbers.")
+        values[key] = value
+    return values
+
+
+def check(
+    model: nn.Module | str | Report,
+    example_inputs: Any = None,
+    *,
+    budget: BudgetSpec,
+    baseline: BaselineSpec = None,
+    **options: Any,
+) -> GateOutcome:
+    """Audit ``model`` and judge it against ``budget`` (and ``baseline`` when given).
+
+    ``model`` is a built ``nn.Module``, a target string (``model.py[:NAME]``,
+    ``pkg.mod:NAME``, ``config.json``) or an existing Report. ``options`` are
+    AuditOptions fields (``seq_len=2048``, ``dtype="float16"``) or ``options=AuditOptions(...)``.
+    The budget is parsed before the model is built, so a bad budget fails fast.
+    """
+    parsed = resolve_budget(budget)
+    base = resolve_baseline(baseline)
+    if isinstance(model, Report):
+        report = model
+    elif isinstance(model, str):
+        if example_inputs is not None:
+            raise ConfigError("example_inputs apply to a built model, not to a target string",
+                              "Define example_inputs() in the model file instead.")
+        from mhaudit.api import audit_target
+
+        report = audit_target(model, options.pop("options", None), **options)
+    else:
+        from mhaudit.api import audit
+
+        report = audit(model, example_inputs, **options)
+    return evaluate(report, parsed, base)

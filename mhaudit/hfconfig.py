@@ -1,0 +1,133 @@
+"""Build a model and example inputs from a transformers ``config.json``, with no download."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mhaudit.errors import LoadError
+
+HF_TIP = "pip install 'mhaudit[hf]'"
+"""The one-line fix when transformers is missing."""
+
+
+def read_hf_config(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` when it is a transformers config (has ``model_type``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("model_type"), str):
+        return data
+    return None
+
+
+def is_hf_config(path: Path) -> bool:
+    """True when ``path`` is a JSON file with a ``model_type`` key."""
+    return path.suffix == ".json" and path.is_file() and read_hf_config(path) is not None
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as exc:
+        raise LoadError("building a model from config.json needs transformers", HF_TIP) from exc
+    return transformers
+
+
+def _cause(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _build(transformers: Any, data: dict[str, Any], config: Any) -> nn.Module:
+    """The first listed architecture (so task heads count), else the base AutoModel."""
+    for name in data.get("architectures") or ():
+        cls = getattr(transformers, str(name), None)
+        if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+            model: nn.Module = cls(config)
+            return model
+    built: nn.Module = transformers.AutoModel.from_config(config)
+    return built
+
+
+def _image_size(config: Any) -> tuple[int, int]:
+    size = config.image_size
+    if isinstance(size, (list, tuple)):
+        return int(size[0]), int(size[-1])
+    return int(size), int(size)
+
+
+def _example_kwargs(
+    model: nn.Module, config: Any, batch_size: int, seq_len: int
+) -> dict[str, Any]:
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_ids" and hasattr(config, "vision_config"):
+        raise LoadError(
+            f"{type(model).__name__} takes text and images together",
+            "Write a model file with build_model() and example_inputs() for this model.",
+        )
+    if main == "input_ids":
+        ids = torch.zeros(batch_size, seq_len, dtype=torch.long)  # (B, n)
+        kwargs: dict[str, Any] = {"input_ids": ids}
+        if getattr(config, "is_encoder_decoder", False):
+            kwargs["decoder_input_ids"] = torch.zeros(batch_size, seq_len, dtype=torch.long)
+        return kwargs
+    if main == "pixel_values" and hasattr(config, "image_size"):
+        height, width = _image_size(config)
+        channels = int(getattr(config, "num_channels", 3))
+        return {"pixel_values": torch.zeros(batch_size, channels, height, width)}  # (B, C, H, W)
+    raise LoadError(
+        f"cannot make example inputs for {type(model).__name__} (main input {main!r})",
+        "Write a model file with build_model() and example_inputs() for this model.",
+    )
+
+
+def load_hf_config(
+    path: Path, batch_size: int, seq_len: int, *, device: str | None = None
+) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """Build the model of a transformers config file and its example inputs.
+
+    Returns ``(model, args, kwargs)``: no positional args, and keyword inputs
+    (``input_ids`` of ``(batch_size, seq_len)``, plus ``decoder_input_ids`` for
+    encoder-decoders, or ``pixel_values`` for vision models). Tensors follow the
+    default device; pass ``device="meta"`` to build without allocating.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise LoadError(f"cannot read {path}: {_cause(exc)}", "Check the path and JSON.") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise LoadError(
+            f"{path} is not a transformers config (no \"model_type\" in a JSON object)",
+            "Point mhaudit at a model's config.json or at a .py model file.",
+        )
+    transformers = _transformers()
+    if data["model_type"] not in transformers.CONFIG_MAPPING:
+        raise LoadError(
+            f"transformers {transformers.__version__} does not know model_type "
+            f"{data['model_type']!r} ({path})",
+            "Upgrade transformers, or write a model file with build_model() for this model.",
+        )
+    fields = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
+    place = torch.device(device) if device is not None else contextlib.nullcontext()
+    try:
+        config = transformers.AutoConfig.for_model(data["model_type"], **fields)
+        if hasattr(config, "use_cache"):
+            config.use_cache = False  # a forward pass, not generation: no cache object out
+        with place:
+            model = _build(transformers, data, config)
+            kwargs = _example_kwargs(model, config, batch_size, seq_len)
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(
+            f"building {data['model_type']} from {path} failed: {_cause(exc)}",
+            "Check the config, or upgrade transformers if the model type is new.",
+        ) from exc
+    return model.eval(), (), kwargs
