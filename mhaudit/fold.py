@@ -43,27 +43,58 @@ class FoldedList:
 
 
 def _plain(value: Any) -> bool:
+    """Numbers, strings, flags, None, and flat tuples or lists of them."""
     if isinstance(value, _PLAIN):
         return True
     return isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value)
 
 
-def signature(module: nn.Module, index: int) -> tuple[Any, ...]:
-    """What must match for two layers to compute the same thing."""
+def signature(module: nn.Module, ignore: frozenset[str] = frozenset(), prefix: str = ""
+              ) -> tuple[Any, ...]:
+    """What must match for two layers to compute the same thing.
+
+    ``ignore`` names attributes (dotted from the layer) left out, such as a layer index.
+    """
     items: list[Any] = [type(module).__module__, type(module).__qualname__]
     for name, param in module.named_parameters(recurse=False):
         items.append(("p", name, tuple(param.shape), str(param.dtype)))
     for name, buf in module.named_buffers(recurse=False):
         items.append(("b", name, tuple(buf.shape), str(buf.dtype)))
-    for key, value in sorted(vars(module).items()):
-        if key.startswith("_") or not _plain(value):
-            continue
-        if isinstance(value, int) and not isinstance(value, bool) and value in (index, index + 1):
-            continue
-        items.append(("a", key, tuple(value) if isinstance(value, list) else value))
+    for key, value in sorted(_attributes(module).items()):
+        if prefix + key not in ignore:
+            items.append(("a", key, value))
     for name, child in module.named_children():
-        items.append(("c", name, signature(child, index)))
+        items.append(("c", name, signature(child, ignore, f"{prefix}{name}.")))
     return tuple(items)
+
+
+def _attributes(module: nn.Module) -> dict[str, Any]:
+    """Plain public attributes (numbers, strings, flags and tuples of them)."""
+    return {
+        key: tuple(value) if isinstance(value, list) else value
+        for key, value in vars(module).items()
+        if not key.startswith("_") and _plain(value)
+    }
+
+
+def _int_attributes(module: nn.Module, prefix: str = "") -> dict[str, int]:
+    found = {
+        prefix + k: v for k, v in _attributes(module).items()
+        if isinstance(v, int) and not isinstance(v, bool)
+    }
+    for name, child in module.named_children():
+        found.update(_int_attributes(child, f"{prefix}{name}."))
+    return found
+
+
+def index_attributes(layers: list[nn.Module]) -> frozenset[str]:
+    """Integer attributes that track the layer's position (``layer_idx = i`` or ``i + 1``)."""
+    per_layer = [_int_attributes(layer) for layer in layers]
+    common = set(per_layer[0]).intersection(*per_layer[1:])
+    return frozenset(
+        key for key in common
+        if len({values[key] - index for index, values in enumerate(per_layer)}) == 1
+    )
 
 
 def _plan(path: str, layers: nn.Module) -> FoldedList | None:
@@ -73,9 +104,10 @@ def _plan(path: str, layers: nn.Module) -> FoldedList | None:
     shared = {id(p) for c in children for p in c.parameters()}
     if len(shared) != sum(1 for c in children for _ in c.parameters()):
         return None  # layers that share weights are counted through the real graph
+    ignore = index_attributes(children)
     groups: dict[tuple[Any, ...], list[int]] = {}
     for index, child in enumerate(children):
-        groups.setdefault(signature(child, index), []).append(index)
+        groups.setdefault(signature(child, ignore), []).append(index)
     if len(groups) * 2 > len(children):
         return None
     members = tuple(tuple(m) for m in groups.values())

@@ -60,6 +60,8 @@ def model_options(func: F) -> F:
                      default="h100", show_default=True, help="Target GPU profile."),
         click.option("--tensor-parallel", type=click.IntRange(min=1), default=None,
                      help="Tensor-parallel degree to check head counts against."),
+        click.option("--fold/--no-fold", default=True, show_default=True,
+                     help="Trace one of each run of identical layers and multiply its costs."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -81,6 +83,7 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
         "dtype": params["dtype"],
         "gpu": params["gpu"],
         "tensor_parallel": params["tensor_parallel"],
+        "fold": params["fold"],
     }
 
 
