@@ -25,6 +25,7 @@ from mhaudit.detect import detect
 from mhaudit.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.errors import ConfigError
 from mhaudit.fold import FoldedList, describe, expand_layouts, folded, node_weight
+from mhaudit.fvcore_backend import fvcore_flops
 from mhaudit.graphcost import graph_flops, peak_activation_bytes
 from mhaudit.kernels import block_kernel
 from mhaudit.load import LoadedModel, infer_inputs, load_target, normalize_inputs
@@ -57,6 +58,8 @@ class AuditOptions:
     """Rule selection, severities and thresholds; None for the defaults."""
     scaling_seq_lens: tuple[int, ...] = ()
     """Sequence lengths to project block costs to."""
+    flops_backend: str = "graph"
+    """``graph`` (mhaudit's formulas), or ``fvcore`` to add fvcore's figure for comparison."""
     fold: bool = True
     """Trace one representative of repeated identical layers and multiply its costs."""
     repeats: int = 10
@@ -70,6 +73,12 @@ class AuditOptions:
             raise ConfigError(f"batch size {self.batch_size} is not positive", "Use 1 or more.")
         if self.seq_len < 1:
             raise ConfigError(f"sequence length {self.seq_len} is not positive", "Use 1 or more.")
+        if self.flops_backend not in ("graph", "fvcore"):
+            raise ConfigError(f"unknown FLOPs backend {self.flops_backend!r}",
+                              "Use graph or fvcore.")
+        if self.flops_backend == "fvcore" and self.device == "meta":
+            raise ConfigError("the fvcore backend runs real compute and cannot use meta tensors",
+                              "Add --device cpu to compare against fvcore.")
         if self.repeats < 1:
             raise ConfigError("repeats must be 1 or more", "Pass a positive count.")
         if self.tensor_parallel is not None and self.tensor_parallel < 1:
@@ -130,9 +139,23 @@ def run(loaded: LoadedModel, opts: AuditOptions) -> Report:
     report = assemble(loaded, traced, blocks, dtype, opts, plans)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
+    if opts.flops_backend == "fvcore":
+        report = with_fvcore(report, loaded)
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
     return report
+
+
+def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
+    """Add fvcore's whole-model count (its MACs × 2) beside mhaudit's own."""
+    result = fvcore_flops(loaded.module, loaded.args, loaded.kwargs)
+    extras = dict(report.extras)
+    extras["fvcore"] = {
+        "flops": result.flops,
+        "convention": "fvcore counts one multiply-add as one flop; shown here doubled",
+        "unsupported_ops": dict(result.unsupported_ops),
+    }
+    return replace(report, extras=extras)
 
 
 def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) -> Report:

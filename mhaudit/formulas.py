@@ -92,32 +92,28 @@ def op_names(namespace: str, names: str) -> list[str]:
     return [f"{namespace}.{name}" for name in names.split()]
 
 
-ZERO_FLOP_OPS: frozenset[str] = frozenset(
+ZERO_FLOP_OPS: frozenset[str] = frozenset(op_names("aten", (
     # views and aliases
-    op_names("aten", "view _unsafe_view reshape reshape_as view_as transpose t permute expand "
-         "expand_as slice select narrow split split_with_sizes unbind chunk tensor_split "
-         "unsqueeze squeeze flatten unflatten movedim swapaxes as_strided diagonal unfold alias "
-         "detach view_as_real view_as_complex real imag resolve_conj resolve_neg numpy_T")
+    "view _unsafe_view reshape reshape_as view_as transpose t permute expand expand_as slice "
+    "select narrow split split_with_sizes unbind chunk tensor_split unsqueeze squeeze flatten "
+    "unflatten movedim swapaxes as_strided diagonal unfold alias detach view_as_real "
+    "view_as_complex real imag resolve_conj resolve_neg numpy_T "
     # copies, conversions, gathers and scatters
-    + op_names("aten", "contiguous clone _to_copy to type_as copy cat stack concat concatenate "
-           "repeat repeat_interleave tile flip roll pad constant_pad_nd lift_fresh "
-           "lift_fresh_copy slice_scatter select_scatter index_put scatter _unsafe_index index "
-           "index_select gather embedding masked_fill where tril triu")
+    "contiguous clone _to_copy to type_as copy cat stack concat concatenate repeat "
+    "repeat_interleave tile flip roll pad constant_pad_nd lift_fresh lift_fresh_copy "
+    "slice_scatter select_scatter index_put scatter _unsafe_index index index_select gather "
+    "embedding masked_fill where tril triu "
     # factories
-    + op_names("aten", "empty empty_strided empty_like zeros zeros_like ones ones_like full "
-           "full_like new_empty new_zeros new_ones new_full arange scalar_tensor fill")
+    "empty empty_strided empty_like zeros zeros_like ones ones_like full full_like new_empty "
+    "new_zeros new_ones new_full arange scalar_tensor fill "
     # comparisons and logic (they build masks)
-    + op_names("aten", "eq ne lt le gt ge logical_not logical_and logical_or logical_xor "
-           "bitwise_not bitwise_and bitwise_or bitwise_xor __and__ __or__ __xor__ __invert__ "
-           "isnan isinf")
+    "eq ne lt le gt ge logical_not logical_and logical_or logical_xor bitwise_not bitwise_and "
+    "bitwise_or bitwise_xor __and__ __or__ __xor__ __invert__ isnan isinf "
     # dropout (inference: identity), assertions, scalars and metadata
-    + op_names("aten", "dropout feature_dropout alpha_dropout native_dropout "
-           "_assert_tensor_metadata _assert_scalar _assert_async _functional_assert_async "
-           "sym_size sym_numel sym_stride sym_storage_offset sym_constrain_range "
-           "sym_constrain_range_for_size item _local_scalar_dense")
-    + op_names("operator", "getitem add sub mul floordiv truediv mod neg pow eq ne lt le gt ge "
-           "and_ or_")
-)
+    "dropout feature_dropout alpha_dropout native_dropout _assert_tensor_metadata _assert_scalar "
+    "_assert_async _functional_assert_async sym_size sym_numel sym_stride sym_storage_offset "
+    "sym_constrain_range sym_constrain_range_for_size item _local_scalar_dense"
+)) + op_names("operator", "getitem add sub mul floordiv truediv mod neg pow eq ne lt le gt ge"))
 """Ops that do no floating-point arithmetic; ``dropout`` assumes inference (eval) mode."""
 
 _REGISTRY: dict[str, FormulaEntry] = {}
@@ -126,13 +122,14 @@ REGISTRY: Mapping[str, FormulaEntry] = MappingProxyType(_REGISTRY)
 
 
 def register(*ops: str, family: str) -> Callable[[Formula], Formula]:
-    """Register ``formula`` for each op name; a name registered twice raises ValueError."""
+    """Register a formula for each op name; a name already registered (or known to do
+    no arithmetic) raises ValueError and nothing is registered."""
 
     def decorate(formula: Formula) -> Formula:
-        for op in ops:
-            if op in _REGISTRY or op in ZERO_FLOP_OPS:
-                raise ValueError(f"a FLOP formula for {op} is already registered")
-            _REGISTRY[op] = FormulaEntry(op, family, formula)
+        taken = [op for op in ops if op in _REGISTRY or op in ZERO_FLOP_OPS]
+        if taken or len(set(ops)) != len(ops):
+            raise ValueError(f"a FLOP formula for {taken or ops} is already registered")
+        _REGISTRY.update({op: FormulaEntry(op, family, formula) for op in ops})
         return formula
 
     return decorate
@@ -351,7 +348,7 @@ _ELEMENTWISE = op_names(
     "gelu silu mish elu selu celu leaky_relu hardtanh hardswish hardsigmoid softplus pow rsqrt "
     "sqrt square reciprocal abs clamp clamp_min clamp_max maximum minimum fmax fmin erf erfc "
     "sin cos tan sign sgn floor ceil round trunc frac fmod remainder lerp prelu logit "
-    "threshold glu",
+    "threshold glu diff",
 )
 
 

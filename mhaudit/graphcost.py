@@ -114,25 +114,39 @@ def _subgraphs(node: Node) -> Iterator[tuple[str, Graph]]:
                 yield arg.name, sub.graph
 
 
+def _module_or_method_name(node: Node) -> str:
+    owner = node.graph.owning_module
+    if node.op == "call_module" and owner is not None:
+        return f"module.{type(owner.get_submodule(str(node.target))).__name__}"
+    return f"{node.op.removeprefix('call_')}.{node.target}"
+
+
 def graph_flops(graph: Graph) -> GraphFlops:
     """Apply the formula registry to every call_function node of ``graph``.
 
     Known zero-FLOP ops add nothing; an op with no formula, or whose formula cannot
     read the node's shapes, is counted in ``ops_without_formula`` and never as zero.
-    Nodes with no tensor output (symbolic-size arithmetic, assertions) are
-    bookkeeping and add nothing. Wrapper higher-order ops (set_grad_enabled,
-    autocast) are costed through their submodule graphs.
+    Nodes whose ``meta["val"]`` holds no tensor (symbolic-size arithmetic,
+    assertions) are bookkeeping and add nothing; nodes without ``meta["val"]`` are
+    counted as missing, and so are call_module and call_method nodes (graphs
+    should be at aten level, as torch.export makes them). Wrapper higher-order ops
+    (set_grad_enabled, autocast) are costed through their submodule graphs.
     """
     total = 0
     node_flops: dict[str, int] = {}
     families: Counter[str] = Counter()
     missing: Counter[str] = Counter()
     for node in graph.nodes:
+        if node.op in ("call_module", "call_method"):  # not aten level: never silently zero
+            missing[_module_or_method_name(node)] += 1
+            continue
         if node.op != "call_function":
             continue
         name = op_name(node.target)
         if name in WRAPPER_OPS:
-            for prefix, sub in _subgraphs(node):
+            subgraphs = list(_subgraphs(node))
+            missing.update([] if subgraphs else [name])
+            for prefix, sub in subgraphs:
                 inner = graph_flops(sub)
                 total += inner.flops
                 node_flops.update({f"{prefix}.{k}": v for k, v in inner.node_flops.items()})
@@ -143,8 +157,9 @@ def graph_flops(graph: Graph) -> GraphFlops:
             continue
         entry = lookup(name)
         if entry is None:
-            if any(t is not None for t in _tensor_outputs(node.meta.get("val"))):
-                missing[name] += 1
+            val = node.meta.get("val")
+            if "val" not in node.meta or any(t is not None for t in _tensor_outputs(val)):
+                missing[name] += 1  # unknown outputs count as missing too
             continue
         try:
             call = OpCall(
@@ -182,8 +197,8 @@ def _aliases_input(node: Node, name: str) -> bool:
         return False
     try:
         return bool(out.untyped_storage()._cdata == base.untyped_storage()._cdata)
-    except (RuntimeError, NotImplementedError):
-        return out.shape == base.shape and out.dtype == base.dtype
+    except (RuntimeError, NotImplementedError):  # no storage: a contiguous base is viewable
+        return out.dtype == base.dtype and base.is_contiguous()
 
 
 def peak_activation_bytes(

@@ -78,12 +78,18 @@ def tensor_inputs(node: fx.Node) -> Iterator[fx.Node]:
     """Input nodes that carry tensors, in argument order (lists flattened)."""
     for arg in (*node.args, *node.kwargs.values()):
         if isinstance(arg, fx.Node):
-            if val(arg) is not None or op_name(arg) in ("split", "chunk", "unbind"):
+            if val(arg) is not None or _is_tensor_list(arg):
                 yield arg
         elif isinstance(arg, (list, tuple)):
             for item in arg:
                 if isinstance(item, fx.Node) and val(item) is not None:
                     yield item
+
+
+def _is_tensor_list(node: fx.Node) -> bool:
+    """A multi-output op (split, chunk, unbind, ...) whose getitem users pick tensors."""
+    value = node.meta.get("val")
+    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
 
 
 def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:

@@ -60,6 +60,10 @@ def model_options(func: F) -> F:
                      default="h100", show_default=True, help="Target GPU profile."),
         click.option("--tensor-parallel", type=click.IntRange(min=1), default=None,
                      help="Tensor-parallel degree to check head counts against."),
+        click.option("--flops-backend", type=click.Choice(["graph", "fvcore"]),
+                     default="graph", show_default=True,
+                     help="fvcore adds fvcore's count (MACs × 2) for comparison; "
+                     "needs --device cpu."),
         click.option("--fold/--no-fold", default=True, show_default=True,
                      help="Trace one of each run of identical layers and multiply its costs."),
     ]
@@ -84,6 +88,7 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
         "gpu": params["gpu"],
         "tensor_parallel": params["tensor_parallel"],
         "fold": params["fold"],
+        "flops_backend": params["flops_backend"],
     }
 
 

@@ -16,9 +16,13 @@ def main() -> None:
 def _register() -> None:
     from mhaudit.cli.check_cmd import check_command
     from mhaudit.cli.report_cmd import report_command
+    from mhaudit.cli.rules_cmd import rules
+    from mhaudit.cli.whatif_cmd import whatif
 
     main.add_command(report_command)
     main.add_command(check_command)
+    main.add_command(rules)
+    main.add_command(whatif)
 
 
 _register()

@@ -63,10 +63,11 @@ def render_table(result: WhatIf) -> str:
     head = (f"what-if for {spec.name}: d_model {spec.d_model}, width h·d_k {spec.inner_width}, "
             f"b {spec.batch_size}, n {spec.seq_len}, {spec.dtype}, {spec.implementation}, "
             f"on {result.gpu}")
-    textbook = result.rows[0].textbook_params
-    note = (f"params stay {textbook:,} (4·d² + biases) for every h while h·d_k = d and "
-            "h_kv = h; the score matrix (b·h·n_q·n_kv) grows linearly with h; "
-            "KV cache per token scales with h_kv·d_k. * marks the current layout.")
+    mha = {r.params for r in result.rows if r.kv_heads == r.heads}
+    params = (f"params stay {mha.pop():,} for every h with h_kv = h (textbook 4·d² + biases: "
+              f"{result.rows[0].textbook_params:,})" if len(mha) == 1 else "params vary with h")
+    note = (f"{params}; the score matrix b·h·n_q·n_kv grows linearly with h; the KV cache per "
+            "token scales with h_kv·d_k. * marks the current layout.")
     body = tabulate([_cells(r, measured) for r in result.rows], headers=headers,
                     disable_numparse=True)
     return f"{head}\n{body}\n{note}"

@@ -110,6 +110,10 @@ def total_lines(report: Report) -> list[str]:
         f"KV cache per token: {units.nbytes(t.kv_cache_bytes_per_token)}; "
         f"parameters {units.nbytes(t.param_bytes)}",
     ]
+    fvcore = report.extras.get("fvcore")
+    if isinstance(fvcore, dict):
+        lines.append(f"fvcore for comparison: {units.si(fvcore['flops'])} (its MACs × 2; "
+                     "it skips softmax, SDPA and elementwise ops)")
     if t.peak_activation_bytes is not None:
         lines.append(f"peak activations (estimate): {units.nbytes(t.peak_activation_bytes)}")
     if t.measured_peak_memory_bytes is not None:

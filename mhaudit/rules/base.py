@@ -34,12 +34,13 @@ class RuleContext:
 
     @classmethod
     def for_target(
-        cls, gpu: str | GpuProfile = DEFAULT_GPU, dtype: str = "bfloat16",
+        cls, gpu: str | GpuProfile | None = None, dtype: str | None = None,
         tensor_parallel: int | None = None,
     ) -> RuleContext:
-        """Build a context from a GPU key (or profile), a dtype name and a TP degree."""
-        profile = gpu if isinstance(gpu, GpuProfile) else get_profile(gpu)
-        name = canonical_dtype(dtype)
+        """A context from a GPU key or profile (default h100), a dtype name (default
+        bfloat16) and a tensor-parallel degree."""
+        profile = gpu if isinstance(gpu, GpuProfile) else get_profile(gpu or DEFAULT_GPU)
+        name = canonical_dtype(dtype or "bfloat16")
         return cls(profile, name, dtype_bytes(name), tensor_parallel)
 
     def threshold(self, key: str) -> float:

@@ -6,6 +6,7 @@ from mhaudit.data import AttentionBlock, Finding, Severity
 from mhaudit.kernels import (
     FA2_HEAD_DIMS,
     block_kernel,
+    flash_head_dims,
     padding_waste,
     round_up,
     sdpa_backend,
@@ -15,6 +16,13 @@ from mhaudit.rules.base import REGISTRY, RuleContext, Threshold
 from mhaudit.rules.units import divisors, fmt_bytes, fmt_si, heads_hint, reduced_kv_heads
 
 _TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _hint(block: AttentionBlock, ctx: RuleContext) -> str:
+    """Head counts whose d_k is a compiled flash size on the target."""
+    version = ctx.profile.flash_attention_version
+    dims = flash_head_dims(version) if version else FA2_HEAD_DIMS
+    return heads_hint(block.layout.num_heads * block.layout.head_dim, dims)
 
 
 def _score_elements(block: AttentionBlock) -> int:
@@ -52,7 +60,7 @@ def head_dim_not_multiple_of_8(block: AttentionBlock, ctx: RuleContext) -> Findi
         f"kernel rejects it in fp16/bf16",
         {"head_dim": lay.head_dim, "v_head_dim": lay.v_head_dim, "multiple": multiple,
          "padded_head_dim": padded, "padding_waste_fraction": waste},
-        fix=f"Make d_k a multiple of {multiple}; {heads_hint(lay.num_heads * lay.head_dim)}.",
+        fix=f"Make d_k a multiple of {multiple}; {_hint(block, ctx)}.",
     )
 
 
@@ -84,7 +92,7 @@ def head_dim_kernel_padding(block: AttentionBlock, ctx: RuleContext) -> Finding 
         f"({fmt_si(wasted, 'FLOP')} at this shape) is padding",
         {"head_dim": lay.head_dim, "kernel_head_dim": kernel, "flash_version": version,
          "padding_waste_fraction": waste, "wasted_flops": wasted},
-        fix=f"Pick a compiled head dim; {heads_hint(lay.num_heads * lay.head_dim)}.",
+        fix=f"Pick a compiled head dim; {_hint(block, ctx)}.",
     )
 
 
@@ -114,7 +122,7 @@ def head_dim_above_kernel_limit(block: AttentionBlock, ctx: RuleContext) -> Find
         block,
         f"d_k = {lay.head_dim} exceeds the {limit} limit of FlashAttention: {cost}",
         numbers,
-        fix=f"Use more heads so that d_k ≤ {limit}; {heads_hint(lay.num_heads * lay.head_dim)}.",
+        fix=f"Use more heads so that d_k ≤ {limit}; {_hint(block, ctx)}.",
     )
 
 
@@ -157,7 +165,7 @@ def head_dim_too_small(block: AttentionBlock, ctx: RuleContext) -> Finding | Non
                  f"{lay.seq_len_kv} positions")
     return head_dim_too_small.finding(
         block, text, numbers,
-        fix=f"Use fewer, wider heads; {heads_hint(lay.num_heads * lay.head_dim)}.",
+        fix=f"Use fewer, wider heads; {_hint(block, ctx)}.",
     )
 
 
@@ -294,7 +302,9 @@ def heads_not_divisible_by_tensor_parallel(
 
     if fits(tp):
         return None
-    valid = ", ".join(str(t) for t in _TP_DEGREES if fits(t))
+    valid = [str(t) for t in _TP_DEGREES if t > 1 and fits(t)]
+    fix = (f"Use a tensor-parallel degree in {{{', '.join(valid)}}} or change the head counts."
+           if valid else "Change the head counts: h, and h_kv or the degree, must divide evenly.")
     return heads_not_divisible_by_tensor_parallel.finding(
         block,
         f"h = {lay.num_heads} query heads and h_kv = {lay.num_kv_heads} KV heads do not shard "
@@ -302,7 +312,7 @@ def heads_not_divisible_by_tensor_parallel(
         f"{lay.num_kv_heads / tp:.2f} KV heads per GPU)",
         {"heads": lay.num_heads, "kv_heads": lay.num_kv_heads, "tensor_parallel": tp,
          "heads_per_gpu": lay.num_heads / tp},
-        fix=f"Use a tensor-parallel degree in {{{valid}}} or change the head counts.",
+        fix=fix,
     )
 
 

@@ -35,16 +35,19 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
-def kernel_friendly_heads(inner_width: int) -> tuple[int, ...]:
-    """Head counts h that split ``inner_width`` into a compiled flash head dim (32 … 256)."""
-    return tuple(h for h in divisors(inner_width) if inner_width // h in FA2_HEAD_DIMS)
+def kernel_friendly_heads(
+    inner_width: int, dims: tuple[int, ...] = FA2_HEAD_DIMS
+) -> tuple[int, ...]:
+    """Head counts h that split ``inner_width`` into one of the compiled head ``dims``."""
+    return tuple(h for h in divisors(inner_width) if inner_width // h in dims)
 
 
-def heads_hint(inner_width: int) -> str:
-    """``h in {8, 16, 32}`` style hint for ``inner_width``, or a fallback sentence."""
-    heads = kernel_friendly_heads(inner_width)
+def heads_hint(inner_width: int, dims: tuple[int, ...] = FA2_HEAD_DIMS) -> str:
+    """``for width 640: h = 5 (d_k = 128), …`` for ``inner_width``, or a fallback sentence."""
+    heads = kernel_friendly_heads(inner_width, dims)
     if not heads:
-        return f"no head count splits {inner_width} into 32/64/96/128/192/256; change the width"
+        sizes = "/".join(str(d) for d in dims)
+        return f"no head count splits width {inner_width} into {sizes}; change the width"
     pairs = ", ".join(f"h = {h} (d_k = {inner_width // h})" for h in heads)
     return f"for width {inner_width}: {pairs}"
 

@@ -1,0 +1,142 @@
+"""Side-by-side benchmarks: mhaudit against building the model, fvcore and torch's flop counter.
+
+Each contender runs in its own fresh Python process, so wall time includes start-up
+and imports, and peak memory is that process's own maximum resident set.
+
+    python benchmarks/run.py            # both benchmarks
+    python benchmarks/run.py gpt2       # one of them
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LLAMA = HERE / "models" / "llama2_70b.py"
+GPT2 = HERE / "models" / "gpt2_small.py"
+
+_PRELUDE = """
+import importlib.util, json, resource, sys
+def load(path):
+    spec = importlib.util.spec_from_file_location("bench_model", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_model"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+def done(**extra):
+    extra["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print("BENCH " + json.dumps(extra))
+"""
+
+BUILD_ON_META = _PRELUDE + """
+import torch
+mod = load(sys.argv[1])
+with torch.device("meta"):
+    model = mod.build_model()
+    mod.example_inputs()
+done()
+"""
+
+MHAUDIT = _PRELUDE + """
+from mhaudit.api import audit_target
+report = audit_target(sys.argv[1])
+done(flops=report.totals.flops, blocks=report.totals.num_blocks)
+"""
+
+FVCORE = _PRELUDE + """
+import torch
+from fvcore.nn import FlopCountAnalysis
+mod = load(sys.argv[1])
+model = mod.build_model()
+analysis = FlopCountAnalysis(model, mod.example_inputs())
+analysis.unsupported_ops_warnings(False)
+analysis.uncalled_modules_warnings(False)
+with torch.no_grad():
+    macs = analysis.total()
+done(flops=2 * macs)
+"""
+
+FLOP_COUNTER = _PRELUDE + """
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+mod = load(sys.argv[1])
+model = mod.build_model()
+inputs = mod.example_inputs()
+counter = FlopCounterMode(display=False)
+with torch.no_grad(), counter:
+    model(*inputs)
+done(flops=counter.get_total_flops())
+"""
+
+
+def run(name: str, script: str, model: Path) -> dict[str, float]:
+    """Run one contender in a fresh process; return wall seconds, peak RSS and its figures."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(model)], capture_output=True, text=True, check=False
+    )
+    wall = time.perf_counter() - start
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"{name} failed:\n{proc.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(lines[-1][6:])
+    result["wall_s"] = wall
+    return result
+
+
+def _row(name: str, r: dict[str, float]) -> str:
+    flops = f"{r['flops'] / 1e12:10.4f} TFLOP" if "flops" in r else " " * 16
+    return f"  {name:<28} {r['wall_s']:7.2f} s  {r['peak_rss_bytes'] / 2**20:8.0f} MiB  {flops}"
+
+
+def bench_llama() -> None:
+    """mhaudit report on a Llama-2-70B shape vs merely building it on meta."""
+    print(f"Llama-2-70B shape, 4096 tokens ({LLAMA.name})")
+    build = run("build on meta", BUILD_ON_META, LLAMA)
+    ours = run("mhaudit", MHAUDIT, LLAMA)
+    print(_row("build only (meta)", build))
+    print(_row("mhaudit audit", ours))
+    ratio = ours["wall_s"] / build["wall_s"]
+    print(f"  mhaudit / build wall time: {ratio:.2f}x (target <= 1.5x); "
+          f"peak RSS {ours['peak_rss_bytes'] / 2**30:.2f} GiB (target <= 1 GiB)")
+
+
+def bench_gpt2() -> None:
+    """mhaudit vs fvcore vs FlopCounterMode on GPT-2 small at 1024 tokens."""
+    print(f"GPT-2 small, 1024 tokens ({GPT2.name})")
+    ours = run("mhaudit", MHAUDIT, GPT2)
+    fv = run("fvcore", FVCORE, GPT2)
+    counter = run("torch FlopCounterMode", FLOP_COUNTER, GPT2)
+    print(_row("mhaudit (meta)", ours))
+    print(_row("fvcore FlopCountAnalysis x2", fv))
+    print(_row("torch FlopCounterMode", counter))
+    speed = fv["wall_s"] / ours["wall_s"]
+    memory = ours["peak_rss_bytes"] / fv["peak_rss_bytes"]
+    diff = 100 * (ours["flops"] - counter["flops"]) / counter["flops"]
+    print(f"  speed-up over fvcore: {speed:.1f}x (target >= 4x); "
+          f"memory vs fvcore: {memory:.2f}x (target <= 0.5x); "
+          f"FLOPs vs FlopCounterMode: {diff:+.3f}% (target within 0.5%)")
+
+
+BENCHES = {"llama": bench_llama, "gpt2": bench_gpt2}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(BENCHES)}")
+    args = parser.parse_args()
+    unknown = [name for name in args.which if name not in BENCHES]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
+    for name in args.which or list(BENCHES):
+        BENCHES[name]()
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""What-if analysis: the costs of alternative head layouts of one attention block."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from mhaudit.blockcost import (
+    block_bytes_moved,
+    block_flops,
+    block_memory,
+    causal_pairs,
+    roofline,
+)
+from mhaudit.count import count
+from mhaudit.data import AttentionBlock, Layout, Projection
+from mhaudit.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.errors import ConfigError
+from mhaudit.kernels import block_kernel, padding_waste, target_flash_kernel
+from mhaudit.rules.base import RuleContext
+from mhaudit.rules.config import RuleConfig
+from mhaudit.rules.engine import check_block
+from mhaudit.rules.units import divisors, reduced_kv_heads
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """The block to vary: widths, head counts and the audited shape."""
+
+    d_model: int
+    heads: int
+    kv_heads: int
+    seq_len: int
+    """Query positions n_q."""
+    batch_size: int = 1
+    dtype: str = "bfloat16"
+    head_dim: int | None = None
+    """d_k; None means d_model / heads. The inner width h·d_k is what the sweep splits."""
+    seq_len_kv: int | None = None
+    """Key/value positions n_kv; None means ``seq_len``."""
+    kind: str = "self"
+    causal: bool | None = True
+    implementation: str = "sdpa"
+    """``sdpa`` or ``eager``; every alternative uses the same implementation."""
+    bias: bool = False
+    """Whether Q, K, V and O carry biases."""
+    name: str = "spec"
+    """Where the spec came from: ``spec`` or the block's module name."""
+
+    def __post_init__(self) -> None:
+        for key in ("d_model", "heads", "kv_heads", "seq_len", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
+        if self.head_dim is None and self.d_model % self.heads:
+            raise ConfigError(f"--heads {self.heads} does not divide --d-model {self.d_model}",
+                              "Pick a divisor of d_model, or give --head-dim.")
+        if self.heads % self.kv_heads:
+            raise ConfigError(f"--kv-heads {self.kv_heads} does not divide --heads {self.heads}",
+                              "Pick a divisor of the head count.")
+        if self.implementation not in ("sdpa", "eager"):
+            raise ConfigError(f"unknown implementation {self.implementation!r}",
+                              "Use sdpa or eager.")
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+
+    @property
+    def inner_width(self) -> int:
+        """h·d_k, constant across the sweep."""
+        return self.heads * (self.head_dim or self.d_model // self.heads)
+
+
+@dataclass(frozen=True)
+class WhatIfRow:
+    """The costs of one alternative layout (FLOPs: 2 per multiply-add)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    current: bool
+    """True for the layout the spec or block has."""
+    params: int
+    """Q, K, V and O weights and biases."""
+    textbook_params: int
+    """4·d_model² plus the biases."""
+    flops: int
+    """Forward FLOPs of the block (dense)."""
+    attention_flops: int
+    """QKᵀ, softmax and PV FLOPs."""
+    scores_bytes: int
+    """b·h·n_q·n_kv score bytes, were the scores materialised."""
+    materializes_scores: bool
+    """Whether the kernel on the target writes them to memory."""
+    kv_cache_bytes_per_token: int
+    backend: str
+    """Attention kernel on the target (cudnn, flash, mem_efficient, math, eager)."""
+    flash_kernel_dim: int | None
+    """Compiled FlashAttention head dim on the target; None without one."""
+    padding_waste: float
+    """Fraction of the flash kernel's head-dim work that is padding."""
+    est_time_s: float
+    """Roofline time on the profile: padded kernel FLOPs included, masked tiles skipped by
+    fused causal kernels."""
+    arithmetic_intensity: float | None
+    bound: str
+    """``compute`` or ``memory``."""
+    flags: tuple[str, ...]
+    """Rule codes this layout raises."""
+    measured_ms: float | None = None
+    """Median measured forward time of the block in milliseconds, when asked."""
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The sweep over head counts and over KV head counts of one block."""
+
+    spec: LayoutSpec
+    gpu: str
+    """Profile key of the target."""
+    by_heads: tuple[WhatIfRow, ...]
+    """h over the divisors of h·d_k, the spec's h/h_kv group size kept."""
+    by_kv_heads: tuple[WhatIfRow, ...]
+    """The spec's h with h_kv over the divisors of h."""
+
+    @property
+    def rows(self) -> tuple[WhatIfRow, ...]:
+        """Both sweeps, without repeats, by h then h_kv descending."""
+        unique = {(r.heads, r.kv_heads): r for r in (*self.by_heads, *self.by_kv_heads)}
+        return tuple(sorted(unique.values(), key=lambda r: (r.heads, -r.kv_heads)))
+
+
+def spec_from_block(block: AttentionBlock, dtype: str) -> LayoutSpec:
+    """The spec of an audited block, to sweep its head layout."""
+    lay = block.layout
+    return LayoutSpec(
+        d_model=lay.d_model, heads=lay.num_heads, kv_heads=max(1, lay.num_kv_heads),
+        seq_len=lay.seq_len_q, batch_size=lay.batch_size, dtype=dtype, head_dim=lay.head_dim,
+        seq_len_kv=lay.seq_len_kv, kind=lay.kind, causal=lay.causal,
+        implementation="eager" if lay.implementation == "eager" else "sdpa",
+        bias=any(p is not None and p.bias_params > 0 for p in (lay.q, lay.k, lay.v, lay.o)),
+        name=lay.name,
+    )
+
+
+def _projection(name: str, d_in: int, d_out: int, bias: bool) -> Projection:
+    return Projection(name, f"{name}.weight", d_in, d_out, d_out, d_in * d_out,
+                      d_out if bias else 0)
+
+
+def layout_for(spec: LayoutSpec, heads: int, kv_heads: int) -> Layout:
+    """The layout of ``spec`` with ``heads`` query and ``kv_heads`` KV heads (d_v = d_k)."""
+    d_k = spec.inner_width // heads
+    d = spec.d_model
+    return Layout(
+        name=spec.name, module_type="WhatIf", kind=spec.kind, implementation=spec.implementation,
+        d_model=d, num_heads=heads, num_kv_heads=kv_heads, head_dim=d_k, v_head_dim=d_k,
+        batch_size=spec.batch_size, seq_len_q=spec.seq_len,
+        seq_len_kv=spec.seq_len_kv or spec.seq_len, d_out=d, causal=spec.causal,
+        scale=d_k**-0.5,
+        q=_projection("q_proj", d, heads * d_k, spec.bias),
+        k=_projection("k_proj", d, kv_heads * d_k, spec.bias),
+        v=_projection("v_proj", d, kv_heads * d_k, spec.bias),
+        o=_projection("o_proj", heads * d_k, d, spec.bias),
+    )
+
+
+def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
+         kv_heads: int) -> WhatIfRow:
+    lay = layout_for(spec, heads, kv_heads)
+    e = dtype_bytes(spec.dtype)
+    choice = block_kernel(lay, spec.dtype, ctx.profile)
+    flops = block_flops(lay)
+    memory = block_memory(lay, e, choice.materializes_scores, choice.score_element_bytes)
+    block = AttentionBlock(lay, count(lay), flops, memory)
+    core = flops.scores + flops.context
+    work, kept = flops.total, 1.0
+    if flops.causal_total is not None and not choice.materializes_scores:
+        work = flops.causal_total
+        kept = causal_pairs(lay.seq_len_q, lay.seq_len_kv) / (lay.seq_len_q * lay.seq_len_kv)
+    padded = core * kept * (choice.kernel_dim / lay.head_dim - 1) if choice.kernel_dim else 0
+    moved = block_bytes_moved(lay, e, choice.materializes_scores, choice.score_element_bytes)
+    roof = roofline(work + int(padded), moved, ctx.profile)
+    flash = target_flash_kernel(lay.head_dim, ctx.profile)
+    kernel = flash[1] if flash else None
+    return WhatIfRow(
+        heads=heads, kv_heads=kv_heads, head_dim=lay.head_dim,
+        current=(heads, kv_heads) == (spec.heads, spec.kv_heads),
+        params=block.params.total, textbook_params=block.params.textbook, flops=flops.total,
+        attention_flops=core + flops.softmax, scores_bytes=memory.scores_bytes_if_materialized,
+        materializes_scores=choice.materializes_scores,
+        kv_cache_bytes_per_token=memory.kv_cache_bytes_per_token, backend=choice.backend,
+        flash_kernel_dim=kernel, padding_waste=padding_waste(lay.head_dim, kernel),
+        est_time_s=roof.time_s, arithmetic_intensity=roof.arithmetic_intensity,
+        bound=roof.bound, flags=tuple(f.code for f in check_block(block, ctx, config)),
+    )
+
+
+def whatif(
+    spec: LayoutSpec, profile: GpuProfile, *, try_heads: Sequence[int] | None = None,
+    config: RuleConfig | None = None, device: str | None = None, repeats: int = 20,
+) -> WhatIf:
+    """Sweep h over the divisors of h·d_k (or ``try_heads``) and h_kv over the divisors of h.
+
+    Along the h sweep the spec's group size h/h_kv is kept where it divides h (else
+    the largest h_kv that does). With ``device`` (``cuda``, ``cuda:1``, ``cpu``) each
+    layout is also run with random weights and timed. The rules run on every layout;
+    the default ``config`` ignores MHA010, since a spec says nothing about fusion.
+    """
+    ctx = RuleContext(profile, spec.dtype, dtype_bytes(spec.dtype))
+    config = config or RuleConfig(ignore=("MHA010",))
+    width = spec.inner_width
+    heads = tuple(try_heads) if try_heads else divisors(width)
+    bad = [h for h in heads if h < 1 or width % h]
+    if bad:
+        raise ConfigError(f"--try-heads {bad[0]} does not divide the inner width {width}",
+                          f"Use divisors of {width}.")
+    group = spec.heads // spec.kv_heads
+    by_heads = tuple(_row(spec, ctx, config, h, reduced_kv_heads(h, group))
+                     for h in sorted(set(heads)))
+    by_kv = tuple(_row(spec, ctx, config, spec.heads, kv)
+                  for kv in reversed(divisors(spec.heads)))
+    if device is not None:
+        timed: dict[tuple[int, int], float | None] = {}
+        for row in (*by_heads, *by_kv):
+            key = (row.heads, row.kv_heads)
+            if key not in timed:
+                timed[key] = measure_block_ms(layout_for(spec, *key), spec.dtype, device,
+                                              repeats=repeats)
+        by_heads = tuple(replace(r, measured_ms=timed[(r.heads, r.kv_heads)]) for r in by_heads)
+        by_kv = tuple(replace(r, measured_ms=timed[(r.heads, r.kv_heads)]) for r in by_kv)
+    return WhatIf(spec, profile.key, by_heads, by_kv)
+
+
+def whatif_block(
+    block: AttentionBlock, profile: GpuProfile, dtype: str, **options: Any
+) -> WhatIf:
+    """:func:`whatif` for an audited block; ``options`` as for :func:`whatif`."""
+    return whatif(spec_from_block(block, dtype), profile, **options)
+
+
+def measure_block_ms(
+    layout: Layout, dtype: str, device: str, *, repeats: int = 20, warmup: int = 3,
+) -> float | None:
+    """Median forward time of the layout with random weights on ``device``; None on OOM."""
+    import torch
+    import torch.nn.functional as F
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: CUDA is not available",
+                          "Run on a machine with a CUDA GPU, or drop --device.")
+    tdtype = getattr(torch, canonical_dtype(dtype))
+    b, n_q, n_kv = layout.batch_size, layout.seq_len_q, layout.seq_len_kv
+    d, h, h_kv, d_k = layout.d_model, layout.num_heads, layout.num_kv_heads, layout.head_dim
+    causal = bool(layout.causal)
+    try:
+        def rand(*shape: int) -> torch.Tensor:
+            sample: torch.Tensor = torch.randn(*shape, device=dev, dtype=tdtype)
+            return sample / math.sqrt(shape[-1])
+
+        x, mem = rand(b, n_q, d), rand(b, n_kv, d)
+        w_q, w_k, w_v, w_o = rand(h * d_k, d), rand(h_kv * d_k, d), rand(h_kv * d_k, d), \
+            rand(d, h * d_k)
+
+        def forward() -> torch.Tensor:
+            q = F.linear(x, w_q).view(b, n_q, h, d_k).transpose(1, 2)  # (b, h, n_q, d_k)
+            k = F.linear(mem, w_k).view(b, n_kv, h_kv, d_k).transpose(1, 2)  # (b, h_kv, n_kv, d_k)
+            v = F.linear(mem, w_v).view(b, n_kv, h_kv, d_k).transpose(1, 2)  # (b, h_kv, n_kv, d_k)
+            k, v = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
+            if layout.implementation == "eager":
+                scores = q @ k.transpose(-2, -1) * d_k**-0.5  # (b, h, n_q, n_kv)
+                if causal:
+                    mask = torch.ones(n_q, n_kv, dtype=torch.bool, device=dev).triu(1)
+                    scores = scores.masked_fill(mask, float("-inf"))
+                out = scores.softmax(-1) @ v  # (b, h, n_q, d_k)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            merged = out.transpose(1, 2).reshape(b, n_q, h * d_k)  # (b, n_q, h·d_k)
+            result: torch.Tensor = F.linear(merged, w_o)  # (b, n_q, d)
+            return result
+
+        return _time_ms(forward, dev.type == "cuda", repeats, warmup)
+    except torch.cuda.OutOfMemoryError:
+        return None
+    finally:
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _time_ms(step: Callable[[], Any], cuda: bool, repeats: int, warmup: int) -> float:
+    import torch
+
+    samples = []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            step()
+        for _ in range(max(1, repeats)):
+            if cuda:
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                start.record()
+                step()
+                end.record()
+                torch.cuda.synchronize()
+                samples.append(float(start.elapsed_time(end)))
+            else:
+                began = time.perf_counter()
+                step()
+                samples.append((time.perf_counter() - began) * 1e3)
+    return statistics.median(samples)
+
+
+def plot_whatif(result: WhatIf, path: str | Path) -> Path:
+    """Draw the sweep to ``path`` (PNG): params, score bytes, KV cache and time against h."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib, which is not installed",
+                          "Install it with: pip install 'mhaudit[plot]'.") from None
+    rows = result.by_heads
+    heads = [r.heads for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
+    panels: list[tuple[Any, str, list[float]]] = [
+        (axes[0][0], "parameters", [r.params for r in rows]),
+        (axes[0][1], "score bytes (if materialised)", [r.scores_bytes for r in rows]),
+        (axes[1][0], "KV cache bytes per token", [r.kv_cache_bytes_per_token for r in rows]),
+        (axes[1][1], "estimated time (ms)", [r.est_time_s * 1e3 for r in rows]),
+    ]
+    for ax, title, values in panels:
+        ax.plot(heads, values, marker="o")
+        ax.set_title(title)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].axhline(rows[0].textbook_params, linestyle="--", color="grey", label="4·d²")
+    axes[0][0].legend()
+    measured = [(r.heads, r.measured_ms) for r in rows if r.measured_ms is not None]
+    if measured:
+        axes[1][1].plot(*zip(*measured, strict=True), marker="s", label="measured")
+        axes[1][1].legend()
+    for ax in axes[1]:
+        ax.set_xlabel("heads h")
+    spec = result.spec
+    fig.suptitle(f"{spec.name}: width {spec.inner_width}, n = {spec.seq_len}, "
+                 f"b = {spec.batch_size}, {spec.dtype} on {result.gpu}")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

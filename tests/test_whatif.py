@@ -1,0 +1,203 @@
+"""What-if: the sweep over heads and KV heads, and the whatif and rules commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mhaudit.cli.rules_cmd import rules
+from mhaudit.cli.whatif_cmd import whatif as whatif_command
+from mhaudit.data import Report
+from mhaudit.devices import get_profile
+from mhaudit.errors import ConfigError
+from mhaudit.whatif import LayoutSpec, layout_for, measure_block_ms, plot_whatif, whatif
+
+H100 = get_profile("h100")
+
+
+def test_params_are_4d2_for_every_head_count() -> None:
+    result = whatif(LayoutSpec(d_model=512, heads=8, kv_heads=8, seq_len=256), H100)
+    heads = [r.heads for r in result.by_heads]
+    assert heads == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    # 4·512² = 1,048,576 whatever h is, while h·d_k = 512 and h_kv = h
+    assert {r.params for r in result.by_heads} == {4 * 512 * 512}
+    assert {r.textbook_params for r in result.by_heads} == {4 * 512 * 512}
+    # KV cache per token 2·h·d_k·2 B = 2·512·2 = 2,048 B for every h
+    assert {r.kv_cache_bytes_per_token for r in result.by_heads} == {2048}
+
+
+def test_score_memory_grows_with_heads() -> None:
+    result = whatif(LayoutSpec(d_model=512, heads=8, kv_heads=8, seq_len=256, batch_size=2), H100)
+    for row in result.by_heads:
+        # b·h·n²·2 B = 2·h·256²·2
+        assert row.scores_bytes == 2 * row.heads * 256 * 256 * 2
+    flops = [r.flops for r in result.by_heads]
+    assert flops == sorted(flops)  # only the softmax term grows with h
+    projections = 4 * 2 * (2 * 256) * 512 * 512  # four d×d GEMMs over b·n rows
+    core = 2 * 2 * 2 * 256 * 256 * 512  # QKᵀ and PV: 2·b·n²·(h·d_k) each
+    softmax_one_head = result.by_heads[0].flops - projections - core
+    assert result.by_heads[1].flops - projections - core == 2 * softmax_one_head
+
+
+def test_kv_sweep_and_current_row() -> None:
+    result = whatif(LayoutSpec(d_model=4096, heads=32, kv_heads=8, seq_len=4096), H100)
+    assert [r.kv_heads for r in result.by_kv_heads] == [32, 16, 8, 4, 2, 1]
+    current = [r for r in result.rows if r.current]
+    assert [(r.heads, r.kv_heads, r.head_dim) for r in current] == [(32, 8, 128)]
+    mha = next(r for r in result.by_kv_heads if r.kv_heads == 32)
+    assert "MHA007" in mha.flags and "MHA007" not in current[0].flags
+    # the h sweep keeps the group size 4: h = 64 gets h_kv = 16
+    assert next(r for r in result.by_heads if r.heads == 64).kv_heads == 16
+
+
+def test_kernel_columns() -> None:
+    result = whatif(LayoutSpec(d_model=1280, heads=16, kv_heads=16, seq_len=512), H100,
+                    try_heads=[4, 16, 40])
+    by_h = {r.heads: r for r in result.by_heads}
+    assert (by_h[16].head_dim, by_h[16].flash_kernel_dim) == (80, 96)
+    assert by_h[16].padding_waste == pytest.approx(1 / 6)
+    assert by_h[4].flash_kernel_dim is None and "MHA003" in by_h[4].flags
+    assert by_h[40].head_dim == 32 and "MHA002" in by_h[40].flags
+    eager = whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=16,
+                              implementation="eager"), H100)
+    assert all(r.materializes_scores and "MHA005" in r.flags for r in eager.rows)
+    times = [r.est_time_s for r in eager.by_heads]
+    assert times == sorted(times)  # materialised scores cost more bandwidth as h grows
+
+
+def test_bad_specs() -> None:
+    with pytest.raises(ConfigError, match="does not divide --d-model"):
+        LayoutSpec(d_model=64, heads=7, kv_heads=7, seq_len=8)
+    with pytest.raises(ConfigError, match="--kv-heads 3"):
+        LayoutSpec(d_model=64, heads=8, kv_heads=3, seq_len=8)
+    with pytest.raises(ConfigError, match="--try-heads 3"):
+        whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8), H100, try_heads=[3])
+
+
+def test_measure_on_cpu() -> None:
+    spec = LayoutSpec(d_model=64, heads=4, kv_heads=2, seq_len=16, dtype="float32")
+    for implementation in ("sdpa", "eager"):
+        layout = replace(layout_for(spec, 4, 2), implementation=implementation)
+        ms = measure_block_ms(layout, "float32", "cpu", repeats=2, warmup=1)
+        assert ms is not None and ms > 0
+
+
+@pytest.mark.gpu
+def test_measure_on_cuda() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    spec = LayoutSpec(d_model=1024, heads=16, kv_heads=16, seq_len=1024)
+    result = whatif(spec, H100, try_heads=[8, 16, 64], device="cuda", repeats=5)
+    assert all(r.measured_ms is not None and r.measured_ms > 0 for r in result.rows)
+
+
+def test_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=16), H100)
+    out = plot_whatif(result, tmp_path / "sweep.png")
+    assert out.stat().st_size > 0
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+def invoke(command: Any, *args: str) -> Any:
+    return CliRunner().invoke(command, list(args))
+
+
+def test_whatif_table_and_json() -> None:
+    table = invoke(whatif_command, "--d-model", "64", "--heads", "8", "--seq-len", "128",
+                   "--implementation", "eager", "--no-causal")
+    assert table.exit_code == 0, table.output
+    assert "16,384" in table.output and "MHA004,MHA005" in table.output
+    data = json.loads(invoke(whatif_command, "--d-model", "64", "--heads", "8", "--format",
+                             "json").output)
+    assert {row["params"] for row in data["by_heads"]} == {16384}
+    assert sum(row["current"] for row in data["rows"]) == 1
+
+
+def test_whatif_output_file(tmp_path: Path) -> None:
+    out = tmp_path / "whatif.txt"
+    done = invoke(whatif_command, "--d-model", "128", "--heads", "2", "-o", str(out))
+    assert done.exit_code == 0 and done.stdout == ""
+    assert "what-if for spec" in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "--d-model and --heads"),
+        (("--d-model", "64", "--heads", "7"), "does not divide"),
+        (("--d-model", "64", "--heads", "8", "--gpu", "tpu"), "unknown GPU profile"),
+        (("--d-model", "64", "--heads", "8", "--dtype", "int4"), "unknown dtype"),
+        (("--d-model", "64", "--heads", "8", "--try-heads", "x"), "--try-heads"),
+        (("model.py", "--d-model", "64"), "not both"),
+        (("--d-model", "sixty",), "Invalid value"),
+    ],
+)
+def test_whatif_errors_exit_2(args: tuple[str, ...], message: str) -> None:
+    done = invoke(whatif_command, *args)
+    assert done.exit_code == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) >= 1
+
+
+def test_whatif_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    done = invoke(whatif_command, "--d-model", "64", "--heads", "8", "--plot",
+                  str(tmp_path / "x.png"))
+    assert done.exit_code == 2
+    assert done.stderr.strip() == ("--plot needs matplotlib, which is not installed. Install it "
+                                   "with: pip install 'mhaudit[plot]'.")
+
+
+def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_rules import make_block
+
+    block = make_block(heads=8, head_dim=80, name="layers.0.attn", seq=64)
+    seen: dict[str, Any] = {}
+
+    class AuditOptions:
+        def __init__(self, **kwargs: Any) -> None:
+            seen.update(kwargs)
+
+    def audit_target(target: str, options: AuditOptions) -> Report:
+        seen["target"] = target
+        model = types.SimpleNamespace(dtype="torch.bfloat16")
+        return types.SimpleNamespace(blocks=(block,), model=model)  # type: ignore[return-value]
+
+    api = types.ModuleType("mhaudit.api")
+    api.AuditOptions = AuditOptions  # type: ignore[attr-defined]
+    api.audit_target = audit_target  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mhaudit.api", api)
+    done = invoke(whatif_command, "model.py", "--block", "layers.0.attn", "--seq-len", "64")
+    assert done.exit_code == 0, done.output
+    assert seen == {"target": "model.py", "seq_len": 64}
+    assert "what-if for layers.0.attn" in done.output and "MHA002" in done.output
+    missing = invoke(whatif_command, "model.py", "--block", "nope")
+    assert missing.exit_code == 2 and "'layers.0.attn'" in missing.stderr
+
+
+def test_rules_list_and_explain() -> None:
+    listed = invoke(rules)
+    assert listed.exit_code == 0
+    for code in ("MHA001", "MHA005", "MHA010"):
+        assert code in listed.output
+    explained = invoke(rules, "MHA007")
+    assert explained.exit_code == 0 and "# MHA007: kv-cache-heavy" in explained.output
+    by_name = invoke(rules, "kv-cache-heavy", "--format", "json")
+    assert json.loads(by_name.output)["thresholds"]["min_bytes_per_token"]["default"] == 8192
+    assert len(json.loads(invoke(rules, "--format", "json").output)) == 10
+
+
+def test_rules_unknown_code_exits_2() -> None:
+    done = invoke(rules, "MHA999")
+    assert done.exit_code == 2
+    assert done.stderr == "unknown rule 'MHA999'. Run `mhaudit rules` to list them.\n"
