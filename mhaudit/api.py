@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.blockcost import block_flops, block_memory
+from mhaudit.blockcost import block_bytes_moved, block_flops, block_memory, roofline
 from mhaudit.count import count
 from mhaudit.data import (
     AttentionBlock,
@@ -19,6 +19,7 @@ from mhaudit.data import (
     Layout,
     ModelInfo,
     Report,
+    TargetEstimate,
     Totals,
 )
 from mhaudit.detect import detect
@@ -173,12 +174,26 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
 
 
 def build_block(layout: Layout, dtype: str, profile: GpuProfile) -> AttentionBlock:
-    """Count and cost one block on the target."""
+    """Count and cost one block, and estimate how it runs on the target."""
     kernel = block_kernel(layout, dtype, profile)
-    memory = block_memory(
-        layout, dtype_bytes(dtype), kernel.materializes_scores, kernel.score_element_bytes
+    e = dtype_bytes(dtype)
+    memory = block_memory(layout, e, kernel.materializes_scores, kernel.score_element_bytes)
+    flops = block_flops(layout)
+    moved = block_bytes_moved(
+        layout, e, kernel.materializes_scores, kernel.score_element_bytes
     )
-    return AttentionBlock(layout, count(layout), block_flops(layout), memory)
+    target = TargetEstimate(
+        gpu=profile.key,
+        gpu_name=profile.name,
+        dtype=dtype,
+        kernel=kernel.backend,
+        kernel_head_dim=kernel.kernel_dim,
+        padding_waste=kernel.padding_waste,
+        materializes_scores=kernel.materializes_scores,
+        reason=kernel.reason,
+        roofline=roofline(flops.total, moved, profile),
+    )
+    return AttentionBlock(layout, count(layout), flops, memory, target=target)
 
 
 def assemble(

@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection
+from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Roofline
 from mhaudit.devices import GpuProfile
 from mhaudit.formulas import SOFTMAX_FLOPS_PER_ELEMENT, matmul_flops, softmax_flops
 
 # Every figure here is for one forward pass at the layout's (b, n_q, n_kv). The
 # Layout describes the whole block: num_heads and the projection widths already
 # cover every merged core (``core_count``), so nothing is multiplied by it.
-
-
-@dataclass(frozen=True)
-class Roofline:
-    """A roofline time estimate for some work on one GPU profile."""
-
-    flops: int
-    """Work in FLOPs (2 per multiply-add)."""
-    bytes_moved: int
-    """HBM traffic in bytes."""
-    compute_time_s: float
-    """flops / peak dense bf16/fp16 tensor throughput, in seconds."""
-    memory_time_s: float
-    """bytes_moved / memory bandwidth, in seconds."""
-    time_s: float
-    """max(compute_time_s, memory_time_s): a lower bound on the real time."""
-    arithmetic_intensity: float | None
-    """FLOPs per byte moved; None when no bytes move."""
-    bound: str
-    """``"compute"`` when compute_time_s ≥ memory_time_s, else ``"memory"``."""
 
 
 def _projection_flops(projection: Projection | None, rows: int) -> int:

@@ -200,6 +200,47 @@ class BlockMemory:
 
 
 @dataclass(frozen=True)
+class Roofline:
+    """A roofline time estimate for some work on one GPU profile."""
+
+    flops: int
+    """Work in FLOPs (2 per multiply-add)."""
+    bytes_moved: int
+    """HBM traffic in bytes."""
+    compute_time_s: float
+    """flops / peak dense bf16/fp16 tensor throughput, in seconds."""
+    memory_time_s: float
+    """bytes_moved / memory bandwidth, in seconds."""
+    time_s: float
+    """max(compute_time_s, memory_time_s): a lower bound on the real time."""
+    arithmetic_intensity: float | None
+    """FLOPs per byte moved; None when no bytes move."""
+    bound: str
+    """``"compute"`` when compute_time_s ≥ memory_time_s, else ``"memory"``."""
+
+
+@dataclass(frozen=True)
+class TargetEstimate:
+    """How one block runs on the target GPU profile: its kernel and a roofline time."""
+
+    gpu: str
+    """Profile key, e.g. ``h100``."""
+    gpu_name: str
+    """Marketing name, e.g. ``NVIDIA H100 SXM``."""
+    dtype: str
+    kernel: str
+    """``cudnn``, ``flash``, ``mem_efficient``, ``math`` or ``eager``."""
+    kernel_head_dim: int | None
+    """Compiled head dim the kernel runs (d_k rounded up), when it has fixed sizes."""
+    padding_waste: float
+    """Fraction of the head-dim work spent on padding."""
+    materializes_scores: bool
+    reason: str
+    """Why this kernel, naming what ruled out faster ones."""
+    roofline: Roofline
+
+
+@dataclass(frozen=True)
 class AttentionBlock:
     """One attention block with everything mhaudit knows about it."""
 
@@ -208,6 +249,8 @@ class AttentionBlock:
     flops: FlopBreakdown
     memory: BlockMemory
     flags: tuple[Finding, ...] = ()
+    target: TargetEstimate | None = None
+    """Kernel and roofline estimate on the target GPU."""
 
     @property
     def name(self) -> str:

@@ -12,6 +12,7 @@ from mhaudit.data import (
     Projection,
     Report,
     ScalingPoint,
+    TargetEstimate,
     Timing,
 )
 
@@ -104,6 +105,31 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
             "kv_cache_bytes": mem.kv_cache_bytes,
         },
         "flags": [finding_to_dict(f) for f in block.flags],
+        "target": None if block.target is None else target_to_dict(block.target),
+    }
+
+
+def target_to_dict(target: TargetEstimate) -> dict[str, Any]:
+    """Kernel choice and roofline estimate on the target GPU."""
+    roof = target.roofline
+    return {
+        "gpu": target.gpu,
+        "gpu_name": target.gpu_name,
+        "dtype": target.dtype,
+        "kernel": target.kernel,
+        "kernel_head_dim": target.kernel_head_dim,
+        "padding_waste": target.padding_waste,
+        "materializes_scores": target.materializes_scores,
+        "reason": target.reason,
+        "roofline": {
+            "flops": roof.flops,
+            "bytes_moved": roof.bytes_moved,
+            "compute_time_s": roof.compute_time_s,
+            "memory_time_s": roof.memory_time_s,
+            "time_s": roof.time_s,
+            "arithmetic_intensity": roof.arithmetic_intensity,
+            "bound": roof.bound,
+        },
     }
 
 

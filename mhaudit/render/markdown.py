@@ -15,6 +15,7 @@ from mhaudit.render.table import (
     header_lines,
     measure_rows,
     scaling_rows,
+    target_lines,
     total_lines,
 )
 
@@ -32,6 +33,10 @@ def render_markdown(report: Report) -> str:
         out.append("```")
     else:
         out.append("No attention blocks found.")
+    targets = target_lines(report)
+    if targets:
+        out += ["", "### Target", "", targets[0], ""]
+        out.extend(f"- {line.strip()}" for line in targets[1:])
     if report.flags:
         out += ["", "### Flags", ""]
         lines = flag_lines(report)

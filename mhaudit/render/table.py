@@ -80,6 +80,27 @@ def formula_lines(group: BlockGroup) -> list[str]:
     return lines
 
 
+def target_lines(report: Report) -> list[str]:
+    """Kernel and roofline estimate of each group on the target GPU."""
+    targets = [(g, g.block.target) for g in report.groups if g.block.target is not None]
+    if not targets:
+        return []
+    first = targets[0][1]
+    assert first is not None
+    lines = [f"On {first.gpu_name} at {first.dtype} (roofline estimates, one block):"]
+    for group, t in targets:
+        assert t is not None
+        roof = t.roofline
+        kernel = t.kernel
+        if t.kernel_head_dim is not None and t.kernel_head_dim != group.block.layout.head_dim:
+            kernel += f" (runs d_k {t.kernel_head_dim}, {units.percent(t.padding_waste)} padding)"
+        intensity = (f" at {roof.arithmetic_intensity:.0f} FLOP/B"
+                     if roof.arithmetic_intensity is not None else "")
+        lines.append(f"  {_group_label(group)}: {kernel} kernel; {units.seconds(roof.time_s)}, "
+                     f"{roof.bound}-bound{intensity}; {units.nbytes(roof.bytes_moved)} moved")
+    return lines
+
+
 def flag_lines(report: Report) -> list[str]:
     """Each finding with its fix; a repeated layer's findings appear once for the group."""
     lines = []
@@ -169,6 +190,10 @@ def render_table(report: Report) -> str:
     else:
         out.append("no attention blocks found")
     out.append("")
+    targets = target_lines(report)
+    if targets:
+        out.extend(targets)
+        out.append("")
     if report.flags:
         out.append("Flags:")
         out.extend(flag_lines(report))

@@ -40,3 +40,11 @@ def signed(value: int) -> str:
 def percent(value: float) -> str:
     """``12.5%``."""
     return f"{100 * value:.1f}%"
+
+
+def seconds(value: float) -> str:
+    """``12.3 µs`` / ``4.56 ms`` / ``1.2 s``."""
+    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if value >= factor:
+            return f"{value / factor:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
