@@ -156,3 +156,24 @@ def test_module_target_with_colon(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     data = json.loads(out)
     assert data["blocks"][0]["name"] == "self_attn"
     assert data["blocks"][0]["seq_len_q"] == 16
+
+
+def test_rule_options_change_severity_and_suppress_by_module() -> None:
+    code, out, err = _run("report", TEXTBOOK, "-f", "json", "--severity", "MHA005=error",
+                          "--per-module-ignores", "*=MHA004")
+    assert code == 0, err
+    flags = {f["code"]: f["severity"] for f in json.loads(out)["blocks"][0]["flags"]}
+    assert flags["MHA005"] == "error"
+    assert "MHA004" not in flags
+
+
+def test_select_keeps_only_matching_rules() -> None:
+    code, out, _ = _run("report", TEXTBOOK, "-f", "json", "--select", "MHA005")
+    assert code == 0
+    assert [f["code"] for f in json.loads(out)["blocks"][0]["flags"]] == ["MHA005"]
+
+
+def test_bad_severity_value_exits_2() -> None:
+    code, out, err = _run("report", TEXTBOOK, "--severity", "MHA005=fatal")
+    assert code == 2
+    assert out == "" and "MHA005" in err

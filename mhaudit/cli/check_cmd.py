@@ -19,9 +19,15 @@ from mhaudit.ci_formats import (
     render_table,
     verdict,
 )
-from mhaudit.cli.common import errors_to_exit, model_options, options_from, write_output
+from mhaudit.cli.common import (
+    errors_to_exit,
+    model_options,
+    options_from,
+    rule_config_from,
+    rule_options,
+    write_output,
+)
 from mhaudit.errors import ConfigError
-from mhaudit.rules import load_config
 
 FORMATS = ("table", "json", "github", "junit", "markdown")
 
@@ -36,6 +42,7 @@ FORMATS = ("table", "json", "github", "junit", "markdown")
 @click.option("--update-baseline", is_flag=True,
               help="Write this run's JSON report to --baseline instead of comparing with it.")
 @model_options
+@rule_options
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -54,7 +61,7 @@ def check_command(target: str, budget_path: Path | None, baseline: Path | None,
                               "Name the JSON file to write, e.g. --baseline mhaudit-baseline.json.")
         budget = load_budget(budget_path)
         previous = load_baseline(baseline) if baseline is not None and not update_baseline else None
-        rule_config = load_config(other_keys=("budget",))
+        rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, **options_from(params))
         report = audit_target(target, options)
         outcome = evaluate(report, budget, previous)

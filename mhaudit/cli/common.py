@@ -13,6 +13,7 @@ import click
 from mhaudit.atomic import write_text_atomic
 from mhaudit.devices import PROFILES
 from mhaudit.errors import ConfigError, MhauditError
+from mhaudit.rules import RuleConfig, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,6 +71,35 @@ def model_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def rule_options(func: F) -> F:
+    """Rule selection options, merged over ``[tool.mhaudit]`` in pyproject.toml."""
+    options = [
+        click.option("--select", multiple=True, help="Run only rules whose code starts with this."),
+        click.option("--ignore", multiple=True, help="Skip rules whose code starts with this."),
+        click.option("--severity", multiple=True, metavar="CODE=LEVEL",
+                     help="Override a rule's severity, e.g. MHA007=error."),
+        click.option("--threshold", multiple=True, metavar="CODE.KEY=VALUE",
+                     help="Override a rule threshold, e.g. MHA007.min_bytes_per_token=16384."),
+        click.option("--per-module-ignores", multiple=True, metavar="PATTERN=CODES",
+                     help="Suppress codes in matching blocks, e.g. 'encoder.*=MHA004'."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def rule_config_from(params: dict[str, Any]) -> RuleConfig:
+    """The rule configuration: the nearest pyproject.toml, then the CLI values over it."""
+    return load_config(
+        other_keys=("budget",),
+        select=list(params.pop("select")) or None,
+        ignore=list(params.pop("ignore")) or None,
+        severity=list(params.pop("severity")) or None,
+        thresholds=list(params.pop("threshold")) or None,
+        per_module_ignores=list(params.pop("per_module_ignores")) or None,
+    )
 
 
 def options_from(params: dict[str, Any]) -> dict[str, Any]:

@@ -12,12 +12,13 @@ from mhaudit.cli.common import (
     errors_to_exit,
     model_options,
     options_from,
+    rule_config_from,
+    rule_options,
     stderr_progress,
     write_output,
 )
 from mhaudit.data import Severity
 from mhaudit.render import RENDERERS, render
-from mhaudit.rules import load_config
 
 
 @click.command("report")
@@ -27,23 +28,20 @@ from mhaudit.rules import load_config
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the report here (atomically) instead of stdout.")
-@click.option("--select", multiple=True, help="Only rules whose code starts with this.")
-@click.option("--ignore", multiple=True, help="Skip rules whose code starts with this.")
+@rule_options
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
               default="never", show_default=True,
               help="Exit 1 when a flag at or above this severity is raised.")
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed forwards when measuring on cpu or cuda.")
-def report_command(target: str, fmt: str, output: Path | None, select: tuple[str, ...],
-                   ignore: tuple[str, ...], fail_on: str, repeats: int,
+def report_command(target: str, fmt: str, output: Path | None, fail_on: str, repeats: int,
                    **params: Any) -> None:
     """Audit the attention blocks of TARGET.
 
     TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
     """
     with errors_to_exit():
-        rule_config = load_config(other_keys=("budget",), select=list(select) or None,
-                                  ignore=list(ignore) or None)
+        rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, repeats=repeats,
                                progress=stderr_progress(), **options_from(params))
         result = audit_target(target, options)
