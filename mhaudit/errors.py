@@ -17,6 +17,9 @@ class MhauditError(Exception):
         self.message = message
         self.tip = tip
 
+    def __str__(self) -> str:
+        return self.one_line()
+
     def one_line(self) -> str:
         """The message and the tip on one line, as the CLI prints it."""
         text = self.message.rstrip(".")
