@@ -38,9 +38,10 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     Projections: 2·rows·in_features·out_features from each Projection (rows b·n_q for
     Q and O, b·n_kv for K and V); 0 when a projection is absent; V counts 0 when
     ``kv_shared`` (K's output is reused). Core: scores 2·b·h·n_q·n_kv·d_k, softmax
-    SOFTMAX_FLOPS_PER_ELEMENT·b·h·n_q·n_kv, context 2·b·h·n_q·n_kv·d_v, all h query
-    heads (GQA shares K/V, not work). Masking, scaling and dropout are ignored, so
-    ``total`` is the dense figure: an upper bound for a causal block.
+    3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT: exp, sum, divide), context
+    2·b·h·n_q·n_kv·d_v, all h query heads (GQA shares K/V, not work). Masking, scaling
+    and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
+    causal block.
 
     ``causal_total`` (only when ``layout.causal`` is True): the projections plus the
     core counted over ``causal_pairs(n_q, n_kv)`` instead of n_q·n_kv. That is the

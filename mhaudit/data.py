@@ -166,7 +166,7 @@ class FlopBreakdown:
     scores: int
     """QKᵀ: 2·b·h·n_q·n_kv·d_k."""
     softmax: int
-    """Exp, sum and divide over the score matrix (a few FLOPs per score)."""
+    """Exp, sum and divide over the score matrix: 3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT)."""
     context: int
     """probs·V: 2·b·h·n_q·n_kv·d_v."""
     o_proj: int

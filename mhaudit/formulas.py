@@ -13,8 +13,12 @@ from typing import Any
 # formula counts the dense work and ignores padding, masking and bias adds unless
 # its docstring says otherwise.
 
-SOFTMAX_FLOPS_PER_ELEMENT = 5
-"""softmax per score: max, subtract, exp, sum, divide (log_softmax: a second subtract)."""
+SOFTMAX_FLOPS_PER_ELEMENT = 3
+"""softmax per score: softmax(x)_i = exp(x_i) / Σ_j exp(x_j) costs an exp, an add into the
+sum and a divide, as in Hoffmann et al. 2022 (Chinchilla), Table A4: "softmax: 3 × heads ×
+n_ctx²". The max subtraction kernels do for numerical stability is not counted. log_softmax
+is 3 as well: exp, sum, subtract the log-sum (the one log per row is ignored).
+"""
 
 NORM_FLOPS_PER_ELEMENT = 5
 """layer/group/batch norm per element: mean, subtract, square, sum, multiply by rstd."""
@@ -317,7 +321,7 @@ def _sdpa(call: OpCall) -> int:
 @register("aten.softmax", "aten._softmax", "aten._safe_softmax", "aten.log_softmax",
           "aten._log_softmax", family="softmax")
 def _softmax(call: OpCall) -> int:
-    """SOFTMAX_FLOPS_PER_ELEMENT × input elements (max, subtract, exp, sum, divide)."""
+    """SOFTMAX_FLOPS_PER_ELEMENT × input elements, for softmax and log_softmax alike."""
     return softmax_flops(call.tensor(0, "self").numel)
 
 

@@ -46,8 +46,9 @@ GQA = _layout(d_model=4096, h=32, h_kv=8, d_k=128, b=1, n_q=16, n_kv=16, bias=Fa
               causal=True)
 
 
-def test_softmax_convention_is_five_per_score() -> None:
-    assert SOFTMAX_FLOPS_PER_ELEMENT == 5
+def test_softmax_convention_is_three_per_score() -> None:
+    # exp, add into the row sum, divide (Chinchilla, Table A4)
+    assert SOFTMAX_FLOPS_PER_ELEMENT == 3
 
 
 def test_block_flops_textbook() -> None:
@@ -56,10 +57,10 @@ def test_block_flops_textbook() -> None:
     assert flops.q_proj == flops.k_proj == flops.v_proj == flops.o_proj == 2_621_440
     # 2 · 32·8 (b·h) · 10 · 10 · 8 = 409,600
     assert flops.scores == flops.context == 409_600
-    # 5 · 32·8·10·10 = 128,000
-    assert flops.softmax == 128_000
-    # 4 · 2,621,440 + 2 · 409,600 + 128,000 = 11,432,960
-    assert flops.total == 11_432_960
+    # 3 · 32·8·10·10 = 76,800
+    assert flops.softmax == 76_800
+    # 4 · 2,621,440 + 2 · 409,600 + 76,800 = 11,381,760
+    assert flops.total == 11_381_760
     assert flops.causal_total is None
 
 
@@ -71,12 +72,12 @@ def test_block_flops_gqa_causal() -> None:
     assert flops.k_proj == flops.v_proj == 134_217_728
     # 2 · 1·32 · 16 · 16 · 128 = 2,097,152 (all 32 query heads)
     assert flops.scores == flops.context == 2_097_152
-    # 5 · 32 · 16 · 16 = 40,960
-    assert flops.softmax == 40_960
+    # 3 · 32 · 16 · 16 = 24,576
+    assert flops.softmax == 24_576
     # causal pairs 16·17/2 = 136 per head, 32·136 = 4,352 in all:
-    # 2·4,352·128 (scores) + 5·4,352 + 2·4,352·128 (context) = 2,249,984
-    # + projections 2·536,870,912 + 2·134,217,728 = 1,342,177,280 → 1,344,427,264
-    assert flops.causal_total == 1_344_427_264
+    # 2·4,352·128 (scores) + 3·4,352 + 2·4,352·128 (context) = 2,241,280
+    # + projections 2·536,870,912 + 2·134,217,728 = 1,342,177,280 → 1,344,418,560
+    assert flops.causal_total == 1_344_418_560
 
 
 def test_block_flops_cross_attention_uses_n_kv_for_k_and_v() -> None:

@@ -59,11 +59,11 @@ CASES: list[tuple[str, OpCall, int]] = [
     # transposed: input 1·4·5·5 = 100; 2 · 100 · (2 · 3·3) = 3,600
     ("aten.conv_transpose2d", call(T(1, 4, 5, 5), T(4, 2, 3, 3), out=T(1, 2, 7, 7)), 3_600),
     # GQA, b·h = 2·8 = 16: scores 2·16·16·16·64 = 524,288; context 2·16·16·16·32 = 262,144;
-    # softmax 5·16·16·16 = 20,480; total 806,912
+    # softmax 3·16·16·16 = 12,288; total 798,720
     ("aten.scaled_dot_product_attention",
-     call(T(2, 8, 16, 64), T(2, 2, 16, 64), T(2, 2, 16, 32), enable_gqa=True), 806_912),
-    # 5 · 2·4·10·10 = 4,000
-    ("aten.softmax", call(T(2, 4, 10, 10), -1, False), 4_000),
+     call(T(2, 8, 16, 64), T(2, 2, 16, 64), T(2, 2, 16, 32), enable_gqa=True), 798_720),
+    # 3 · 2·4·10·10 = 2,400 (exp, sum, divide)
+    ("aten.softmax", call(T(2, 4, 10, 10), -1, False), 2_400),
     # (5 + weight 1 + bias 1) · 2·10·64 = 8,960
     ("aten.layer_norm", call(T(2, 10, 64), [64], T(64), T(64), 1e-5), 8_960),
     # (5 + 1 + 1) · 4·8·5·5 = 5,600
@@ -96,11 +96,11 @@ def test_every_registered_formula_has_a_hand_computed_case() -> None:
 
 
 def test_softmax_convention() -> None:
-    assert SOFTMAX_FLOPS_PER_ELEMENT == 5
+    assert SOFTMAX_FLOPS_PER_ELEMENT == 3
     entry = lookup("aten._log_softmax")
     assert entry is not None and entry.family == "softmax"
-    # 5 · 3·7 = 105
-    assert entry.formula(call(T(3, 7), 1, False)) == 105
+    # exp, sum, subtract the log-sum: 3 · 3·7 = 63
+    assert entry.formula(call(T(3, 7), 1, False)) == 63
 
 
 def test_convolution_transposed_flag() -> None:
@@ -193,6 +193,6 @@ def test_matches_torch_flop_counter(op: str, args: tuple[object, ...],
     op_call = OpCall(tuple(shape(a) for a in args), {}, shape(first))
     expected = counter.get_total_flops()
     if op == "aten.scaled_dot_product_attention":
-        # torch counts the two matmuls only; add our softmax: 5 · 2·4·8·10 = 3,200
-        expected += 3_200
+        # torch counts the two matmuls only; add our softmax: 3 · 2·4·8·10 = 1,920
+        expected += 1_920
     assert REGISTRY[op].formula(op_call) == expected
