@@ -8,9 +8,9 @@ from transformers import GPT2Config, GPT2Model
 SEQ_LEN = 1024
 
 
-def build_model() -> torch.nn.Module:
+def build_model(attn_implementation: str = "sdpa") -> torch.nn.Module:
     """GPT-2 small with its default configuration; no weights are downloaded."""
-    config = GPT2Config(use_cache=False)
+    config = GPT2Config(use_cache=False, attn_implementation=attn_implementation)
     return GPT2Model(config).eval()
 
 
