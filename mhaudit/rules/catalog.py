@@ -201,11 +201,11 @@ def materialized_attention_scores(block: AttentionBlock, ctx: RuleContext) -> Fi
                "which materialises")
         fix = ("Make the layout fit a fused kernel: fp16/bf16, d_k a multiple of 8 and ≤ 256, "
                "then call F.scaled_dot_product_attention.")
+    of_memory = f", {share:.2%} of {ctx.profile.name} memory" if share >= 1e-4 else ""
     return materialized_attention_scores.finding(
         block,
         f"{how} the {shape} score matrix: {fmt_bytes(scores)} "
-        f"({choice.score_element_bytes} B per score, {share:.2%} of {ctx.profile.name} "
-        f"memory), growing with h and n²",
+        f"({choice.score_element_bytes} B per score{of_memory}), growing with h and n²",
         {"scores_bytes": scores, "score_elements": _score_elements(block),
          "score_element_bytes": choice.score_element_bytes, "device_memory_fraction": share},
         fix=fix,
