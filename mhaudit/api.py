@@ -25,7 +25,14 @@ from mhaudit.data import (
 from mhaudit.detect import detect
 from mhaudit.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.errors import ConfigError
-from mhaudit.fold import FoldedList, describe, expand_layouts, folded, node_weight
+from mhaudit.fold import (
+    FoldedList,
+    describe,
+    expand_layouts,
+    expand_names,
+    folded,
+    node_weight,
+)
 from mhaudit.fvcore_backend import fvcore_flops
 from mhaudit.graphcost import graph_flops, peak_activation_bytes
 from mhaudit.kernels import block_kernel
@@ -235,7 +242,10 @@ def assemble(
         ),
     )
     flags = tuple(f for b in blocks for f in b.flags)
-    coverage = Coverage(ops_without_formula=dict(costs.ops_without_formula))
+    coverage = Coverage(
+        ops_without_formula=dict(costs.ops_without_formula),
+        untraced_modules=untraced_modules(model, traced, plans),
+    )
     extras = {"folded_layers": describe(plans)} if plans else {}
     return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
                   extras=extras)
@@ -251,6 +261,24 @@ def _weighted_flops(
         node.name: node_weight(traced.module_path(node), plans) for node in traced.graph.nodes
     }
     return sum(f * weights.get(name.split(".")[0], 1) for name, f in node_flops.items())
+
+
+def untraced_modules(
+    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
+) -> tuple[str, ...]:
+    """Modules holding parameters the forward never used (their costs are not counted)."""
+    read = {
+        traced.params[node.name] for node in traced.graph.nodes
+        if node.op == "placeholder" and node.name in traced.params and node.users
+    }
+    used: set[int] = set()
+    for name in expand_names(read, plans):
+        with contextlib.suppress(AttributeError):
+            used.add(id(model.get_parameter(name)))
+    owners = {
+        name.rpartition(".")[0] for name, p in model.named_parameters() if id(p) not in used
+    }
+    return tuple(sorted(owners))
 
 
 def _attention_params(blocks: Sequence[AttentionBlock]) -> int:

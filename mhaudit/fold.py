@@ -224,3 +224,14 @@ def describe(plans: tuple[FoldedList, ...]) -> list[dict[str, Any]]:
     return [
         {"list": p.path, "layers": p.length, "traced": len(p.kept)} for p in plans
     ]
+
+
+def expand_names(names: set[str], plans: tuple[FoldedList, ...]) -> set[str]:
+    """Traced qualified names plus their copies in every layer a representative stands for."""
+    out = set(names)
+    for name in names:
+        found = _plan_of(name, plans)
+        if found is not None:
+            plan = plans[found[0]]
+            out.update(rename(name, plan, found[1], i) for i in plan.members[found[1]])
+    return out

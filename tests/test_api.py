@@ -103,3 +103,27 @@ def test_scaling_projects_self_attention_costs() -> None:
     assert large.scores_bytes == 4 * small.scores_bytes
     assert large.kv_cache_bytes == 2 * small.kv_cache_bytes
     assert small.attention_flops == report.totals.attention_flops
+
+
+def test_modules_the_forward_never_uses_are_listed() -> None:
+    class WithSpare(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+            self.spare = nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    with torch.device("meta"):
+        report = audit(WithSpare(), (torch.zeros(1, 8, 32),))
+    assert report.coverage.untraced_modules == ("spare",)
+
+
+def test_folded_layers_do_not_count_as_untraced() -> None:
+    with torch.device("meta"):
+        layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+        model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+        report = audit(model, (torch.zeros(1, 8, 32),))
+    assert report.extras["folded_layers"] == [{"list": "layers", "layers": 6, "traced": 1}]
+    assert report.coverage.untraced_modules == ()

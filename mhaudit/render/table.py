@@ -141,6 +141,11 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"measured peak memory: {units.nbytes(t.measured_peak_memory_bytes)}")
     if t.latency_ms is not None:
         lines.append(f"measured forward latency: {t.latency_ms:.3f} ms (median)")
+    untraced = report.coverage.untraced_modules
+    if untraced:
+        shown = ", ".join(m or "(root)" for m in untraced[:8])
+        more = f" and {len(untraced) - 8} more" if len(untraced) > 8 else ""
+        lines.append(f"modules the forward did not use (not counted): {shown}{more}")
     missing = report.coverage.ops_without_formula
     if missing:
         listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))
