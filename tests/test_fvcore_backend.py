@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
+from fixtures.small_models import TextbookMHA, TinyGPT
 from torch import Tensor, nn
 
 from mhaudit.errors import ConfigError
@@ -14,50 +12,6 @@ from mhaudit.fvcore_backend import fvcore_flops
 from mhaudit.graphcost import graph_flops
 
 GEMM_OPERATORS = {"linear", "matmul", "addmm", "bmm", "mm", "einsum", "conv"}
-
-
-class TextbookMHA(nn.Module):
-    """Separate Q, K, V, O linears and an explicit softmax(QKᵀ/√d_k)V."""
-
-    def __init__(self, d_model: int = 64, heads: int = 8) -> None:
-        super().__init__()
-        self.h, self.d_k = heads, d_model // heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-
-    def forward(self, x: Tensor) -> Tensor:
-        b, n, d = x.shape
-        q, k, v = (p(x).view(b, n, self.h, self.d_k).transpose(1, 2)
-                   for p in (self.q, self.k, self.v))  # (b, h, n, d_k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (b, h, n, n)
-        context = F.softmax(scores, dim=-1) @ v  # (b, h, n, d_k)
-        return self.o(context.transpose(1, 2).reshape(b, n, d))
-
-
-class TinyGPT(nn.Module):
-    """Two GPT blocks: fused QKV, causal SDPA, a 4x MLP, then an untied LM head."""
-
-    def __init__(self, vocab: int = 100, d: int = 64, heads: int = 4, layers: int = 2) -> None:
-        super().__init__()
-        self.heads = heads
-        self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(
-            nn.ModuleDict({"ln": nn.LayerNorm(d), "qkv": nn.Linear(d, 3 * d),
-                           "proj": nn.Linear(d, d), "fc": nn.Linear(d, 4 * d),
-                           "out": nn.Linear(4 * d, d)})
-            for _ in range(layers)
-        )
-        self.head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, ids: Tensor) -> Tensor:
-        x = self.embed(ids)  # (b, n, d)
-        b, n, d = x.shape
-        for blk in self.blocks:
-            q, k, v = blk["qkv"](blk["ln"](x)).split(d, dim=2)  # 3 × (b, n, d)
-            q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, d_k)
-            x = x + blk["proj"](y.transpose(1, 2).reshape(b, n, d))
-            x = x + blk["out"](F.gelu(blk["fc"](x)))
-        return self.head(x)  # (b, n, vocab)
 
 
 def _graph_matmul_flops(build: type[nn.Module], x_meta: Tensor) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from fixtures.small_models import TextbookMHA
 from torch import Tensor, nn
 from torch.export import ExportedProgram
 from torch.utils.flop_counter import FlopCounterMode
@@ -19,23 +20,6 @@ from mhaudit.graphcost import (
     graph_flops,
     peak_activation_bytes,
 )
-
-
-class TextbookMHA(nn.Module):
-    """Separate Q, K, V, O linears and an explicit softmax(QKᵀ/√d_k)V."""
-
-    def __init__(self, d_model: int = 64, heads: int = 8) -> None:
-        super().__init__()
-        self.h, self.d_k = heads, d_model // heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-
-    def forward(self, x: Tensor) -> Tensor:
-        b, n, d = x.shape
-        q, k, v = (p(x).view(b, n, self.h, self.d_k).transpose(1, 2)
-                   for p in (self.q, self.k, self.v))  # (b, h, n, d_k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (b, h, n, n)
-        context = F.softmax(scores, dim=-1) @ v  # (b, h, n, d_k)
-        return self.o(context.transpose(1, 2).reshape(b, n, d))
 
 
 class LastHidden(nn.Module):
