@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity
+from mhaudit.serialize import finding_to_dict
 
 _UNITS = {
     "flops": "FLOP",
@@ -188,17 +189,6 @@ def render_junit(outcome: GateOutcome, *, suite: str = "mhaudit") -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'
 
 
-def _finding_dict(flag: Finding) -> dict[str, Any]:
-    return {
-        "code": flag.code,
-        "name": flag.name,
-        "severity": flag.severity.value,
-        "message": flag.message,
-        "fix": flag.fix,
-        "block": flag.block,
-    }
-
-
 def budget_to_dict(
     outcome: GateOutcome, metrics: dict[str, float | None] | None = None
 ) -> dict[str, Any]:
@@ -219,7 +209,7 @@ def budget_to_dict(
             }
             for r in outcome.results
         ],
-        "failing_flags": [_finding_dict(f) for f in outcome.failing_flags],
+        "failing_flags": [finding_to_dict(f) for f in outcome.failing_flags],
     }
     if metrics is not None:
         data["metrics"] = dict(metrics)
