@@ -24,6 +24,8 @@ class _Shape:
     bias: tuple[bool, bool, bool, bool]
     """Q, K, V, O biases present."""
     kv_shared: bool
+    o_extra: int = 0
+    """Input features of O beyond the h·d_v of the heads (a branch concatenated in)."""
 
     def widths(self) -> tuple[int, int, int, int]:
         """Output widths of Q, K, V and O."""
@@ -41,7 +43,7 @@ class _Shape:
             self.d_q_in * q_w,
             self.d_k_in * k_w,
             0 if self.kv_shared else self.d_v_in * v_w,
-            self.heads * self.d_v * self.d_out,
+            (self.heads * self.d_v + self.o_extra) * self.d_out,
         )
         return tuple(p if on else 0 for p, on in zip(parts, self.has, strict=True))  # type: ignore[return-value]
 
@@ -74,6 +76,7 @@ def actual_shape(layout: Layout) -> _Shape:
         has=tuple(p is not None for p in roles),  # type: ignore[arg-type]
         bias=tuple(p is not None and p.bias_params > 0 for p in roles),  # type: ignore[arg-type]
         kv_shared=layout.kv_shared,
+        o_extra=layout.o.in_features - layout.num_heads * layout.v_head_dim if layout.o else 0,
     )
 
 
@@ -125,7 +128,7 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
     h = actual.heads
     steps: list[tuple[_Shape, str]] = []
     head = d // h if h else d
-    shape = _Shape(d, d, d, h, h, head, head, d, actual.has, actual.bias, False)
+    shape = _Shape(d, d, d, h, h, head, head, d, (True,) * 4, actual.bias, False)
     inner = h * actual.d_k
     steps.append((replace(shape, d_k=actual.d_k, d_v=actual.d_k),
                   f"inner width h·d_k = {h}·{actual.d_k} = {inner:,} differs from "
@@ -144,6 +147,12 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
                   f"output projection width {actual.d_out:,} differs from d_model"))
     steps.append((replace(steps[-1][0], kv_shared=actual.kv_shared),
                   "K and V read one shared projection"))
+    steps.append((replace(steps[-1][0], o_extra=actual.o_extra),
+                  f"the output projection also reads {actual.o_extra:,} features besides the "
+                  f"h·d_v = {h * actual.d_v:,} of the heads"))
+    missing = "".join(r for r, on in zip("QKVO", actual.has, strict=True) if not on)
+    steps.append((replace(steps[-1][0], has=actual.has),
+                  f"no {'/'.join(missing)} projection"))
     result: list[Deviation] = []
     previous = textbook_params(d, sum(actual.bias))
     for step, reason in steps:
@@ -152,9 +161,6 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
             verb = "saves" if now < previous else "adds"
             result.append(Deviation(f"{reason}: {verb} {abs(now - previous):,}", now - previous))
         previous = now
-    for role, present in zip("QKVO", actual.has, strict=True):
-        if not present:
-            result.append(Deviation(f"no {role} projection (counted as 0)", 0))
     return result
 
 

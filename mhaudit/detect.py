@@ -32,11 +32,12 @@ class _Draft:
 def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
     """Every attention block in the graph, in graph order."""
     params = traced.params
+    inputs = frozenset(traced.user_inputs)
     cache: dict[fx.Node, ProjectionOp | None] = {}
     groups: dict[object, list[_Draft]] = defaultdict(list)
     for core in find_cores(traced.graph, params):
         sources = {
-            role: trace_source(getattr(core, role), params, cache) for role in _ROLES
+            role: trace_source(getattr(core, role), params, cache, inputs) for role in _ROLES
         }
         o = find_output_projection(core.output, params, cache)
         groups[o.node if o is not None else core.output].append(_Draft(core, sources, o))
@@ -49,9 +50,9 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     first = drafts[0].core
     d_k, d_v = first.head_dim, first.v_head_dim
     widths = {r: sum(d.sources[r].width for d in drafts) for r in _ROLES}
-    roles, kv_shared = _attribute(drafts, traced.params)
+    roles, kv_shared = _attribute(drafts, traced)
     o = drafts[0].o
-    o_role = _projection(o, o.out_width, traced.params, o.weight_numel, o.bias_numel) if o else None
+    o_role = _projection(o, o.out_width, traced, o.weight_numel, o.bias_numel) if o else None
     q_source = drafts[0].sources["q"]
     d_model = roles["q"].in_features if roles["q"] else (shape(q_source.root) or (0,))[-1]
     rows = q_source.projection.rows if q_source.projection else _rows(q_source.root)
@@ -84,7 +85,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
 
 
 def _attribute(
-    drafts: list[_Draft], params: dict[str, str]
+    drafts: list[_Draft], traced: TracedGraph
 ) -> tuple[dict[str, Projection | None], bool]:
     """Split each projection's weight among the roles that read it.
 
@@ -92,36 +93,42 @@ def _attribute(
     reading one projection use more than its width, they read the same values
     (e.g. K and V from one projection), and the weight is counted for the first.
     """
-    uses: dict[fx.Node, list[tuple[str, int]]] = defaultdict(list)
+    uses: dict[fx.Node, list[tuple[str, Source]]] = defaultdict(list)
     ops: dict[fx.Node, ProjectionOp] = {}
     for draft in drafts:
         for role in _ROLES:
             source = draft.sources[role]
             if source.projection is not None:
-                uses[source.projection.node].append((role, source.width))
+                uses[source.projection.node].append((role, source))
                 ops[source.projection.node] = source.projection
     parts: dict[str, list[Projection]] = defaultdict(list)
     shared_roles: set[str] = set()
-    for node, role_widths in uses.items():
+    for node, role_sources in uses.items():
         op = ops[node]
-        overlapping = sum(w for _, w in role_widths) > op.out_width
-        for index, (role, width) in enumerate(role_widths):
+        overlapping = sum(src.width for _, src in role_sources) > op.out_width
+        for index, (role, src) in enumerate(role_sources):
             shared = overlapping and index > 0
             if shared:
                 shared_roles.add(role)
-            weight = 0 if shared else op.weight_numel * width // op.out_width
-            bias = 0 if shared else op.bias_numel * width // op.out_width
-            parts[role].append(_projection(op, width, params, weight, bias))
+            weight = 0 if shared else op.weight_numel * src.width // op.out_width
+            bias = 0 if shared else op.bias_numel * src.width // op.out_width + src.extra_bias
+            parts[role].append(_projection(op, src.width, traced, weight, bias))
     merged = {role: _merge(parts[role]) for role in _ROLES}
     return merged, "v" in shared_roles
 
 
 def _projection(
-    op: ProjectionOp, width: int, params: dict[str, str], weight: int, bias: int
+    op: ProjectionOp, width: int, traced: TracedGraph, weight: int, bias: int
 ) -> Projection:
-    fqn = params.get(op.weight, op.weight)
+    """The role's projection; its module is the one that ran the matmul.
+
+    A weight tied between two modules has one parameter name, but each module
+    that uses it is its own place in the model.
+    """
+    fqn = traced.params.get(op.weight, op.weight)
+    known = bool(op.matmul.meta.get("nn_module_stack"))
     return Projection(
-        module=fqn.rpartition(".")[0],
+        module=traced.module_path(op.matmul) if known else fqn.rpartition(".")[0],
         weight=fqn,
         in_features=op.in_width,
         out_features=width,

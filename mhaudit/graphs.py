@@ -24,7 +24,8 @@ SOFTMAX_OPS = frozenset({"softmax", "_softmax", "_safe_softmax"})
 MATMUL_OPS = frozenset({"matmul", "bmm", "mm", "einsum", "baddbmm"})
 PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"})
 NORM_OPS = frozenset(
-    {"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
+    {"layer_norm", "native_layer_norm", "rms_norm", "group_norm", "native_group_norm",
+     "batch_norm",
      "_native_batch_norm_legit_no_training", "embedding"}
 )
 VIEW_OPS = frozenset(
@@ -33,11 +34,13 @@ VIEW_OPS = frozenset(
         "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "alias", "detach",
         "to", "_to_copy", "type_as", "slice", "select", "narrow", "getitem", "split",
         "split_with_sizes", "chunk", "unbind", "lift_fresh_copy", "_assert_tensor_metadata",
-        "repeat_interleave", "repeat", "movedim", "swapaxes", "dropout", "native_dropout",
+        "repeat_interleave", "repeat", "tile", "broadcast_to", "expand_as", "movedim",
+        "swapaxes", "dropout", "native_dropout",
     }
 )
 """Ops that move, cast or select data without mixing features."""
-EXPAND_OPS = frozenset({"expand", "repeat_interleave", "repeat"})
+EXPAND_OPS = frozenset({"expand", "expand_as", "broadcast_to", "repeat_interleave", "repeat",
+                        "tile"})
 
 
 def op_name(node: fx.Node) -> str:

@@ -39,6 +39,8 @@ class ProjectionOp:
     """Elements of the weight slice this op uses."""
     bias_numel: int
     out_width: int
+    matmul: fx.Node
+    """The matmul-like op itself (``node`` is its bias add when the bias is separate)."""
 
     @property
     def in_width(self) -> int:
@@ -88,7 +90,7 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             bias_name = param_root(other[0], params)
             bias_numel = numel(other[0])
             result = user
-    return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width)
+    return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node)
 
 
 @dataclass(frozen=True)
@@ -100,15 +102,37 @@ class Source:
     """The projection output, or the input tensor when there is no projection."""
     width: int
     """Features per token this operand uses from the source (h·d_k of a fused QKV slice)."""
+    extra_bias: int = 0
+    """Bias elements added on the way from the projection (a bias added after a split)."""
 
 
 _BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS
 
 
+def _is_barrier(node: fx.Node) -> bool:
+    """Ops a walk back to the projections must not cross.
+
+    Norms over the residual stream sit before the projections; a norm over the last
+    dim of a (B, n, h, d_k)-shaped tensor normalises each head after them (QK-norm).
+    """
+    name = op_name(node)
+    if name not in _BARRIERS:
+        return False
+    if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
+        return len(shape(node.args[0])) < 4
+    return True
+
+
 def trace_source(
-    operand: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None]
+    operand: fx.Node,
+    params: dict[str, str],
+    cache: dict[fx.Node, ProjectionOp | None],
+    user_inputs: frozenset[str] = frozenset(),
 ) -> Source:
-    """Walk back from a core operand to its projection through views, splits, rotary, repeats."""
+    """Walk back from a core operand to its projection through views, splits, rotary, repeats.
+
+    Without a projection the source is the deepest user input the operand derives from.
+    """
     best: tuple[int, int, ProjectionOp, list[fx.Node]] | None = None
     fallback: list[fx.Node] = [operand]
     stack: list[tuple[fx.Node, list[fx.Node]]] = [(operand, [operand])]
@@ -126,8 +150,8 @@ def trace_source(
             if best is None or rank > best[:2]:
                 best = (rank[0], rank[1], proj, path)
             continue
-        if node.op == "placeholder" or op_name(node) in _BARRIERS:
-            if node.op == "placeholder" and node.name not in params and len(path) > len(fallback):
+        if node.op == "placeholder" or _is_barrier(node):
+            if node.name in user_inputs and len(path) > len(fallback):
                 fallback = path
             continue
         if is_activation_matmul(node, params) and node is not operand:
@@ -138,11 +162,23 @@ def trace_source(
                 stack.append((child, [*path, child]))
     if best is not None:
         proj, path = best[2], best[3]
-        return Source(proj, proj.node, _width(operand, path, proj.rows))
+        return Source(proj, proj.node, _width(operand, path, proj.rows), _added_bias(path, params))
     root = fallback[-1]
     dims = shape(root)
     rows = numel(root) // dims[-1] if dims and dims[-1] else 1
     return Source(None, root, _width(operand, fallback, rows))
+
+
+def _added_bias(path: list[fx.Node], params: dict[str, str]) -> int:
+    """Elements of parameters added along the path: biases applied after a fused split."""
+    total = 0
+    for node in path:
+        if op_name(node) != "add":
+            continue
+        for operand in node.args:
+            if isinstance(operand, fx.Node) and operand not in path and param_root(operand, params):
+                total += numel(operand)
+    return total
 
 
 def _width(operand: fx.Node, path: list[fx.Node], rows: int) -> int:
@@ -179,12 +215,21 @@ def find_output_projection(
                 proj = cache[user]
                 if proj is not None and proj.activation in seen | {node}:
                     return proj
-                if op_name(user) in _OUT_PASSTHROUGH:
+                if op_name(user) in _OUT_PASSTHROUGH or _in_head_layout_add(user):
                     nxt.append(user)
         if not nxt:
             return None
         frontier = nxt
     return None
+
+
+def _in_head_layout_add(node: fx.Node) -> bool:
+    """An add or subtract on a tensor still split into heads (rank 4 or more).
+
+    The residual stream is (B, n, d); a sum in head layout (context plus a
+    convolution of V, say) is still part of the block.
+    """
+    return op_name(node) in ("add", "sub") and len(shape(node)) >= 4
 
 
 def canonical_input(node: fx.Node) -> fx.Node:
