@@ -177,3 +177,42 @@ def test_bad_severity_value_exits_2() -> None:
     code, out, err = _run("report", TEXTBOOK, "--severity", "MHA005=fatal")
     assert code == 2
     assert out == "" and "MHA005" in err
+
+
+def test_module_level_model_and_keyword_inputs(tmp_path: Path) -> None:
+    model = tmp_path / "kw.py"
+    model.write_text(
+        "import torch\n"
+        "class Cross(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=True)\n"
+        "    def forward(self, x, memory):\n"
+        "        return self.attn(x, memory, memory, need_weights=False)[0]\n"
+        "model = Cross()\n"
+        "EXAMPLE_INPUTS = {'x': torch.zeros(2, 5, 32), 'memory': torch.zeros(2, 9, 32)}\n"
+    )
+    code, out, err = _run("report", str(model), "-f", "json")
+    assert code == 0, err
+    block = json.loads(out)["blocks"][0]
+    assert (block["kind"], block["seq_len_q"], block["seq_len_kv"]) == ("cross", 5, 9)
+
+
+def test_inputs_are_inferred_from_the_first_layer_with_batch_and_seq_len(tmp_path: Path) -> None:
+    model = tmp_path / "plain.py"
+    model.write_text(
+        "import torch\n"
+        "def build_model():\n"
+        "    return torch.nn.TransformerEncoderLayer(48, 6, 96, batch_first=True)\n"
+    )
+    code, out, err = _run("report", str(model), "-f", "json", "-b", "3", "-n", "20")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"]["inputs"]["src"]["shape"] == [3, 20, 48]
+    code, out, err = _run("report", str(model), "-f", "json", "--input-shape", "2x7x48")
+    assert code == 0, err
+    assert json.loads(out)["blocks"][0]["seq_len_q"] == 7
+
+
+def test_bad_input_shape_exits_2() -> None:
+    code, _, err = _run("report", TEXTBOOK, "--input-shape", "2xfoo")
+    assert code == 2 and "shape" in err
