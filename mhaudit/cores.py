@@ -39,6 +39,8 @@ class Core:
     scale: float | None
     masks: tuple[fx.Node, ...]
     """Other tensors combined with the scores (masks, biases, scale tensors)."""
+    axes: tuple[int, int, int] = (-1, -1, -1)
+    """The head-dim axis of the q, k and v operands (-2 for k when it is Kᵀ)."""
 
 
 # Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping.
@@ -146,8 +148,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     context, probs = _find_context(softmax, params)
     if context is None or probs is None:
         return None
-    q, k, d_k = _scores_operands(scores)
-    v, d_v = _context_value(context, probs)
+    q, k, d_k, qk_axes = _scores_operands(scores)
+    v, d_v, v_axis = _context_value(context, probs)
     if q is None or k is None or v is None:
         return None
     return Core(
@@ -163,6 +165,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         causal=any(_looks_causal(m) for m in masks),
         scale=scale,
         masks=tuple(masks),
+        axes=(*qk_axes, v_axis),
     )
 
 
@@ -230,46 +233,81 @@ def _find_context(
     return None, None
 
 
-def _scores_operands(scores: fx.Node) -> tuple[fx.Node | None, fx.Node | None, int]:
+def _scores_operands(
+    scores: fx.Node,
+) -> tuple[fx.Node | None, fx.Node | None, int, tuple[int, int]]:
+    """Q, K, d_k and the head-dim axis of Q and K of the scores op."""
     operands = _matmul_operands(scores)
     if op_name(scores) == "einsum":
         sizes, inputs, output = _einsum_sizes(scores)
         if sizes is None or len(operands) != 2:
-            return None, None, 0
+            return None, None, 0, (-1, -1)
         k_index = 0 if output[-1] in inputs[0] else 1
         contracted = (set(inputs[0]) & set(inputs[1])) - set(output)
         d_k = math.prod(sizes[c] for c in contracted)
-        return operands[1 - k_index], operands[k_index], d_k
-    return operands[0], operands[1], shape(operands[0])[-1]
+        axes = [_last_of(inputs[i], contracted) for i in (1 - k_index, k_index)]
+        return operands[1 - k_index], operands[k_index], d_k, (axes[0], axes[1])
+    return operands[0], operands[1], shape(operands[0])[-1], (-1, -2)
 
 
-def _context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int]:
+def _last_of(term: str, letters: set[str]) -> int:
+    """Index of the rightmost of ``letters`` in ``term`` (-1 when none)."""
+    picks = [i for i, c in enumerate(term) if c in letters]
+    return picks[-1] if picks else -1
+
+
+def _context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int, int]:
+    """V, d_v and V's head-dim axis of the probs·V op."""
     operands = _matmul_operands(context)
     others = [o for o in operands if o is not probs]
     if len(others) != 1:
-        return None, 0
+        return None, 0, -1
     if op_name(context) == "einsum":
         sizes, inputs, output = _einsum_sizes(context)
         if sizes is None:
-            return None, 0
+            return None, 0, -1
         v_index = operands.index(others[0])
         own = set(inputs[v_index]) & set(output)
         own -= set(inputs[1 - v_index])
-        return others[0], math.prod(sizes[c] for c in own)
-    return others[0], shape(context)[-1]
+        return others[0], math.prod(sizes[c] for c in own), _last_of(inputs[v_index], own)
+    return others[0], shape(context)[-1], -1
 
 
 def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]:
+    """Subscript letters to sizes, the operands' subscripts and the output's.
+
+    An ellipsis becomes one digit per broadcast dim, aligned from the right
+    (``...qhd`` on a 5-d operand reads ``01qhd``).
+    """
     equation = str(node.args[0]).replace(" ", "")
-    if "->" not in equation or "..." in equation:
+    operands = _matmul_operands(node)
+    if "->" not in equation:
         return None, [], ""
     lhs, output = equation.split("->")
     inputs = lhs.split(",")
-    operands = _matmul_operands(node)
+    if len(inputs) != len(operands):
+        return None, [], ""
+    spans = [len(shape(o)) - (len(t) - 3) for t, o in zip(inputs, operands, strict=True)
+             if "..." in t]
+    span = max(spans, default=0)
+    if span < 0 or span > 10:
+        return None, [], ""
+    digits = "0123456789"[:span]
+
+    def expand(term: str, rank: int | None) -> str:
+        if "..." not in term:
+            return term
+        width = span if rank is None else rank - (len(term) - 3)
+        return term.replace("...", digits[span - width:] if width else "")
+
+    inputs = [expand(t, len(shape(o))) for t, o in zip(inputs, operands, strict=True)]
+    output = expand(output, None)
     sizes: dict[str, int] = {}
-    for letters, operand in zip(inputs, operands, strict=False):
-        for letter, size in zip(letters, shape(operand), strict=False):
-            sizes[letter] = size
+    for letters, operand in zip(inputs, operands, strict=True):
+        if len(letters) != len(shape(operand)):
+            return None, [], ""
+        for letter, size in zip(letters, shape(operand), strict=True):
+            sizes[letter] = max(size, sizes.get(letter, 1))
     return sizes, inputs, output
 
 

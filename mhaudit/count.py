@@ -26,6 +26,8 @@ class _Shape:
     kv_shared: bool
     o_extra: int = 0
     """Input features of O beyond the h·d_v of the heads (a branch concatenated in)."""
+    low_rank: tuple[int | None, int | None, int | None, int | None] = (None, None, None, None)
+    """Measured weight + bias of each low-rank factorised role (None: one d_in × out matrix)."""
 
     def widths(self) -> tuple[int, int, int, int]:
         """Output widths of Q, K, V and O."""
@@ -56,8 +58,9 @@ class _Shape:
         )
 
     def total(self) -> int:
-        """All parameters of this shape."""
-        return sum(self.weights()) + sum(self.biases())
+        """All parameters of this shape; a factorised role counts what its matrices hold."""
+        parts = zip(self.weights(), self.biases(), self.low_rank, strict=True)
+        return sum(w + b if low is None else low for w, b, low in parts)
 
 
 def actual_shape(layout: Layout) -> _Shape:
@@ -77,6 +80,7 @@ def actual_shape(layout: Layout) -> _Shape:
         bias=tuple(p is not None and p.bias_params > 0 for p in roles),  # type: ignore[arg-type]
         kv_shared=layout.kv_shared,
         o_extra=layout.o.in_features - layout.num_heads * layout.v_head_dim if layout.o else 0,
+        low_rank=tuple(p.params if p is not None and p.rank else None for p in roles),  # type: ignore[arg-type]
     )
 
 
@@ -153,6 +157,9 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
     missing = "".join(r for r, on in zip("QKVO", actual.has, strict=True) if not on)
     steps.append((replace(steps[-1][0], has=actual.has),
                   f"no {'/'.join(missing)} projection"))
+    steps.append((replace(steps[-1][0], low_rank=actual.low_rank),
+                  f"low-rank factorised projections ({_low_rank_text(actual)}) instead of "
+                  "full d_model × h·d matrices"))
     result: list[Deviation] = []
     previous = textbook_params(d, sum(actual.bias))
     for step, reason in steps:
@@ -164,12 +171,22 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
     return result
 
 
+def _low_rank_text(shape: _Shape) -> str:
+    """``Q 3,840, K 4,608`` for the roles whose count is their factorised matrices."""
+    return ", ".join(f"{r} {low:,}" for r, low in zip("QKVO", shape.low_rank, strict=True)
+                     if low is not None)
+
+
 def formula_text(shape: _Shape) -> str:
-    """The layout's count written out, e.g. ``64·8·8 + 2·64·8·8 + 8·8·64 + 256 (biases)``."""
+    """The layout's count written out, e.g. ``64·8·8 + 2·64·8·8 + 8·8·64 + 256 (biases)``.
+
+    A low-rank factorised role is written as its measured count (``4,608 (K low-rank)``).
+    """
     terms: list[str] = []
     q_in, k_in, v_in = shape.d_q_in, shape.d_k_in, shape.d_v_in
     h, kv, dk, dv = shape.heads, shape.kv_heads, shape.d_k, shape.d_v
-    has_q, has_k, has_v, has_o = shape.has
+    low = shape.low_rank
+    has_q, has_k, has_v, has_o = (on and lr is None for on, lr in zip(shape.has, low, strict=True))
     if has_q:
         terms.append(f"{q_in}·{h}·{dk}")
     v_on = has_v and not shape.kv_shared
@@ -182,7 +199,9 @@ def formula_text(shape: _Shape) -> str:
             terms.append(f"{v_in}·{kv}·{dv}")
     if has_o:
         terms.append(f"{h}·{dv}·{shape.d_out}")
-    bias = sum(shape.biases())
+    terms.extend(f"{n:,} ({r} low-rank)" for r, n in zip("QKVO", low, strict=True)
+                 if n is not None)
+    bias = sum(b for b, lr in zip(shape.biases(), low, strict=True) if lr is None)
     if bias:
         terms.append(f"{bias:,} (biases)")
     return " + ".join(terms) if terms else "0"

@@ -63,6 +63,9 @@ class Projection:
     """Weight elements attributed to this role."""
     bias_params: int
     """Bias elements attributed to this role (0 without a bias)."""
+    rank: int = 0
+    """Bottleneck width of a low-rank factorised projection (x → r → out through a
+    down- and an up-projection, norms between); 0 when the role is one matrix."""
 
     @property
     def fused(self) -> bool:

@@ -9,14 +9,10 @@ from torch import fx, nn
 
 from mhaudit.cores import Core, find_cores
 from mhaudit.data import Layout, Projection
+from mhaudit.features import same_tokens_source
 from mhaudit.graphs import shape
-from mhaudit.projections import (
-    ProjectionOp,
-    Source,
-    canonical_input,
-    find_output_projection,
-    trace_source,
-)
+from mhaudit.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.sources import Source, SourceWalker
 from mhaudit.trace import TracedGraph
 
 _ROLES = ("q", "k", "v")
@@ -25,35 +21,50 @@ _ROLES = ("q", "k", "v")
 @dataclass(frozen=True)
 class _Draft:
     core: Core
-    sources: dict[str, Source]
+    sources: dict[str, tuple[Source, ...]]
+    """Each role's parts, widest first."""
     o: ProjectionOp | None
 
 
 def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
     """Every attention block in the graph, in graph order."""
     params = traced.params
-    inputs = frozenset(traced.user_inputs)
-    cache: dict[fx.Node, ProjectionOp | None] = {}
+    walker = SourceWalker(params, frozenset(traced.user_inputs))
     groups: dict[object, list[_Draft]] = defaultdict(list)
     for core in find_cores(traced.graph, params):
         sources = {
-            role: trace_source(getattr(core, role), params, cache, inputs) for role in _ROLES
+            role: _widest_first(walker.sources(getattr(core, role), axis))
+            for role, axis in zip(_ROLES, core.axes, strict=True)
         }
-        o = find_output_projection(core.output, params, cache)
+        o = find_output_projection(core.output, params, walker.cache)
         groups[o.node if o is not None else core.output].append(_Draft(core, sources, o))
     layouts = [_layout(drafts, traced, model) for drafts in groups.values()]
     return _unique_names(layouts)
+
+
+def _widest_first(sources: tuple[Source, ...]) -> tuple[Source, ...]:
+    return tuple(sorted(sources, key=lambda s: -s.width))
+
+
+def _heads(parts: tuple[Source, ...], head_dim: int) -> int:
+    """Distinct heads of one operand.
+
+    Parts joined along the head dim each have their own heads (DeepSeek's k_nope
+    has h, its shared rope part 1): the operand has the most of them.
+    """
+    if len(parts) > 1 and all(p.part_dim for p in parts):
+        return max(p.heads for p in parts)
+    return sum(p.width for p in parts) // head_dim if head_dim else 0
 
 
 def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layout:
     """Merge the cores that share one output projection (per-head modules) into a block."""
     first = drafts[0].core
     d_k, d_v = first.head_dim, first.v_head_dim
-    widths = {r: sum(d.sources[r].width for d in drafts) for r in _ROLES}
     roles, kv_shared = _attribute(drafts, traced)
     o = drafts[0].o
     o_role = _projection(o, o.out_width, traced, o.weight_numel, o.bias_numel) if o else None
-    q_source = drafts[0].sources["q"]
+    q_source = drafts[0].sources["q"][0]
     d_model = roles["q"].in_features if roles["q"] else (shape(q_source.root) or (0,))[-1]
     rows = q_source.projection.rows if q_source.projection else _rows(q_source.root)
     batch = max(1, rows // first.seq_len_q) if first.seq_len_q else 1
@@ -65,8 +76,8 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         kind=_kind(drafts[0]),
         implementation=first.implementation,
         d_model=d_model,
-        num_heads=widths["q"] // d_k if d_k else 0,
-        num_kv_heads=widths["k"] // d_k if d_k else 0,
+        num_heads=sum(_heads(d.sources["q"], d_k) for d in drafts),
+        num_kv_heads=sum(_heads(d.sources["k"], d_k) for d in drafts),
         head_dim=d_k,
         v_head_dim=d_v,
         batch_size=batch,
@@ -84,41 +95,68 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     )
 
 
+_Claim = tuple[str, Source, object]
+"""(role, source, key): key is None for a direct read, else the up-projection a
+down-projection feeds (one claim however many roles read through that chain)."""
+
+
+def _claims(drafts: list[_Draft]) -> dict[fx.Node, list[_Claim]]:
+    uses: dict[fx.Node, list[_Claim]] = defaultdict(list)
+    for draft in drafts:
+        for role in _ROLES:
+            for source in draft.sources[role]:
+                if source.projection is None:
+                    continue
+                uses[source.projection.node].append((role, source, None))
+                down = source
+                while down.upstream and down.projection is not None:
+                    up = down.upstream[0]
+                    if up.projection is not None:
+                        uses[up.projection.node].append((role, up, down.projection.node))
+                    down = up
+    return uses
+
+
 def _attribute(
     drafts: list[_Draft], traced: TracedGraph
 ) -> tuple[dict[str, Projection | None], bool]:
-    """Split each projection's weight among the roles that read it.
+    """Split each projection's weight among the roles that read it, each weight once.
 
     A fused QKV weight is shared out by the width each role uses. When the roles
     reading one projection use more than its width, they read the same values
     (e.g. K and V from one projection), and the weight is counted for the first.
+    A down-projection that feeds an up-projection read by several roles (DeepSeek's
+    kv_a feeding kv_b, read by K and V) is one claim, counted for the first role.
     """
-    uses: dict[fx.Node, list[tuple[str, Source]]] = defaultdict(list)
-    ops: dict[fx.Node, ProjectionOp] = {}
-    for draft in drafts:
-        for role in _ROLES:
-            source = draft.sources[role]
-            if source.projection is not None:
-                uses[source.projection.node].append((role, source))
-                ops[source.projection.node] = source.projection
-    parts: dict[str, list[Projection]] = defaultdict(list)
+    parts: dict[str, list[tuple[Projection, bool]]] = defaultdict(list)
     shared_roles: set[str] = set()
-    for node, role_sources in uses.items():
-        op = ops[node]
-        overlapping = sum(src.width for _, src in role_sources) > op.out_width
-        for index, (role, src) in enumerate(role_sources):
-            shared = overlapping and index > 0
-            if shared:
+    for claims in _claims(drafts).values():
+        op = claims[0][1].projection
+        assert op is not None
+        keys: set[object] = set()
+        repeats: list[bool] = []
+        for _, _, key in claims:
+            repeats.append(key is not None and key in keys)
+            keys.add(key)
+        used = sum(src.width for (_, src, _), rep in zip(claims, repeats, strict=True) if not rep)
+        overlapping = used > op.out_width
+        for index, ((role, src, key), repeat) in enumerate(zip(claims, repeats, strict=True)):
+            shared = repeat or (overlapping and index > 0)
+            if shared and key is None:
                 shared_roles.add(role)
             weight = 0 if shared else op.weight_numel * src.width // op.out_width
             bias = 0 if shared else op.bias_numel * src.width // op.out_width + src.extra_bias
-            parts[role].append(_projection(op, src.width, traced, weight, bias))
+            rank = src.upstream[0].width if src.upstream and key is None else 0
+            in_width = src.chain_in_width if key is None else op.in_width
+            parts[role].append((_projection(op, src.width, traced, weight, bias, in_width, rank),
+                                key is None))
     merged = {role: _merge(parts[role]) for role in _ROLES}
     return merged, "v" in shared_roles
 
 
 def _projection(
-    op: ProjectionOp, width: int, traced: TracedGraph, weight: int, bias: int
+    op: ProjectionOp, width: int, traced: TracedGraph, weight: int, bias: int,
+    in_width: int | None = None, rank: int = 0,
 ) -> Projection:
     """The role's projection; its module is the one that ran the matmul.
 
@@ -130,37 +168,52 @@ def _projection(
     return Projection(
         module=traced.module_path(op.matmul) if known else fqn.rpartition(".")[0],
         weight=fqn,
-        in_features=op.in_width,
+        in_features=op.in_width if in_width is None else in_width,
         out_features=width,
         fused_width=op.out_width,
         weight_params=weight,
         bias_params=bias,
+        rank=rank,
     )
 
 
-def _merge(parts: list[Projection]) -> Projection | None:
+def _merge(parts: list[tuple[Projection, bool]]) -> Projection | None:
+    """One role's projection from its parts; down-projections add only their params."""
     if not parts:
         return None
     if len(parts) == 1:
-        return parts[0]
-    weights = sorted({p.weight for p in parts})
+        return parts[0][0]
+    every = [p for p, _ in parts]
+    main = [p for p, direct in parts if direct] or every
+    weights = sorted(dict.fromkeys(p.weight for p in every))
     label = weights[0] if len(weights) == 1 else f"{weights[0]} (+{len(weights) - 1} more)"
     return Projection(
-        module=_common_module([p.module for p in parts]),
+        module=_common_module([p.module for p in every]),
         weight=label,
-        in_features=parts[0].in_features,
-        out_features=sum(p.out_features for p in parts),
-        fused_width=sum(p.fused_width for p in parts),
-        weight_params=sum(p.weight_params for p in parts),
-        bias_params=sum(p.bias_params for p in parts),
+        in_features=main[0].in_features,
+        out_features=sum(p.out_features for p in main),
+        fused_width=sum(p.fused_width for p in main),
+        weight_params=sum(p.weight_params for p in every),
+        bias_params=sum(p.bias_params for p in every),
+        rank=max(p.rank for p in main),
     )
 
 
 def _kind(draft: _Draft) -> str:
-    q, k = draft.sources["q"], draft.sources["k"]
-    q_in = q.projection.activation if q.projection else q.root
-    k_in = k.projection.activation if k.projection else k.root
-    return "self" if canonical_input(q_in) is canonical_input(k_in) else "cross"
+    """Self when Q reads the same tensor as K, directly or through token-axis ops only.
+
+    A factorised projection reads its chain's root input. A query pooled, strided or
+    sliced along the tokens of K's input (Funnel's pooled queries) is self-attention
+    over fewer query positions.
+    """
+    q_in = canonical_input(_chain_input(draft.sources["q"]))
+    k_in = canonical_input(_chain_input(draft.sources["k"]))
+    return "self" if q_in is k_in or same_tokens_source(q_in, k_in) else "cross"
+
+
+def _chain_input(parts: tuple[Source, ...]) -> fx.Node:
+    """The input the widest part's chain reads."""
+    return parts[0].chain_input
 
 
 def _rows(node: fx.Node) -> int:

@@ -1,4 +1,4 @@
-"""Recognise projections (an activation times a weight) and walk from a core back to them."""
+"""Recognise projections (an activation times a weight) and walk forward from a core to O."""
 
 from __future__ import annotations
 
@@ -6,23 +6,15 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.cores import is_activation_matmul
 from mhaudit.graphs import (
-    EXPAND_OPS,
-    NORM_OPS,
     PROJECTION_OPS,
-    SDPA_OPS,
-    SOFTMAX_OPS,
     VIEW_OPS,
     numel,
     op_name,
     param_root,
     shape,
-    tensor_inputs,
     val,
 )
-
-_MAX_VISITS = 400
 
 
 @dataclass(frozen=True)
@@ -91,107 +83,6 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             bias_numel = numel(other[0])
             result = user
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node)
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a core operand comes from: a projection (or a raw input) and its share."""
-
-    projection: ProjectionOp | None
-    root: fx.Node
-    """The projection output, or the input tensor when there is no projection."""
-    width: int
-    """Features per token this operand uses from the source (h·d_k of a fused QKV slice)."""
-    extra_bias: int = 0
-    """Bias elements added on the way from the projection (a bias added after a split)."""
-
-
-_BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS
-
-
-def _is_barrier(node: fx.Node) -> bool:
-    """Ops a walk back to the projections must not cross.
-
-    Norms over the residual stream sit before the projections; a norm over the last
-    dim of a (B, n, h, d_k)-shaped tensor normalises each head after them (QK-norm).
-    """
-    name = op_name(node)
-    if name not in _BARRIERS:
-        return False
-    if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
-        return len(shape(node.args[0])) < 4
-    return True
-
-
-def trace_source(
-    operand: fx.Node,
-    params: dict[str, str],
-    cache: dict[fx.Node, ProjectionOp | None],
-    user_inputs: frozenset[str] = frozenset(),
-) -> Source:
-    """Walk back from a core operand to its projection through views, splits, rotary, repeats.
-
-    Without a projection the source is the deepest user input the operand derives from.
-    """
-    best: tuple[int, int, ProjectionOp, list[fx.Node]] | None = None
-    fallback: list[fx.Node] = [operand]
-    stack: list[tuple[fx.Node, list[fx.Node]]] = [(operand, [operand])]
-    visited: set[fx.Node] = set()
-    while stack and len(visited) < _MAX_VISITS:
-        node, path = stack.pop()
-        if node in visited:
-            continue
-        visited.add(node)
-        if node not in cache:
-            cache[node] = as_projection(node, params)
-        proj = cache[node]
-        if proj is not None:
-            rank = (numel(node), -len(path))
-            if best is None or rank > best[:2]:
-                best = (rank[0], rank[1], proj, path)
-            continue
-        if node.op == "placeholder" or _is_barrier(node):
-            if node.name in user_inputs and len(path) > len(fallback):
-                fallback = path
-            continue
-        if is_activation_matmul(node, params) and node is not operand:
-            continue
-        inputs = [i for i in tensor_inputs(node) if param_root(i, params) is None]
-        for child in reversed(inputs):
-            if child.op != "get_attr":
-                stack.append((child, [*path, child]))
-    if best is not None:
-        proj, path = best[2], best[3]
-        return Source(proj, proj.node, _width(operand, path, proj.rows), _added_bias(path, params))
-    root = fallback[-1]
-    dims = shape(root)
-    rows = numel(root) // dims[-1] if dims and dims[-1] else 1
-    return Source(None, root, _width(operand, fallback, rows))
-
-
-def _added_bias(path: list[fx.Node], params: dict[str, str]) -> int:
-    """Elements of parameters added along the path: biases applied after a fused split."""
-    total = 0
-    for node in path:
-        if op_name(node) != "add":
-            continue
-        for operand in node.args:
-            if isinstance(operand, fx.Node) and operand not in path and param_root(operand, params):
-                total += numel(operand)
-    return total
-
-
-def _width(operand: fx.Node, path: list[fx.Node], rows: int) -> int:
-    """Per-token features of ``operand`` before any head repetition."""
-    expansion = 1.0
-    for node in path:
-        if op_name(node) in EXPAND_OPS and node.args and isinstance(node.args[0], fx.Node):
-            before = numel(node.args[0])
-            if before:
-                expansion *= numel(node) / before
-    if not rows:
-        return 0
-    return round(numel(operand) / expansion / rows)
 
 
 _OUT_PASSTHROUGH = VIEW_OPS | {"cat", "stack", "mul", "div", "getitem"}

@@ -48,6 +48,7 @@ def _projection(p: Projection | None) -> dict[str, Any] | None:
         "fused": p.fused,
         "weight_params": p.weight_params,
         "bias_params": p.bias_params,
+        "rank": p.rank,
     }
 
 

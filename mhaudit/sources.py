@@ -1,0 +1,351 @@
+"""Walk back from a core operand to the projections it is made of: parts, widths, chains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import fx
+
+from mhaudit.cores import is_activation_matmul
+from mhaudit.features import backward_axis, carried_width
+from mhaudit.graphs import (
+    EXPAND_OPS,
+    NORM_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+    VIEW_OPS,
+    numel,
+    op_name,
+    param_root,
+    shape,
+    tensor_inputs,
+)
+from mhaudit.projections import ProjectionOp, as_projection
+
+_MAX_VISITS = 400
+_MAX_DEPTH = 200
+_MAX_CHAIN_VISITS = 64
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a core operand (or one part of it) comes from: a projection or a raw input."""
+
+    projection: ProjectionOp | None
+    root: fx.Node
+    """The projection output, or the input tensor when there is no projection."""
+    width: int
+    """Features per token this operand uses from the source (h·d_k of a fused QKV slice)."""
+    extra_bias: int = 0
+    """Bias elements added on the way from the projection (a bias added after a split)."""
+    part_dim: int = 0
+    """Head-dim features this part fills when the operand joins parts along the head dim
+    (DeepSeek's K = [k_nope | k_rope]); 0 when the source fills the whole head dim."""
+    upstream: tuple[Source, ...] = ()
+    """The down-projection feeding ``projection`` through norms and views (a low-rank
+    factorised projection such as q_b(norm(q_a(x)))); empty for one matrix."""
+
+    @property
+    def chain_input(self) -> fx.Node:
+        """The activation the whole chain reads (the root input of a factorised projection)."""
+        if self.upstream:
+            return self.upstream[0].chain_input
+        return self.projection.activation if self.projection else self.root
+
+    @property
+    def chain_in_width(self) -> int:
+        """Input features of the chain's first matrix."""
+        if self.upstream:
+            return self.upstream[0].chain_in_width
+        return self.projection.in_width if self.projection else (shape(self.root) or (0,))[-1]
+
+    @property
+    def heads(self) -> int:
+        """Distinct heads of this part: width over its share of the head dim (0 if unknown)."""
+        return self.width // self.part_dim if self.part_dim else 0
+
+
+_Part = tuple[ProjectionOp, tuple[fx.Node, ...], int]
+"""A projection, the path from the walked node back to it, and its head-dim share (0: all)."""
+
+_BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS
+_FRESH_OPS = frozenset(
+    {"new_empty", "new_zeros", "new_ones", "new_full", "empty_like", "zeros_like", "ones_like",
+     "full_like", "empty", "zeros", "ones", "full", "empty_strided", "new_empty_strided"}
+)
+"""Ops that allocate a buffer: its contents come from later in-place writes, not its inputs."""
+_WRITE_VIEWS = frozenset({"slice", "narrow", "select", "view", "alias"})
+_CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
+    {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
+     "native_layer_norm", "getitem", "cat"}
+)) - {"embedding"} - EXPAND_OPS
+"""Ops allowed between the two matrices of a factorised projection: views, casts, norms."""
+
+
+def _is_barrier(node: fx.Node) -> bool:
+    """Ops a walk back to the projections must not cross.
+
+    Norms over the residual stream sit before the projections; a norm over the last
+    dim of a (B, n, h, d_k)-shaped tensor normalises each head after them (QK-norm).
+    """
+    name = op_name(node)
+    if name not in _BARRIERS:
+        return False
+    if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
+        return len(shape(node.args[0])) < 4
+    return True
+
+
+def _rank(parts: tuple[_Part, ...]) -> tuple[int, int]:
+    """Prefer the largest projection, then the shortest path (as a single walk would)."""
+    return max(numel(p[0].node) for p in parts), -min(len(p[1]) for p in parts)
+
+
+class SourceWalker:
+    """Resolves core operands to their sources; caches projections across the whole graph."""
+
+    def __init__(self, params: dict[str, str], user_inputs: frozenset[str] = frozenset()):
+        self.params = params
+        self.user_inputs = user_inputs
+        self._projections: dict[fx.Node, ProjectionOp | None] = {}
+        self._chains: dict[fx.Node, tuple[Source, ...]] = {}
+
+    def projection(self, node: fx.Node) -> ProjectionOp | None:
+        """The projection computed at ``node`` (cached)."""
+        if node not in self._projections:
+            self._projections[node] = as_projection(node, self.params)
+        return self._projections[node]
+
+    @property
+    def cache(self) -> dict[fx.Node, ProjectionOp | None]:
+        """The projection cache, shared with the walk forward to O."""
+        return self._projections
+
+    def sources(self, operand: fx.Node, axis: int = -1) -> tuple[Source, ...]:
+        """The parts ``operand`` is made of; ``axis`` is its head-dim axis.
+
+        A join along the head dim (``cat`` or writes into slices of a fresh buffer)
+        gives one part per projection; any other join keeps the best branch.
+        Without a projection the source is the deepest user input it derives from.
+        """
+        dims = shape(operand)
+        start = axis % len(dims) if dims else None
+        walk = _Walk(self, operand)
+        parts = walk.parts(operand, start, 0)
+        if not parts:
+            return (self._fallback(operand),)
+        grouped: dict[fx.Node, list[_Part]] = {}
+        for part in parts:
+            grouped.setdefault(part[0].node, []).append(part)
+        return tuple(self._source(group) for group in grouped.values())
+
+    def _source(self, group: list[_Part]) -> Source:
+        proj = group[0][0]
+        width = sum(self._width(path, proj) for _, path, _ in group)
+        dims = [dim for _, _, dim in group]
+        bias = sum(_added_bias(list(path), self.params) for _, path, _ in group)
+        return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
+                      self._upstream(proj, 0))
+
+    def _width(self, path: tuple[fx.Node, ...], proj: ProjectionOp) -> int:
+        carried = carried_width(list(path))
+        return carried if carried is not None else _numel_width(path[0], list(path), proj.rows)
+
+    def _fallback(self, operand: fx.Node) -> Source:
+        """The deepest user input ``operand`` derives from (no projection on the way)."""
+        best: list[fx.Node] = [operand]
+        stack: list[tuple[fx.Node, list[fx.Node]]] = [(operand, [operand])]
+        visited: set[fx.Node] = set()
+        while stack and len(visited) < _MAX_VISITS:
+            node, path = stack.pop()
+            if node in visited:
+                continue
+            visited.add(node)
+            if node.op == "placeholder" or _is_barrier(node):
+                if node.name in self.user_inputs and len(path) > len(best):
+                    best = path
+                continue
+            for child in reversed(list(tensor_inputs(node))):
+                if param_root(child, self.params) is None and child.op != "get_attr":
+                    stack.append((child, [*path, child]))
+        root = best[-1]
+        dims = shape(root)
+        rows = numel(root) // dims[-1] if dims and dims[-1] else 1
+        return Source(None, root, _numel_width(operand, best, rows))
+
+    def _upstream(self, proj: ProjectionOp, depth: int) -> tuple[Source, ...]:
+        """The down-projection of a low-rank factorised projection, if ``proj`` has one.
+
+        ``proj`` reads, through views, casts and norms only, one other projection's
+        output, narrower than both that projection's input and ``proj``'s output
+        (a bottleneck), in the same module as ``proj``. Cached per projection.
+        """
+        if proj.node in self._chains:
+            return self._chains[proj.node]
+        self._chains[proj.node] = ()
+        found = self._feeding_projection(proj.activation)
+        result: tuple[Source, ...] = ()
+        if found is not None and depth < 3:
+            up, path = found
+            width = carried_width(list(path)) or 0
+            parent = _module(proj.matmul).rpartition(".")[0]
+            inside = not parent or _module(up.matmul).startswith(parent + ".")
+            if inside and 0 < width < min(up.in_width, proj.out_width):
+                result = (Source(up, up.node, width, upstream=self._upstream(up, depth + 1)),)
+        self._chains[proj.node] = result
+        return result
+
+    def _feeding_projection(
+        self, start: fx.Node
+    ) -> tuple[ProjectionOp, tuple[fx.Node, ...]] | None:
+        """The one projection ``start`` is computed from by chain ops alone, with its path."""
+        found: tuple[ProjectionOp, tuple[fx.Node, ...]] | None = None
+        stack: list[tuple[fx.Node, tuple[fx.Node, ...]]] = [(start, (start,))]
+        seen: set[fx.Node] = set()
+        while stack:
+            node, path = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if len(seen) > _MAX_CHAIN_VISITS:
+                return None
+            up = self.projection(node)
+            if up is not None:
+                if found is not None and found[0].node is not up.node:
+                    return None
+                found = found or (up, path)
+                continue
+            if node.op != "call_function" or op_name(node) not in _CHAIN_OPS:
+                return None
+            inputs = [i for i in tensor_inputs(node) if 0 not in shape(i)
+                      and param_root(i, self.params) is None and i.op != "get_attr"]
+            full = [i for i in inputs if numel(i) >= numel(node)]
+            if len(full) > 1:
+                return None  # a residual add or a gate: two streams meet
+            # The widest input last, so it is walked first: its path is the data path.
+            stack.extend((i, (*path, i)) for i in sorted(inputs, key=numel))
+        return found
+
+
+class _Walk:
+    """One walk back from a core operand, memoised per (node, head-dim axis)."""
+
+    def __init__(self, walker: SourceWalker, operand: fx.Node) -> None:
+        self.w = walker
+        self.operand = operand
+        self.memo: dict[tuple[fx.Node, int | None], tuple[_Part, ...]] = {}
+        self.visits = 0
+
+    def parts(self, node: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
+        key = (node, axis)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = ()
+        if self.visits >= _MAX_VISITS or depth >= _MAX_DEPTH:
+            return ()
+        self.visits += 1
+        result = self._compute(node, axis, depth)
+        self.memo[key] = result
+        return result
+
+    def _child(
+        self, node: fx.Node, child: fx.Node, axis: int | None, depth: int, dim: int = 0
+    ) -> tuple[_Part, ...]:
+        sub = self.parts(child, backward_axis(node, child, axis), depth + 1)
+        return tuple((p, (node, *path), d or dim) for p, path, d in sub)
+
+    def _compute(self, node: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
+        proj = self.w.projection(node)
+        if proj is not None:
+            return ((proj, (node,), 0),)
+        if node.op == "placeholder" or _is_barrier(node):
+            return ()
+        if is_activation_matmul(node, self.w.params) and node is not self.operand:
+            return ()
+        name = op_name(node)
+        if name in _FRESH_OPS:
+            return self._written(node, axis, depth)
+        inputs = [i for i in tensor_inputs(node)
+                  if param_root(i, self.w.params) is None and i.op != "get_attr"]
+        if name == "cat" and axis is not None and _cat_dim(node) == axis:
+            joined: list[_Part] = []
+            for child in inputs:
+                size = shape(child)[axis] if len(shape(child)) > axis else 0
+                if size:  # an empty part (a zero-width pass-through slice) adds nothing
+                    joined.extend(self._child(node, child, axis, depth, size))
+            return tuple(joined)
+        best: tuple[_Part, ...] = ()
+        for child in inputs:
+            sub = self._child(node, child, axis, depth)
+            if sub and (not best or _rank(sub) > _rank(best)):
+                best = sub
+        return best
+
+    def _written(self, buffer: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
+        """Parts of a fresh buffer filled by ``copy_`` into its slices (a cat written in place)."""
+        joined: list[_Part] = []
+        best: tuple[_Part, ...] = ()
+        for view, value in _writes(buffer):
+            size = shape(view)
+            whole = shape(buffer)
+            split = [a for a in range(len(size)) if len(size) == len(whole) and size[a] != whole[a]]
+            sub = self.parts(value, axis, depth + 1)
+            sub = tuple((p, (buffer, *path), d) for p, path, d in sub)
+            if axis is not None and split == [axis]:
+                joined.extend((p, path, d or size[axis]) for p, path, d in sub)
+            elif sub and (not best or _rank(sub) > _rank(best)):
+                best = sub
+        return tuple(joined) or best
+
+
+def _writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
+    """(view of ``buffer``, value copied into it) for each in-place ``copy_`` into it."""
+    found: list[tuple[fx.Node, fx.Node]] = []
+    frontier = [buffer]
+    for _ in range(3):
+        nxt: list[fx.Node] = []
+        for node in frontier:
+            for user in node.users:
+                name = op_name(user)
+                if name == "copy" and user.args[0] is node and isinstance(user.args[1], fx.Node):
+                    found.append((node, user.args[1]))
+                elif name in _WRITE_VIEWS and user.args and user.args[0] is node:
+                    nxt.append(user)
+        frontier = nxt
+    return found
+
+
+def _cat_dim(node: fx.Node) -> int | None:
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    rank = len(shape(node))
+    return dim % rank if isinstance(dim, int) and rank else None
+
+
+def _module(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack")
+    return str(list(stack.values())[-1][0]) if stack else ""
+
+
+def _added_bias(path: list[fx.Node], params: dict[str, str]) -> int:
+    """Elements of parameters added along the path: biases applied after a fused split."""
+    total = 0
+    for node in path:
+        if op_name(node) != "add":
+            continue
+        for operand in node.args:
+            if isinstance(operand, fx.Node) and operand not in path and param_root(operand, params):
+                total += numel(operand)
+    return total
+
+
+def _numel_width(operand: fx.Node, path: list[fx.Node], rows: int) -> int:
+    """Per-token features of ``operand`` before any head repetition, from element counts."""
+    expansion = 1.0
+    for node in path:
+        if op_name(node) in EXPAND_OPS and node.args and isinstance(node.args[0], fx.Node):
+            before = numel(node.args[0])
+            if before:
+                expansion *= numel(node) / before
+    if not rows:
+        return 0
+    return round(numel(operand) / expansion / rows)
