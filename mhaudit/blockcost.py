@@ -12,9 +12,16 @@ from mhaudit.formulas import SOFTMAX_FLOPS_PER_ELEMENT, matmul_flops, softmax_fl
 
 
 def _projection_flops(projection: Projection | None, rows: int) -> int:
-    """2·rows·in·out for a present projection, 0 for an absent one; bias adds ignored."""
+    """2·rows·in·out for a present projection, 0 for an absent one; bias adds ignored.
+
+    A low-rank factorised role (``rank`` > 0) runs each of its weight elements once
+    per row: 2·rows·weight_params, which counts a down-projection shared between
+    roles once, where it is attributed.
+    """
     if projection is None:
         return 0
+    if projection.rank:
+        return 2 * rows * projection.weight_params
     return matmul_flops(rows, projection.in_features, projection.out_features)
 
 

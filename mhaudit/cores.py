@@ -11,7 +11,6 @@ from mhaudit.graphs import (
     MATMUL_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
-    VIEW_OPS,
     arg,
     op_name,
     param_root,
@@ -330,15 +329,16 @@ def _looks_causal(mask: fx.Node) -> bool:
 
 
 def _from_arange(node: fx.Node) -> bool:
+    """Both compared operands derive from position ranges (arange), through any ops."""
     found = 0
     for operand in node.all_input_nodes[:2]:
         probe: fx.Node | None = operand
-        for _ in range(8):
+        for _ in range(12):
             if probe is None or probe.op != "call_function":
                 break
             if op_name(probe) == "arange":
                 found += 1
                 break
             ins = probe.all_input_nodes
-            probe = ins[0] if ins and op_name(probe) in VIEW_OPS | {"add", "sub"} else None
+            probe = ins[0] if ins else None
     return found == 2

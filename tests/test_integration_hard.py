@@ -241,3 +241,23 @@ def test_cross_attention_over_another_sequence_stays_cross() -> None:
                            decoder_input_ids=(2, 8))
     kinds = [b.layout.kind for b in report.blocks]
     assert kinds == ["self", "self", "cross"]
+
+
+def test_factorised_projection_flops_follow_their_weights() -> None:
+    config = tf.DeepseekV2Config(
+        hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, vocab_size=100,
+        n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+    )
+    config._attn_implementation = "sdpa"
+    with torch.device("meta"):
+        model = tf.DeepseekV2Model(config)
+        ids = torch.zeros(2, 16, dtype=torch.long)
+    block = audit(model, (ids,)).blocks[0]
+    rows = 2 * 16
+    # every attributed projection weight element is one multiply-add per token row
+    weights = sum(p.weight_params for p in (block.layout.q, block.layout.k, block.layout.v,
+                                            block.layout.o) if p is not None)
+    flops = block.flops
+    assert flops.q_proj + flops.k_proj + flops.v_proj + flops.o_proj == 2 * rows * weights

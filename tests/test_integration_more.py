@@ -92,3 +92,15 @@ def test_convbert_output_projection_reading_a_second_branch_is_explained() -> No
     assert (block.layout.num_heads, block.layout.head_dim) == (2, 16)
     assert any("also reads 32 features" in d.reason for d in block.params.deviations)
     _explained(report)
+
+
+def test_causal_masks_built_from_position_indices_are_recognised() -> None:
+    config = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                            num_attention_heads=4, num_key_value_heads=4, vocab_size=100,
+                            use_cache=False)
+    for impl in ("eager", "sdpa"):
+        report = _audit(tf.LlamaForCausalLM, config, impl, input_ids=(2, 16))
+        assert report.blocks[0].layout.causal is True
+    bert = tf.BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         intermediate_size=128, vocab_size=100)
+    assert _audit(tf.BertModel, bert, "sdpa", input_ids=(2, 16)).blocks[0].layout.causal is False
