@@ -143,7 +143,7 @@ class SourceWalker:
         proj = group[0][0]
         width = sum(self._width(path, proj) for _, path, _ in group)
         dims = [dim for _, _, dim in group]
-        bias = sum(_added_bias(list(path), self.params) for _, path, _ in group)
+        bias = sum(_added_bias(list(path), self.params, proj) for _, path, _ in group)
         return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
                       self._upstream(proj, 0))
 
@@ -326,11 +326,14 @@ def _module(node: fx.Node) -> str:
     return str(list(stack.values())[-1][0]) if stack else ""
 
 
-def _added_bias(path: list[fx.Node], params: dict[str, str]) -> int:
-    """Elements of parameters added along the path: biases applied after a fused split."""
+def _added_bias(path: list[fx.Node], params: dict[str, str], proj: ProjectionOp) -> int:
+    """Elements of parameters added along the path: biases applied after a fused split.
+
+    The projection's own bias add (``proj.node``, already in its bias count) is skipped.
+    """
     total = 0
     for node in path:
-        if op_name(node) != "add":
+        if op_name(node) != "add" or node is proj.node:
             continue
         for operand in node.args:
             if isinstance(operand, fx.Node) and operand not in path and param_root(operand, params):

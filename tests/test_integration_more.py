@@ -104,3 +104,14 @@ def test_causal_masks_built_from_position_indices_are_recognised() -> None:
     bert = tf.BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
                          intermediate_size=128, vocab_size=100)
     assert _audit(tf.BertModel, bert, "sdpa", input_ids=(2, 16)).blocks[0].layout.causal is False
+
+
+def test_a_projection_bias_added_separately_is_counted_once() -> None:
+    # Falcon's linear layers compute x @ Wᵀ and then add the bias of the whole fused output.
+    config = tf.FalconConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=1,
+                             multi_query=False, new_decoder_architecture=False, alibi=True,
+                             bias=True, vocab_size=100)
+    report = _audit(tf.FalconModel, config, "sdpa", input_ids=(2, 16))
+    # fused query_key_value 64 → 192 with bias, dense 64 → 64 with bias: 4·64² + 4·64
+    assert report.blocks[0].params.total == 16_640
+    _explained(report)
