@@ -76,8 +76,8 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         kind=_kind(drafts[0]),
         implementation=first.implementation,
         d_model=d_model,
-        num_heads=sum(_heads(d.sources["q"], d_k) for d in drafts),
-        num_kv_heads=sum(_heads(d.sources["k"], d_k) for d in drafts),
+        num_heads=_role_heads(drafts, "q", d_k),
+        num_kv_heads=_role_heads(drafts, "k", d_k),
         head_dim=d_k,
         v_head_dim=d_v,
         batch_size=batch,
@@ -101,20 +101,39 @@ down-projection feeds (one claim however many roles read through that chain)."""
 
 
 def _claims(drafts: list[_Draft]) -> dict[fx.Node, list[_Claim]]:
-    uses: dict[fx.Node, list[_Claim]] = defaultdict(list)
+    """Who reads each projection. A role that reads one projection in several cores
+    (block-sparse attention split into pieces) makes one claim, its widest read."""
+    uses: dict[fx.Node, dict[tuple[str, object], _Claim]] = defaultdict(dict)
+
+    def claim(node: fx.Node, role: str, source: Source, key: object) -> None:
+        held = uses[node].get((role, key))
+        if held is None or source.width > held[1].width:
+            uses[node][(role, key)] = (role, source, key)
+
     for draft in drafts:
         for role in _ROLES:
             for source in draft.sources[role]:
                 if source.projection is None:
                     continue
-                uses[source.projection.node].append((role, source, None))
+                claim(source.projection.node, role, source, None)
                 down = source
                 while down.upstream and down.projection is not None:
                     up = down.upstream[0]
                     if up.projection is not None:
-                        uses[up.projection.node].append((role, up, down.projection.node))
+                        claim(up.projection.node, role, up, down.projection.node)
                     down = up
-    return uses
+    return {node: list(held.values()) for node, held in uses.items()}
+
+
+def _role_heads(drafts: list[_Draft], role: str, head_dim: int) -> int:
+    """Heads of a role over merged cores: cores reading distinct projections add up
+    (per-head modules); cores reading the same projection are pieces of one read."""
+    by_source: dict[tuple[object, ...], int] = {}
+    for draft in drafts:
+        parts = draft.sources[role]
+        key = tuple(p.projection.node if p.projection else p.root for p in parts)
+        by_source[key] = max(by_source.get(key, 0), _heads(parts, head_dim))
+    return sum(by_source.values())
 
 
 def _attribute(

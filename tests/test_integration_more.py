@@ -115,3 +115,18 @@ def test_a_projection_bias_added_separately_is_counted_once() -> None:
     # fused query_key_value 64 → 192 with bias, dense 64 → 64 with bias: 4·64² + 4·64
     assert report.blocks[0].params.total == 16_640
     _explained(report)
+
+
+def test_block_sparse_attention_pieces_are_one_block() -> None:
+    # BigBird's block-sparse path runs several softmax(QKᵀ)V pieces that read one Q/K/V.
+    config = tf.BigBirdConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=1,
+                              intermediate_size=128, vocab_size=100, max_position_embeddings=64,
+                              attention_type="block_sparse", block_size=2, num_random_blocks=1)
+    report = _audit(tf.BigBirdModel, config, "eager", input_ids=(2, 32))
+    assert len(report.blocks) == 1
+    lay = report.blocks[0].layout
+    assert (lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.kv_shared) == (4, 4, 16, False)
+    assert lay.core_count > 1
+    # query/key/value/output.dense, each 64 → 64 with bias: 4·64² + 4·64
+    assert report.blocks[0].params.total == 16_640
+    _explained(report)
