@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-check}"
 mkdir -p "$out"
+# Keeps the machine's own CUDA build of torch (constraints.txt pins the CPU build used in CI).
 python -m pip install --quiet -e ".[dev]"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python -m pytest -q -p no:cacheprovider -m gpu tests/ | tee "$out/pytest-gpu.txt"

@@ -23,7 +23,14 @@ from mhaudit.data import (
     Totals,
 )
 from mhaudit.detect import detect
-from mhaudit.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
+from mhaudit.devices import (
+    DEFAULT_GPU,
+    GpuProfile,
+    canonical_dtype,
+    dtype_bytes,
+    get_profile,
+    parse_device,
+)
 from mhaudit.errors import ConfigError
 from mhaudit.fold import (
     FoldedList,
@@ -93,6 +100,7 @@ class AuditOptions:
             raise ConfigError("--tensor-parallel must be 1 or more", "Pass a GPU count.")
         canonical_dtype(self.dtype)
         get_profile(self.gpu)
+        parse_device(self.device)
 
 
 def audit(
@@ -115,7 +123,8 @@ def audit(
         kwargs: dict[str, Any] = {}
     else:
         args, kwargs = normalize_inputs(example_inputs)
-    loaded = LoadedModel(model, args, kwargs, source or type(model).__name__)
+    loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
+                         inputs_inferred=example_inputs is None)
     return run(loaded, opts)
 
 
@@ -226,6 +235,7 @@ def assemble(
         dtype=dtype,
         inputs=describe_inputs(model, loaded.args, loaded.kwargs),
         param_bytes=param_bytes,
+        inputs_inferred=loaded.inputs_inferred,
     )
     attention_params = _attention_params(blocks)
     totals = Totals(
@@ -257,9 +267,13 @@ def _weighted_flops(
     """Graph FLOPs with each folded layer's nodes counted once per layer it stands for."""
     if not plans:
         return sum(node_flops.values())
-    weights = {
-        node.name: node_weight(traced.module_path(node), plans) for node in traced.graph.nodes
-    }
+    weights: dict[str, int] = {}
+    for node in traced.graph.nodes:
+        weight = node_weight(traced.module_path(node), plans)
+        weights[node.name] = weight
+        for arg in node.args:  # a wrapped submodule graph is costed under its get_attr name
+            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+                weights[arg.name] = weight
     return sum(f * weights.get(name.split(".")[0], 1) for name, f in node_flops.items())
 
 

@@ -197,7 +197,9 @@ def formula_text(shape: _Shape) -> str:
             terms.append(f"{k_in}·{kv}·{dk}")
         if v_on:
             terms.append(f"{v_in}·{kv}·{dv}")
-    if has_o:
+    if has_o and shape.o_extra:
+        terms.append(f"({h}·{dv} + {shape.o_extra})·{shape.d_out}")
+    elif has_o:
         terms.append(f"{h}·{dv}·{shape.d_out}")
     terms.extend(f"{n:,} ({r} low-rank)" for r, n in zip("QKVO", low, strict=True)
                  if n is not None)

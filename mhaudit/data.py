@@ -278,6 +278,8 @@ class ModelInfo:
     """Input names to shapes and dtypes, e.g. ``{"input_ids": [1, 128], ...}``."""
     param_bytes: int = 0
     """Parameter bytes at ``dtype``."""
+    inputs_inferred: bool = False
+    """True when mhaudit made the inputs up from the model's first layer."""
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,7 @@ class Measurement:
     blocks: dict[str, Timing]
     """Attention block name to the time of its module's forward."""
     peak_memory_bytes: int | None
-    """CUDA max allocated during a forward, or peak resident growth on CPU (Linux)."""
+    """CUDA max allocated during a forward, or the peak of tracked tensor allocations on CPU."""
     peak_memory_method: str
 
 
@@ -383,7 +385,7 @@ class Report:
     blocks: tuple[AttentionBlock, ...]
     totals: Totals
     flags: tuple[Finding, ...] = ()
-    """Model-level findings."""
+    """Every finding, block findings included (each names its block; None for the model)."""
     coverage: Coverage = field(default_factory=Coverage)
     groups: tuple[BlockGroup, ...] = ()
     """The blocks folded by identical layout, in order of first appearance."""
@@ -392,7 +394,7 @@ class Report:
     measurement: Measurement | None = None
     """Real timings and memory when built on cpu or cuda."""
     extras: dict[str, Any] = field(default_factory=dict)
-    """Optional sections added by later stages (costs on a device, scaling, ...)."""
+    """Optional named sections (``folded_layers``, ``fvcore``) merged into the JSON."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""

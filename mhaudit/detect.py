@@ -10,7 +10,7 @@ from torch import fx, nn
 from mhaudit.cores import Core, find_cores
 from mhaudit.data import Layout, Projection
 from mhaudit.features import same_tokens_source
-from mhaudit.graphs import shape
+from mhaudit.graphs import shape, tokens
 from mhaudit.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.sources import Source, SourceWalker
 from mhaudit.trace import TracedGraph
@@ -66,7 +66,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     o_role = _projection(o, o.out_width, traced, o.weight_numel, o.bias_numel) if o else None
     q_source = drafts[0].sources["q"][0]
     d_model = roles["q"].in_features if roles["q"] else (shape(q_source.root) or (0,))[-1]
-    rows = q_source.projection.rows if q_source.projection else _rows(q_source.root)
+    rows = q_source.projection.rows if q_source.projection else tokens(q_source.root)
     batch = max(1, rows // first.seq_len_q) if first.seq_len_q else 1
     owners = [p.module for p in (*roles.values(), o_role) if p is not None]
     name = _common_module(owners) if owners else traced.module_path(first.output)
@@ -233,14 +233,6 @@ def _kind(draft: _Draft) -> str:
 def _chain_input(parts: tuple[Source, ...]) -> fx.Node:
     """The input the widest part's chain reads."""
     return parts[0].chain_input
-
-
-def _rows(node: fx.Node) -> int:
-    dims = shape(node)
-    total = 1
-    for d in dims[:-1]:
-        total *= d
-    return total
 
 
 def _common_module(paths: list[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from mhaudit.errors import ConfigError
@@ -99,7 +100,8 @@ _DTYPE_ALIASES: dict[str, str] = {
     "fp32": "float32", "float": "float32", "f32": "float32", "tf32": "float32",
     "bf16": "bfloat16",
     "fp16": "float16", "half": "float16", "f16": "float16",
-    "fp8": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
+    "fp8": "float8_e4m3fn", "float8": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
 }
 
 
@@ -116,3 +118,22 @@ def canonical_dtype(name: str) -> str:
 def dtype_bytes(name: str) -> int:
     """Bytes per element of a dtype given by any accepted name."""
     return DTYPE_BYTES[canonical_dtype(name)]
+
+
+def parse_device(name: str) -> str:
+    """Check a ``--device`` value: ``meta``, ``cpu`` or an available ``cuda[:i]``."""
+    wanted = name.strip().lower()
+    if wanted in ("meta", "cpu"):
+        return wanted
+    if re.fullmatch(r"cuda(:\d+)?", wanted):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{name} requested but CUDA is not available",
+                              "Use --device cpu or meta, or run on a machine with a GPU.")
+        index = int(wanted.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"{name}: there are only {torch.cuda.device_count()} CUDA devices",
+                              "Pick an index below that count.")
+        return wanted
+    raise ConfigError(f"unknown device {name!r}", "Use meta, cpu or cuda[:i].")

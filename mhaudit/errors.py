@@ -26,6 +26,15 @@ class MhauditError(Exception):
         return f"{text}. {self.tip}" if self.tip else f"{text}."
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message``, cut to ``limit`` characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class ConfigError(MhauditError):
     """Bad flag, option, budget file or rule configuration (exit 2)."""
 

@@ -127,11 +127,6 @@ def param_root(node: Any, params: dict[str, str], depth: int = 8) -> str | None:
     return None
 
 
-def is_activation(node: fx.Node, params: dict[str, str]) -> bool:
-    """True for a tensor that is not (a view of) a parameter."""
-    return val(node) is not None and param_root(node, params) is None
-
-
 def tokens(node: fx.Node) -> int:
     """Rows of a feature-last tensor: numel / last dim."""
     dims = shape(node)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.errors import LoadError
+from mhaudit.errors import LoadError, first_line
 
 HF_TIP = "pip install 'mhaudit[hf]'"
 """The one-line fix when transformers is missing."""
@@ -39,10 +39,6 @@ def _transformers() -> Any:
         raise LoadError("building a model from config.json needs transformers", HF_TIP) from exc
     return transformers
 
-
-def _cause(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _build(transformers: Any, data: dict[str, Any], config: Any) -> nn.Module:
@@ -101,7 +97,9 @@ def load_hf_config(
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise LoadError(f"cannot read {path}: {_cause(exc)}", "Check the path and JSON.") from exc
+        raise LoadError(
+            f"cannot read {path}: {first_line(exc)}", "Check the path and JSON."
+        ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise LoadError(
             f"{path} is not a transformers config (no \"model_type\" in a JSON object)",
@@ -127,7 +125,7 @@ def load_hf_config(
         raise
     except Exception as exc:
         raise LoadError(
-            f"building {data['model_type']} from {path} failed: {_cause(exc)}",
+            f"building {data['model_type']} from {path} failed: {first_line(exc)}",
             "Check the config, or upgrade transformers if the model type is new.",
         ) from exc
     return model.eval(), (), kwargs

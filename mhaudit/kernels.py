@@ -16,10 +16,6 @@ FLASH_MAX_HEAD_DIM = 256
 CUDNN_MAX_HEAD_DIM = 128
 """Largest head dim PyTorch's cuDNN attention backend is assumed to accept."""
 
-BACKENDS: tuple[str, ...] = ("cudnn", "flash", "mem_efficient", "math", "eager")
-"""Every backend name a :class:`KernelChoice` can carry."""
-
-
 @dataclass(frozen=True)
 class KernelChoice:
     """The attention kernel a layout gets on a target, and its costs."""

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.errors import LoadError
+from mhaudit.devices import parse_device
+from mhaudit.errors import LoadError, first_line
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,7 @@ def quiet_stdout() -> Iterator[None]:
 
 def device_context(device: str) -> contextlib.AbstractContextManager[Any]:
     """Default-device context for building: meta allocates nothing."""
-    if device == "meta" or device.startswith("cuda") or device == "cpu":
-        return torch.device(device)
-    raise LoadError(f"unsupported device {device!r}", "Use meta, cpu or cuda[:i].")
+    return torch.device(parse_device(device))
 
 
 def load_target(
@@ -92,7 +91,7 @@ def _import_target(spec: str) -> ModuleType:
             mod_spec.loader.exec_module(module)
         except Exception as exc:
             raise LoadError(
-                f"importing {spec} failed: {_cause(exc)}", "Fix the model file."
+                f"importing {spec} failed: {first_line(exc)}", "Fix the model file."
             ) from exc
         finally:
             sys.path.pop(0)
@@ -101,7 +100,7 @@ def _import_target(spec: str) -> ModuleType:
         return importlib.import_module(spec)
     except Exception as exc:
         raise LoadError(
-            f"cannot import module {spec!r}: {_cause(exc)}",
+            f"cannot import module {spec!r}: {first_line(exc)}",
             "Give a path to a .py file or an importable pkg.module:NAME.",
         ) from exc
 
@@ -132,7 +131,7 @@ def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
         built = obj()
     except Exception as exc:
         raise LoadError(
-            f"calling {obj_name}() failed: {_cause(exc)}",
+            f"calling {obj_name}() failed: {first_line(exc)}",
             "Make the factory callable with no arguments.",
         ) from exc
     if not isinstance(built, nn.Module):
@@ -160,7 +159,7 @@ def _inputs(
             value = _call_provider(provider, model)
         except Exception as exc:
             raise LoadError(
-                f"example_inputs() failed: {_cause(exc)}", "Fix example_inputs()."
+                f"example_inputs() failed: {first_line(exc)}", "Fix example_inputs()."
             ) from exc
         return (*normalize_inputs(value), False)
     return (infer_inputs(model, batch_size, seq_len),), {}, True
@@ -228,9 +227,3 @@ def _load_hf_config(
     with quiet_stdout(), device_context(device):
         model, args, kwargs = load_hf_config(path, batch_size, seq_len)
     return LoadedModel(model, args, kwargs, target, True)
-
-
-def _cause(exc: BaseException) -> str:
-    """The first line of an exception, with its type."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -72,6 +72,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         "causal": lay.causal,
         "scale": lay.scale,
         "kv_shared": lay.kv_shared,
+        "core_count": lay.core_count,
         "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
         "params": {
             "q": par.q,
@@ -183,6 +184,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "device": info.device,
             "dtype": info.dtype,
             "inputs": info.inputs,
+            "inputs_inferred": info.inputs_inferred,
         },
         "blocks": [block_to_dict(b) for b in report.blocks],
         "groups": [

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from mhaudit.errors import TraceError
+from mhaudit.errors import TraceError, first_line
 
 _WRAPPER = "m"
 
@@ -133,15 +133,7 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tr
         model.train(was_training)
     name, first = failures[0]
     raise TraceError(
-        f"could not trace {type(model).__name__}: {name} failed with {_first_line(first)}",
+        f"could not trace {type(model).__name__}: {name} failed with {first_line(first)}",
         "Check that example_inputs() match forward() and that forward has no "
         "data-dependent Python control flow on tensor values.",
     ) from first
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = lines[0] if lines else ""
-    if len(text) > 300:
-        text = text[:297] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

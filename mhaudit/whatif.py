@@ -19,7 +19,7 @@ from mhaudit.blockcost import (
 )
 from mhaudit.count import count
 from mhaudit.data import AttentionBlock, Layout, Projection
-from mhaudit.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.devices import GpuProfile, canonical_dtype, dtype_bytes, parse_device
 from mhaudit.errors import ConfigError
 from mhaudit.kernels import block_kernel, padding_waste, target_flash_kernel
 from mhaudit.rules.base import RuleContext
@@ -234,13 +234,6 @@ def whatif(
     return WhatIf(spec, profile.key, by_heads, by_kv)
 
 
-def whatif_block(
-    block: AttentionBlock, profile: GpuProfile, dtype: str, **options: Any
-) -> WhatIf:
-    """:func:`whatif` for an audited block; ``options`` as for :func:`whatif`."""
-    return whatif(spec_from_block(block, dtype), profile, **options)
-
-
 def measure_block_ms(
     layout: Layout, dtype: str, device: str, *, repeats: int = 20, warmup: int = 3,
 ) -> float | None:
@@ -248,10 +241,9 @@ def measure_block_ms(
     import torch
     import torch.nn.functional as F
 
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: CUDA is not available",
-                          "Run on a machine with a CUDA GPU, or drop --device.")
+    dev = torch.device(parse_device(device))
+    if dev.type == "meta":
+        raise ConfigError("cannot time layouts on the meta device", "Use --device cpu or cuda.")
     tdtype = getattr(torch, canonical_dtype(dtype))
     b, n_q, n_kv = layout.batch_size, layout.seq_len_q, layout.seq_len_kv
     d, h, h_kv, d_k = layout.d_model, layout.num_heads, layout.num_kv_heads, layout.head_dim

@@ -216,3 +216,44 @@ def test_inputs_are_inferred_from_the_first_layer_with_batch_and_seq_len(tmp_pat
 def test_bad_input_shape_exits_2() -> None:
     code, _, err = _run("report", TEXTBOOK, "--input-shape", "2xfoo")
     assert code == 2 and "shape" in err
+
+
+def test_prints_inside_forward_do_not_reach_the_json(tmp_path: Path) -> None:
+    model = tmp_path / "chatty.py"
+    model.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=True)\n"
+        "    def forward(self, x):\n"
+        "        print('hello from forward')\n"
+        "        return self.attn(x, x, x, need_weights=False)[0]\n"
+        "def build_model():\n    return M()\n"
+        "def example_inputs():\n    return (torch.zeros(1, 8, 32),)\n"
+    )
+    budget = tmp_path / "budget.toml"
+    budget.write_text("[budget]\nmax_params = 100000\n")
+    for extra in ((), ("--budget", str(budget))):
+        command = "check" if extra else "report"
+        code, out, err = _run(command, str(model), "-f", "json", *extra)
+        assert code == 0, err
+        assert json.loads(out)["blocks"][0]["num_heads"] == 4
+
+
+@pytest.mark.parametrize("device", ["cudax", "tpu", "cuda:banana"])
+def test_unknown_device_exits_2(device: str) -> None:
+    code, out, err = _run("report", TEXTBOOK, "--device", device)
+    assert code == 2 and out == ""
+    assert "device" in err and "Traceback" not in err
+
+
+def test_every_offered_dtype_is_accepted() -> None:
+    for dtype in ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float8", "fp8"):
+        code, _, err = _run("report", TEXTBOOK, "--dtype", dtype, "-f", "json")
+        assert code == 0, (dtype, err)
+
+
+def test_whatif_output_to_a_missing_folder_exits_2(tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "out.txt"
+    code, _, err = _run("whatif", "--d-model", "64", "--heads", "8", "-o", str(target))
+    assert code == 2 and err.startswith("mhaudit: error:")

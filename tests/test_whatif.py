@@ -154,8 +154,8 @@ def test_whatif_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.Monk
     done = invoke(whatif_command, "--d-model", "64", "--heads", "8", "--plot",
                   str(tmp_path / "x.png"))
     assert done.exit_code == 2
-    assert done.stderr.strip() == ("--plot needs matplotlib, which is not installed. Install it "
-                                   "with: pip install 'mhaudit[plot]'.")
+    assert done.stderr.strip() == ("mhaudit: error: --plot needs matplotlib, which is not "
+                                   "installed. Install it with: pip install 'mhaudit[plot]'.")
 
 
 def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,4 +200,6 @@ def test_rules_list_and_explain() -> None:
 def test_rules_unknown_code_exits_2() -> None:
     done = invoke(rules, "MHA999")
     assert done.exit_code == 2
-    assert done.stderr == "unknown rule 'MHA999'. Run `mhaudit rules` to list them.\n"
+    assert done.stderr == (
+        "mhaudit: error: unknown rule 'MHA999'. Run `mhaudit rules` to list them.\n"
+    )

@@ -28,6 +28,7 @@ from mhaudit.cli.common import (
     write_output,
 )
 from mhaudit.errors import ConfigError
+from mhaudit.load import quiet_stdout
 
 FORMATS = ("table", "json", "github", "junit", "markdown")
 
@@ -63,7 +64,8 @@ def check_command(target: str, budget_path: Path | None, baseline: Path | None,
         previous = load_baseline(baseline) if baseline is not None and not update_baseline else None
         rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, **options_from(params))
-        report = audit_target(target, options)
+        with quiet_stdout():
+            report = audit_target(target, options)
         outcome = evaluate(report, budget, previous)
         data = {**report.to_dict(), "budget": budget_to_dict(outcome, metric_values(report))}
         if fmt == "json":

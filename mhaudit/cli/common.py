@@ -11,8 +11,8 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from mhaudit.atomic import write_text_atomic
-from mhaudit.devices import PROFILES
-from mhaudit.errors import ConfigError, MhauditError
+from mhaudit.devices import PROFILES, parse_device
+from mhaudit.errors import MhauditError
 from mhaudit.rules import RuleConfig, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,9 +105,7 @@ def rule_config_from(params: dict[str, Any]) -> RuleConfig:
 def options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments from the parsed model options."""
     lens = _parse_seq_lens(params["seq_len"])
-    device = params["device"]
-    if device != "meta" and device != "cpu" and not device.startswith("cuda"):
-        raise ConfigError(f"unknown device {device!r}", "Use meta, cpu or cuda[:i].")
+    device = parse_device(params["device"])
     return {
         "batch_size": params["batch_size"],
         "seq_len": lens[0],

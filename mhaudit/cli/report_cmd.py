@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from mhaudit.api import AuditOptions, audit_target
+from mhaudit.budget import failing_findings
 from mhaudit.cli.common import (
     errors_to_exit,
     model_options,
@@ -17,7 +18,7 @@ from mhaudit.cli.common import (
     stderr_progress,
     write_output,
 )
-from mhaudit.data import Severity
+from mhaudit.load import quiet_stdout
 from mhaudit.render import RENDERERS, render
 
 
@@ -44,9 +45,8 @@ def report_command(target: str, fmt: str, output: Path | None, fail_on: str, rep
         rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, repeats=repeats,
                                progress=stderr_progress(), **options_from(params))
-        result = audit_target(target, options)
+        with quiet_stdout():
+            result = audit_target(target, options)
         write_output(render(result, fmt), output)
-    if fail_on != "never":
-        floor = Severity(fail_on).rank
-        if any(f.severity.rank >= floor for f in result.flags):
-            raise SystemExit(1)
+    if failing_findings(result.flags, fail_on):
+        raise SystemExit(1)

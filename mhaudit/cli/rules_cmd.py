@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from tabulate import tabulate
 
+from mhaudit.cli.common import fail
 from mhaudit.errors import ConfigError, MhauditError
 from mhaudit.rules import REGISTRY, Rule
 from mhaudit.rules.docs import rule_page
-
-
-def _fail(error: MhauditError) -> NoReturn:
-    click.echo(error.one_line(), err=True)
-    raise SystemExit(error.exit_code)
 
 
 def _as_dict(rule: Rule) -> dict[str, Any]:
@@ -47,4 +43,4 @@ def rules(code: str | None, fmt: str) -> None:
             raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
         click.echo(json.dumps(_as_dict(rule), indent=2) if fmt == "json" else rule_page(rule))
     except MhauditError as error:
-        _fail(error)
+        fail(error)

@@ -5,24 +5,21 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from tabulate import tabulate
 
+from mhaudit.cli.common import fail, write_output
 from mhaudit.data import AttentionBlock
 from mhaudit.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.errors import ConfigError, MhauditError
+from mhaudit.load import quiet_stdout
 from mhaudit.rules.units import fmt_bytes, fmt_si
 from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
 DEFAULT_SEQ_LEN = 2048
-
-
-def _fail(error: MhauditError) -> NoReturn:
-    click.echo(error.one_line(), err=True)
-    raise SystemExit(error.exit_code)
 
 
 def _int_list(text: str | None) -> tuple[int, ...] | None:
@@ -92,7 +89,8 @@ def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> La
     from mhaudit.api import AuditOptions, audit_target
 
     given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu") if opts[k] is not None}
-    report = audit_target(target, AuditOptions(**given))
+    with quiet_stdout():
+        report = audit_target(target, AuditOptions(**given))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
     changes = {k: opts[k] for k in ("implementation", "causal") if opts[k] is not None}
@@ -154,10 +152,7 @@ def whatif(target: str | None, block_name: str | None, **opts: Any) -> None:
             text = render_table(result)
         if opts["plot"]:
             plot_whatif(result, opts["plot"])
-        if opts["output"]:
-            Path(opts["output"]).write_text(text + "\n", encoding="utf-8")
-        else:
-            click.echo(text)
+        write_output(text + "\n", Path(opts["output"]) if opts["output"] else None)
     except MhauditError as error:
-        _fail(error)
+        fail(error)
 
