@@ -15,6 +15,7 @@ from mhaudit.data import AttentionBlock
 from mhaudit.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.errors import ConfigError, MhauditError
 from mhaudit.load import quiet_stdout
+from mhaudit.render.units import seconds
 from mhaudit.rules.units import fmt_bytes, fmt_si
 from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
@@ -31,19 +32,13 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f"--try-heads: expected comma-separated integers, got {text!r}") from None
 
 
-def _time(seconds: float) -> str:
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
-
-
 def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
     kernel = row.backend + (" (scores in HBM)" if row.materializes_scores else "")
     cells: list[Any] = [
         "*" if row.current else "", row.heads, row.kv_heads, row.head_dim, f"{row.params:,}",
         fmt_si(row.flops), fmt_bytes(row.scores_bytes), fmt_bytes(row.kv_cache_bytes_per_token),
         kernel, row.flash_kernel_dim or "-", f"{row.padding_waste:.1%}",
-        f"{_time(row.est_time_s)} ({row.bound})",
+        f"{seconds(row.est_time_s)} ({row.bound})",
     ]
     if measured:
         cells.append("-" if row.measured_ms is None else f"{row.measured_ms:.3g} ms")

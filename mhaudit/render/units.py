@@ -20,7 +20,7 @@ def si(value: float | None, unit: str = "") -> str:
     return f"{value:.3g} {unit}".rstrip()
 
 
-def nbytes(value: int | None) -> str:
+def nbytes(value: float | None) -> str:
     """``1.5 MiB`` style with binary prefixes."""
     if value is None:
         return "—"

@@ -1,32 +1,13 @@
-"""Byte and FLOP formatting, and head-count arithmetic shared by the rules and what-if."""
+"""Head-count arithmetic shared by the rules and what-if, and the units they print."""
 
 from __future__ import annotations
 
 from mhaudit.kernels import FA2_HEAD_DIMS
+from mhaudit.render.units import nbytes as fmt_bytes
+from mhaudit.render.units import si as fmt_si
 
-_BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-_SI = ("", "K", "M", "G", "T", "P", "E")
-
-
-def fmt_bytes(value: float) -> str:
-    """``16384`` -> ``16.0 KiB``; binary units, three significant digits."""
-    size = float(value)
-    for unit in _BINARY:
-        if abs(size) < 1024 or unit == _BINARY[-1]:
-            return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def fmt_si(value: float, unit: str = "") -> str:
-    """``1.5e9`` -> ``1.5 G`` plus ``unit``; decimal prefixes, three significant digits."""
-    size = float(value)
-    for prefix in _SI:
-        if abs(size) < 1000 or prefix == _SI[-1]:
-            return f"{size:.3g} {prefix}{unit}".rstrip()
-        size /= 1000
-    raise AssertionError("unreachable")
-
+__all__ = ["divisors", "fmt_bytes", "fmt_si", "heads_hint", "kernel_friendly_heads",
+           "reduced_kv_heads"]
 
 def divisors(n: int) -> tuple[int, ...]:
     """All positive divisors of ``n`` in increasing order."""
