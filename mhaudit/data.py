@@ -158,6 +158,16 @@ class ParamBreakdown:
         """q + k + v + o (each weight plus bias)."""
         return self.q + self.k + self.v + self.o
 
+    @property
+    def delta(self) -> int:
+        """total - textbook: what the deviations add up to."""
+        return self.total - self.textbook
+
+    @property
+    def num_biases(self) -> int:
+        """How many of Q, K, V and O have a bias."""
+        return sum(1 for b in (self.q_bias, self.k_bias, self.v_bias, self.o_bias) if b)
+
 
 @dataclass(frozen=True)
 class FlopBreakdown:

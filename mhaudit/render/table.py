@@ -34,7 +34,7 @@ def block_rows(report: Report) -> list[list[str]]:
             head,
             units.count(par.total),
             units.count(par.textbook),
-            units.signed(par.total - par.textbook),
+            units.signed(par.delta),
             units.si(b.flops.total),
             units.nbytes(b.memory.scores_bytes) if b.memory.scores_bytes is not None else "—",
             units.nbytes(b.memory.kv_cache_bytes_per_token),
@@ -65,8 +65,7 @@ def formula_lines(group: BlockGroup) -> list[str]:
     b = group.block
     par, lay = b.params, b.layout
     label = _group_label(group)
-    biases = sum(1 for x in (par.q_bias, par.k_bias, par.v_bias, par.o_bias) if x)
-    bias_text = f" + {biases}·{lay.d_model}" if biases else ""
+    bias_text = f" + {par.num_biases}·{lay.d_model}" if par.num_biases else ""
     lines = [
         f"{label}: W_Q {units.count(par.q)}, W_K {units.count(par.k)}, "
         f"W_V {units.count(par.v)}, W_O {units.count(par.o)} = {units.count(par.total)}",
