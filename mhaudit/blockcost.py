@@ -86,8 +86,12 @@ def kv_bytes_per_position(layout: Layout, element_bytes: int) -> int:
     """K and V bytes for one key/value position: (h_kv·d_k + h_kv·d_v)·element_bytes.
 
     Holds for self- and cross-attention alike (for cross-attention, per encoder
-    token). With ``kv_shared`` only K is stored: h_kv·d_k·element_bytes.
+    token). With ``kv_shared`` only K is stored: h_kv·d_k·element_bytes. When the
+    graph shows what the code writes to its cache (``cached_width``, e.g. a
+    compressed latent), that width is used instead.
     """
+    if layout.cached_width is not None:
+        return layout.cached_width * element_bytes
     k = layout.num_kv_heads * layout.head_dim
     v = 0 if layout.kv_shared else layout.num_kv_heads * layout.v_head_dim
     return (k + v) * element_bytes

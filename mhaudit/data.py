@@ -120,6 +120,9 @@ class Layout:
     """True when K and V read the same projection output."""
     core_count: int = 1
     """Attention cores merged into this block (per-head modules give h cores)."""
+    cached_width: int | None = None
+    """Elements per position the code writes to its KV cache (K and V, or the latent
+    they are expanded from); None when the traced forward wrote no cache."""
 
 
 @dataclass(frozen=True)

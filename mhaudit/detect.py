@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from torch import fx, nn
 
+from mhaudit.cache import cached_elements_per_position
 from mhaudit.cores import Core, find_cores
 from mhaudit.data import Layout, Projection
 from mhaudit.features import same_tokens_source
@@ -92,6 +93,9 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         o=o_role,
         kv_shared=kv_shared,
         core_count=len(drafts),
+        cached_width=cached_elements_per_position(
+            (first.k, first.v), traced.params, batch * first.seq_len_kv
+        ),
     )
 
 

@@ -131,3 +131,28 @@ def tokens(node: fx.Node) -> int:
     """Rows of a feature-last tensor: numel / last dim."""
     dims = shape(node)
     return math.prod(dims[:-1]) if dims else 0
+
+
+FRESH_OPS = frozenset(
+    {"new_empty", "new_zeros", "new_ones", "new_full", "empty_like", "zeros_like", "ones_like",
+     "full_like", "empty", "zeros", "ones", "full", "empty_strided", "new_empty_strided"}
+)
+"""Ops that allocate a buffer: its contents come from later in-place writes, not its inputs."""
+_WRITE_VIEWS = frozenset({"slice", "narrow", "select", "view", "alias"})
+
+
+def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
+    """(view of ``buffer``, value copied into it) for each in-place ``copy_`` into it."""
+    found: list[tuple[fx.Node, fx.Node]] = []
+    frontier = [buffer]
+    for _ in range(3):
+        nxt: list[fx.Node] = []
+        for node in frontier:
+            for user in node.users:
+                name = op_name(user)
+                if name == "copy" and user.args[0] is node and isinstance(user.args[1], fx.Node):
+                    found.append((node, user.args[1]))
+                elif name in _WRITE_VIEWS and user.args and user.args[0] is node:
+                    nxt.append(user)
+        frontier = nxt
+    return found

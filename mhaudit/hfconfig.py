@@ -116,8 +116,6 @@ def load_hf_config(
     place = torch.device(device) if device is not None else contextlib.nullcontext()
     try:
         config = transformers.AutoConfig.for_model(data["model_type"], **fields)
-        if hasattr(config, "use_cache"):
-            config.use_cache = False  # a forward pass, not generation: no cache object out
         with place:
             model = _build(transformers, data, config)
             kwargs = _example_kwargs(model, config, batch_size, seq_len)

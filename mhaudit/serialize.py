@@ -73,6 +73,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         "scale": lay.scale,
         "kv_shared": lay.kv_shared,
         "core_count": lay.core_count,
+        "cached_width": lay.cached_width,
         "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
         "params": {
             "q": par.q,

@@ -10,10 +10,12 @@ from mhaudit.cores import is_activation_matmul
 from mhaudit.features import backward_axis, carried_width
 from mhaudit.graphs import (
     EXPAND_OPS,
+    FRESH_OPS,
     NORM_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     VIEW_OPS,
+    in_place_writes,
     numel,
     op_name,
     param_root,
@@ -69,12 +71,6 @@ _Part = tuple[ProjectionOp, tuple[fx.Node, ...], int]
 """A projection, the path from the walked node back to it, and its head-dim share (0: all)."""
 
 _BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS
-_FRESH_OPS = frozenset(
-    {"new_empty", "new_zeros", "new_ones", "new_full", "empty_like", "zeros_like", "ones_like",
-     "full_like", "empty", "zeros", "ones", "full", "empty_strided", "new_empty_strided"}
-)
-"""Ops that allocate a buffer: its contents come from later in-place writes, not its inputs."""
-_WRITE_VIEWS = frozenset({"slice", "narrow", "select", "view", "alias"})
 _CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
     {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
      "native_layer_norm", "getitem", "cat"}
@@ -263,7 +259,7 @@ class _Walk:
         if is_activation_matmul(node, self.w.params) and node is not self.operand:
             return ()
         name = op_name(node)
-        if name in _FRESH_OPS:
+        if name in FRESH_OPS:
             return self._written(node, axis, depth)
         inputs = [i for i in tensor_inputs(node)
                   if param_root(i, self.w.params) is None and i.op != "get_attr"]
@@ -285,7 +281,7 @@ class _Walk:
         """Parts of a fresh buffer filled by ``copy_`` into its slices (a cat written in place)."""
         joined: list[_Part] = []
         best: tuple[_Part, ...] = ()
-        for view, value in _writes(buffer):
+        for view, value in in_place_writes(buffer):
             size = shape(view)
             whole = shape(buffer)
             split = [a for a in range(len(size)) if len(size) == len(whole) and size[a] != whole[a]]
@@ -296,23 +292,6 @@ class _Walk:
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
-
-
-def _writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
-    """(view of ``buffer``, value copied into it) for each in-place ``copy_`` into it."""
-    found: list[tuple[fx.Node, fx.Node]] = []
-    frontier = [buffer]
-    for _ in range(3):
-        nxt: list[fx.Node] = []
-        for node in frontier:
-            for user in node.users:
-                name = op_name(user)
-                if name == "copy" and user.args[0] is node and isinstance(user.args[1], fx.Node):
-                    found.append((node, user.args[1]))
-                elif name in _WRITE_VIEWS and user.args and user.args[0] is node:
-                    nxt.append(user)
-        frontier = nxt
-    return found
 
 
 def _cat_dim(node: fx.Node) -> int | None:

@@ -261,3 +261,30 @@ def test_factorised_projection_flops_follow_their_weights() -> None:
                                             block.layout.o) if p is not None)
     flops = block.flops
     assert flops.q_proj + flops.k_proj + flops.v_proj + flops.o_proj == 2 * rows * weights
+
+
+def test_kv_cache_counts_what_the_code_caches() -> None:
+    from mhaudit.api import audit as run_audit
+
+    mla = tf.DeepseekV3Config(
+        hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, vocab_size=100,
+        n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+    )
+    gqa = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    with torch.device("meta"):
+        ids = torch.zeros(2, 16, dtype=torch.long)
+        deepseek, llama = tf.DeepseekV3Model(mla), tf.LlamaModel(gqa)
+        uncached = tf.LlamaModel(tf.LlamaConfig(**{**gqa.to_dict(), "use_cache": False}))
+    # MLA caches the normed latent (kv_lora_rank 32) and the shared rope key (8): 40 per token
+    block = run_audit(deepseek, (ids,)).blocks[0]
+    assert block.layout.cached_width == 32 + 8
+    assert block.memory.kv_cache_bytes_per_token == 40 * 2  # bf16
+    # GQA caches K and V per KV head: 2 heads · (16 + 16) = 64 per token
+    assert run_audit(llama, (ids,)).blocks[0].layout.cached_width == 2 * (16 + 16)
+    # without a cache in the forward, the figure comes from the layout: the same 64
+    plain = run_audit(uncached, (ids,)).blocks[0]
+    assert plain.layout.cached_width is None
+    assert plain.memory.kv_cache_bytes_per_token == 64 * 2
