@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.formulas import FormulaInputError, expand_einsum
 from mhaudit.graphs import (
     MATMUL_OPS,
+    SDPA_IS_CAUSAL_INDEX,
     SDPA_OPS,
     SOFTMAX_OPS,
     arg,
@@ -55,15 +57,6 @@ _PROB_OPS = frozenset(
      "_assert_tensor_metadata", "expand"}
 )
 _CAUSAL_OPS = frozenset({"tril", "triu", "le", "lt", "ge", "gt"})
-# SDPA variants: index of ``is_causal`` in their positional arguments.
-_IS_CAUSAL_INDEX = {
-    "scaled_dot_product_attention": 5,
-    "_scaled_dot_product_flash_attention": 4,
-    "_scaled_dot_product_flash_attention_for_cpu": 4,
-    "_scaled_dot_product_efficient_attention": 6,
-    "_scaled_dot_product_cudnn_attention": 6,
-    "_scaled_dot_product_fused_attention_overrideable": 5,
-}
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
@@ -115,7 +108,7 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         output = picks[0]
     mask = arg(node, 3, "attn_mask") if name == "scaled_dot_product_attention" else None
     mask = mask if mask is not None else node.kwargs.get("attn_bias", node.kwargs.get("attn_mask"))
-    is_causal = bool(arg(node, _IS_CAUSAL_INDEX.get(name, 5), "is_causal", False))
+    is_causal = bool(arg(node, SDPA_IS_CAUSAL_INDEX.get(name, 5), "is_causal", False))
     masks = (mask,) if isinstance(mask, fx.Node) else ()
     d_k = shape(q)[-1]
     scale = node.kwargs.get("scale")
@@ -273,40 +266,16 @@ def _context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, in
 
 
 def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]:
-    """Subscript letters to sizes, the operands' subscripts and the output's.
-
-    An ellipsis becomes one digit per broadcast dim, aligned from the right
-    (``...qhd`` on a 5-d operand reads ``01qhd``).
-    """
-    equation = str(node.args[0]).replace(" ", "")
-    operands = _matmul_operands(node)
+    """Subscript letters to sizes, the operands' subscripts and the output's."""
+    equation = str(node.args[0])
     if "->" not in equation:
         return None, [], ""
-    lhs, output = equation.split("->")
-    inputs = lhs.split(",")
-    if len(inputs) != len(operands):
+    try:
+        inputs, output, sizes = expand_einsum(
+            equation, [shape(o) for o in _matmul_operands(node)]
+        )
+    except FormulaInputError:
         return None, [], ""
-    spans = [len(shape(o)) - (len(t) - 3) for t, o in zip(inputs, operands, strict=True)
-             if "..." in t]
-    span = max(spans, default=0)
-    if span < 0 or span > 10:
-        return None, [], ""
-    digits = "0123456789"[:span]
-
-    def expand(term: str, rank: int | None) -> str:
-        if "..." not in term:
-            return term
-        width = span if rank is None else rank - (len(term) - 3)
-        return term.replace("...", digits[span - width:] if width else "")
-
-    inputs = [expand(t, len(shape(o))) for t, o in zip(inputs, operands, strict=True)]
-    output = expand(output, None)
-    sizes: dict[str, int] = {}
-    for letters, operand in zip(inputs, operands, strict=True):
-        if len(letters) != len(shape(operand)):
-            return None, [], ""
-        for letter, size in zip(letters, shape(operand), strict=True):
-            sizes[letter] = max(size, sizes.get(letter, 1))
     return sizes, inputs, output
 
 

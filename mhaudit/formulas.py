@@ -197,19 +197,21 @@ def attention_flops(
 _EINSUM_SPEC = re.compile(r"^[A-Za-z.,\->\s]*$")
 
 
-def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
-    """FLOPs of an einsum contracted left to right, pair by pair (torch's default order).
+def expand_einsum(
+    equation: str, shapes: Sequence[Shape]
+) -> tuple[list[str], str, dict[str, int]]:
+    """The operands' and output's subscripts with ``...`` spelled out, and index sizes.
 
-    Each pairwise step costs 2 × the product of every index size it touches when
-    it sums an index away, else 1 × that product (an elementwise or outer product).
-    A single operand costs its element count when it sums, else 0 (a permutation).
-    Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
+    Each ellipsis dim becomes its own letter, aligned from the right; an implicit
+    output is the broadcast dims then the indices used once, sorted (torch's rule).
     """
     lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
     if len(terms) != len(shapes) or not _EINSUM_SPEC.match(equation):
         raise FormulaInputError(f"einsum {equation!r} does not fit {len(shapes)} operands")
     n_ell = max(len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes, strict=True))
+    if n_ell < 0:
+        raise FormulaInputError(f"einsum {equation!r} has more indices than dims")
     ell = "".join(chr(0x100 + i) for i in range(n_ell))  # one letter per ellipsis dim
     sizes: dict[str, int] = {}
     expanded: list[str] = []
@@ -223,6 +225,18 @@ def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
     joined = "".join(expanded)
     once = sorted(c for c in set(joined) - set(ell) if joined.count(c) == 1)
     out = rhs.replace("...", ell) if arrow else ell + "".join(once)
+    return expanded, out, sizes
+
+
+def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
+    """FLOPs of an einsum contracted left to right, pair by pair (torch's default order).
+
+    Each pairwise step costs 2 × the product of every index size it touches when
+    it sums an index away, else 1 × that product (an elementwise or outer product).
+    A single operand costs its element count when it sums, else 0 (a permutation).
+    Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
+    """
+    expanded, out, sizes = expand_einsum(equation, shapes)
 
     def volume(indices: set[str]) -> int:
         return math.prod(sizes[i] for i in indices)

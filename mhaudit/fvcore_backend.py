@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from mhaudit.errors import ConfigError
+from mhaudit.trace import output_tensors
 
 FVCORE_FLOPS_PER_COUNT = 2
 """fvcore counts one multiply-add as one "flop" (it reports MACs); mhaudit FLOPs are 2 per MAC."""
@@ -30,17 +31,6 @@ class FvcoreFlops:
     to the number of calls; fvcore counts them as zero, so this is its coverage gap."""
 
 
-def _tensor_leaves(value: Any) -> list[torch.Tensor]:
-    """Every tensor inside nested tuples, lists and mappings (model outputs); caches dropped."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensor_leaves(item)]
-    return []
-
-
 class _Bound(nn.Module):
     """Calls ``module`` with tensor kwargs as trailing positional inputs and fixed non-tensors."""
 
@@ -55,7 +45,7 @@ class _Bound(nn.Module):
     def forward(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
         kwargs = dict(zip(self.tensor_keys, inputs[self.n_args:], strict=True))
         out = self.module(*inputs[: self.n_args], **kwargs, **self.constants)
-        return tuple(_tensor_leaves(out))
+        return tuple(output_tensors(out))
 
 
 def fvcore_flops(

@@ -10,16 +10,16 @@ from typing import Any
 import torch
 from torch import fx
 
-SDPA_OPS = frozenset(
-    {
-        "scaled_dot_product_attention",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_fused_attention_overrideable",
-    }
-)
+SDPA_IS_CAUSAL_INDEX: dict[str, int] = {
+    "scaled_dot_product_attention": 5,
+    "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_efficient_attention": 6,
+    "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_fused_attention_overrideable": 5,
+}
+"""The SDPA op variants, each with the position of ``is_causal`` in its arguments."""
+SDPA_OPS = frozenset(SDPA_IS_CAUSAL_INDEX)
 SOFTMAX_OPS = frozenset({"softmax", "_softmax", "_safe_softmax"})
 MATMUL_OPS = frozenset({"matmul", "bmm", "mm", "einsum", "baddbmm"})
 PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"})
@@ -54,6 +54,12 @@ def op_name(node: fx.Node) -> str:
     name = str(packet.__name__) if packet is not None else str(getattr(target, "__name__", target))
     # In-place variants (div_, mul_, detach_) compute what their out-of-place op does.
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def innermost_module(node: fx.Node) -> str:
+    """Qualified name (as traced) of the innermost module that ran ``node``; ``""`` if none."""
+    stack = node.meta.get("nn_module_stack")
+    return str(list(stack.values())[-1][0]) if stack else ""
 
 
 def val(node: Any) -> torch.Tensor | None:

@@ -16,6 +16,7 @@ from mhaudit.graphs import (
     SOFTMAX_OPS,
     VIEW_OPS,
     in_place_writes,
+    innermost_module,
     numel,
     op_name,
     param_root,
@@ -184,8 +185,8 @@ class SourceWalker:
         if found is not None and depth < 3:
             up, path = found
             width = carried_width(list(path)) or 0
-            parent = _module(proj.matmul).rpartition(".")[0]
-            inside = not parent or _module(up.matmul).startswith(parent + ".")
+            parent = innermost_module(proj.matmul).rpartition(".")[0]
+            inside = not parent or innermost_module(up.matmul).startswith(parent + ".")
             if inside and 0 < width < min(up.in_width, proj.out_width):
                 result = (Source(up, up.node, width, upstream=self._upstream(up, depth + 1)),)
         self._chains[proj.node] = result
@@ -298,11 +299,6 @@ def _cat_dim(node: fx.Node) -> int | None:
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     rank = len(shape(node))
     return dim % rank if isinstance(dim, int) and rank else None
-
-
-def _module(node: fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack")
-    return str(list(stack.values())[-1][0]) if stack else ""
 
 
 def _added_bias(path: list[fx.Node], params: dict[str, str], proj: ProjectionOp) -> int:

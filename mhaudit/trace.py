@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 from torch import fx, nn
 
 from mhaudit.errors import TraceError, first_line
+from mhaudit.graphs import innermost_module
 
 _WRAPPER = "m"
 
@@ -33,11 +34,7 @@ class TracedGraph:
 
     def module_path(self, node: fx.Node) -> str:
         """Qualified name of the innermost module that ran ``node`` (``""`` for the root)."""
-        stack = node.meta.get("nn_module_stack")
-        if not stack:
-            return ""
-        path = str(list(stack.values())[-1][0])
-        return strip_wrapper(path)
+        return strip_wrapper(innermost_module(node))
 
 
 def strip_wrapper(path: str) -> str:
@@ -64,20 +61,21 @@ class _FlatOutputs(nn.Module):
         self.m = model
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-        return tuple(_tensors(self.m(*args, **kwargs)))
+        return tuple(output_tensors(self.m(*args, **kwargs)))
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
+def output_tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a model output (nested tuples, lists, mappings); caches dropped."""
     if isinstance(value, torch.Tensor):
         yield value
-    elif isinstance(value, dict):
+    elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _tensors(item)
+            yield from output_tensors(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _tensors(item)
+            yield from output_tensors(item)
     elif hasattr(value, "to_tuple"):
-        yield from _tensors(value.to_tuple())
+        yield from output_tensors(value.to_tuple())
 
 
 def _export(strict: bool) -> Tracer:

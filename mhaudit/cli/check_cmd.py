@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from mhaudit.api import AuditOptions, audit_target
+from mhaudit.api import AuditOptions
 from mhaudit.budget import evaluate, load_baseline, load_budget, metric_values, write_baseline
 from mhaudit.ci_formats import (
     budget_to_dict,
@@ -20,6 +20,7 @@ from mhaudit.ci_formats import (
     verdict,
 )
 from mhaudit.cli.common import (
+    audit_quietly,
     errors_to_exit,
     model_options,
     options_from,
@@ -28,7 +29,6 @@ from mhaudit.cli.common import (
     write_output,
 )
 from mhaudit.errors import ConfigError
-from mhaudit.load import quiet_stdout
 
 FORMATS = ("table", "json", "github", "junit", "markdown")
 
@@ -64,8 +64,7 @@ def check_command(target: str, budget_path: Path | None, baseline: Path | None,
         previous = load_baseline(baseline) if baseline is not None and not update_baseline else None
         rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, **options_from(params))
-        with quiet_stdout():
-            report = audit_target(target, options)
+        report = audit_quietly(target, options)
         outcome = evaluate(report, budget, previous)
         data = {**report.to_dict(), "budget": budget_to_dict(outcome, metric_values(report))}
         if fmt == "json":

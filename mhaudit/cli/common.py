@@ -6,7 +6,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -14,6 +14,10 @@ from mhaudit.atomic import write_text_atomic
 from mhaudit.devices import PROFILES, parse_device
 from mhaudit.errors import MhauditError
 from mhaudit.rules import RuleConfig, load_config
+
+if TYPE_CHECKING:
+    from mhaudit.api import AuditOptions
+    from mhaudit.data import Report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -132,6 +136,15 @@ def stderr_progress() -> Callable[[int, int], None]:
             click.echo(f"measured {total} forwards", err=True)
 
     return show
+
+
+def audit_quietly(target: str, options: AuditOptions) -> Report:
+    """Audit ``target`` with prints from the user's model kept off stdout."""
+    from mhaudit.api import audit_target
+    from mhaudit.load import quiet_stdout
+
+    with quiet_stdout():
+        return audit_target(target, options)
 
 
 def fail(error: MhauditError) -> NoReturn:

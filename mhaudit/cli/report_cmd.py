@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from mhaudit.api import AuditOptions, audit_target
+from mhaudit.api import AuditOptions
 from mhaudit.budget import failing_findings
 from mhaudit.cli.common import (
+    audit_quietly,
     errors_to_exit,
     model_options,
     options_from,
@@ -18,7 +19,6 @@ from mhaudit.cli.common import (
     stderr_progress,
     write_output,
 )
-from mhaudit.load import quiet_stdout
 from mhaudit.render import RENDERERS, render
 
 
@@ -45,8 +45,7 @@ def report_command(target: str, fmt: str, output: Path | None, fail_on: str, rep
         rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, repeats=repeats,
                                progress=stderr_progress(), **options_from(params))
-        with quiet_stdout():
-            result = audit_target(target, options)
+        result = audit_quietly(target, options)
         write_output(render(result, fmt), output)
     if failing_findings(result.flags, fail_on):
         raise SystemExit(1)

@@ -10,11 +10,10 @@ from typing import Any
 import click
 from tabulate import tabulate
 
-from mhaudit.cli.common import fail, write_output
+from mhaudit.cli.common import audit_quietly, fail, write_output
 from mhaudit.data import AttentionBlock
 from mhaudit.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.errors import ConfigError, MhauditError
-from mhaudit.load import quiet_stdout
 from mhaudit.render.units import seconds
 from mhaudit.rules.units import fmt_bytes, fmt_si
 from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
@@ -81,11 +80,10 @@ def _pick_block(
 
 
 def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> LayoutSpec:
-    from mhaudit.api import AuditOptions, audit_target
+    from mhaudit.api import AuditOptions
 
     given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu") if opts[k] is not None}
-    with quiet_stdout():
-        report = audit_target(target, AuditOptions(**given))
+    report = audit_quietly(target, AuditOptions(**given))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
     changes = {k: opts[k] for k in ("implementation", "causal") if opts[k] is not None}
