@@ -13,13 +13,13 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from mhaudit.api import AuditOptions, audit, audit_target
-    from mhaudit.gate import check
+    from mhaudit.gate.check import check
 
 _LAZY = {
     "audit": "mhaudit.api",
     "audit_target": "mhaudit.api",
     "AuditOptions": "mhaudit.api",
-    "check": "mhaudit.gate",
+    "check": "mhaudit.gate.check",
 }
 
 __all__ = ["AuditOptions", "__version__", "audit", "audit_target", "check"]

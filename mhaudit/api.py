@@ -11,28 +11,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.blockcost import block_bytes_moved, block_flops, block_memory, roofline
-from mhaudit.count import count
+from mhaudit.cost.builder import build_block
+from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
+from mhaudit.cost.fvcore_backend import fvcore_flops
+from mhaudit.cost.graph import graph_flops, peak_activation_bytes
+from mhaudit.cost.measure import Progress, measure
+from mhaudit.cost.scaling import project
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
-    Layout,
     ModelInfo,
     Report,
-    TargetEstimate,
     Totals,
 )
-from mhaudit.detect import detect
-from mhaudit.devices import (
-    DEFAULT_GPU,
-    GpuProfile,
-    canonical_dtype,
-    dtype_bytes,
-    get_profile,
-    parse_device,
-)
+from mhaudit.detect.blocks import detect
 from mhaudit.errors import ConfigError
-from mhaudit.fold import (
+from mhaudit.load.device import parse_device
+from mhaudit.load.target import LoadedModel, infer_inputs, load_target, normalize_inputs
+from mhaudit.render.grouping import group_blocks
+from mhaudit.rules import RuleConfig, RuleContext, evaluate
+from mhaudit.trace.export import TracedGraph, trace
+from mhaudit.trace.fold import (
     FoldedList,
     describe,
     expand_layouts,
@@ -40,15 +39,6 @@ from mhaudit.fold import (
     folded,
     node_weight,
 )
-from mhaudit.fvcore_backend import fvcore_flops
-from mhaudit.graphcost import graph_flops, peak_activation_bytes
-from mhaudit.kernels import block_kernel
-from mhaudit.load import LoadedModel, infer_inputs, load_target, normalize_inputs
-from mhaudit.measure import Progress, measure
-from mhaudit.rules import RuleConfig, RuleContext, evaluate
-from mhaudit.scaling import project
-from mhaudit.summarize import group_blocks
-from mhaudit.trace import TracedGraph, trace
 
 
 @dataclass(frozen=True)
@@ -187,29 +177,6 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
         measured_peak_memory_bytes=result.peak_memory_bytes,
     )
     return replace(report, totals=totals, measurement=result)
-
-
-def build_block(layout: Layout, dtype: str, profile: GpuProfile) -> AttentionBlock:
-    """Count and cost one block, and estimate how it runs on the target."""
-    kernel = block_kernel(layout, dtype, profile)
-    e = dtype_bytes(dtype)
-    memory = block_memory(layout, e, kernel.materializes_scores, kernel.score_element_bytes)
-    flops = block_flops(layout)
-    moved = block_bytes_moved(
-        layout, e, kernel.materializes_scores, kernel.score_element_bytes
-    )
-    target = TargetEstimate(
-        gpu=profile.key,
-        gpu_name=profile.name,
-        dtype=dtype,
-        kernel=kernel.backend,
-        kernel_head_dim=kernel.kernel_dim,
-        padding_waste=kernel.padding_waste,
-        materializes_scores=kernel.materializes_scores,
-        reason=kernel.reason,
-        roofline=roofline(flops.total, moved, profile),
-    )
-    return AttentionBlock(layout, count(layout), flops, memory, target=target)
 
 
 def assemble(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from mhaudit.budget import parse_budget
 from mhaudit.data import GateOutcome, Severity
-from mhaudit.gate import BaselineSpec, check
+from mhaudit.gate.budget import parse_budget
+from mhaudit.gate.check import BaselineSpec, check
 
 if TYPE_CHECKING:
     from torch import nn

@@ -10,22 +10,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mhaudit.blockcost import (
+from mhaudit.cost.block import (
     block_bytes_moved,
     block_flops,
     block_memory,
     causal_pairs,
     roofline,
 )
-from mhaudit.count import count
+from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.cost.kernels import block_kernel, padding_waste, target_flash_kernel
 from mhaudit.data import AttentionBlock, Layout, Projection
-from mhaudit.devices import GpuProfile, canonical_dtype, dtype_bytes, parse_device
+from mhaudit.detect.params import count
 from mhaudit.errors import ConfigError
-from mhaudit.kernels import block_kernel, padding_waste, target_flash_kernel
+from mhaudit.load.device import parse_device
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
 from mhaudit.rules.engine import check_block
-from mhaudit.rules.units import divisors, reduced_kv_heads
+from mhaudit.rules.heads import divisors, reduced_kv_heads
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from mhaudit.blockcost import (
+from mhaudit.cost.block import (
     SCORE_PASSES,
     block_bytes_moved,
     block_flops,
@@ -15,9 +15,9 @@ from mhaudit.blockcost import (
     kv_bytes_per_position,
     roofline,
 )
+from mhaudit.cost.devices import get_profile
+from mhaudit.cost.formulas import SOFTMAX_FLOPS_PER_ELEMENT
 from mhaudit.data import Layout, Projection
-from mhaudit.devices import get_profile
-from mhaudit.formulas import SOFTMAX_FLOPS_PER_ELEMENT
 
 
 def _proj(name: str, d_in: int, d_out: int, bias: bool) -> Projection:

@@ -10,7 +10,17 @@ from typing import Any
 
 import pytest
 
-from mhaudit.budget import (
+from mhaudit.data import (
+    BudgetLimit,
+    Finding,
+    GateOutcome,
+    ModelInfo,
+    Report,
+    Severity,
+    Totals,
+)
+from mhaudit.errors import ConfigError
+from mhaudit.gate.budget import (
     METRICS,
     Budget,
     evaluate_metrics,
@@ -25,16 +35,6 @@ from mhaudit.budget import (
     report_findings,
     write_baseline,
 )
-from mhaudit.data import (
-    BudgetLimit,
-    Finding,
-    GateOutcome,
-    ModelInfo,
-    Report,
-    Severity,
-    Totals,
-)
-from mhaudit.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "ci"
 

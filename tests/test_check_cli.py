@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from mhaudit.cli.check_cmd import check_command
 from mhaudit.errors import ConfigError
-from mhaudit.gate import check
+from mhaudit.gate.check import check
 from mhaudit.testing import assert_within_budget
 
 MODEL = '''

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mhaudit.budget import evaluate_metrics, parse_budget
-from mhaudit.ci_formats import (
+from mhaudit.data import Finding, GateOutcome, Severity
+from mhaudit.gate.budget import evaluate_metrics, parse_budget
+from mhaudit.render.ci import (
     budget_to_dict,
     format_value,
     render_github,
@@ -24,7 +25,6 @@ from mhaudit.ci_formats import (
     render_markdown,
     render_table,
 )
-from mhaudit.data import Finding, GateOutcome, Severity
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -160,6 +160,6 @@ def test_format_value(metric: str, value: float | None, text: str) -> None:
 
 
 def test_renderers_do_not_import_torch() -> None:
-    code = "import sys, mhaudit.ci_formats, mhaudit.budget; print('torch' in sys.modules)"
+    code = "import sys, mhaudit.render.ci, mhaudit.gate.budget; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -6,9 +6,9 @@ import pytest
 import torch
 from fixtures.zoo import CASES, Case
 
-from mhaudit.detect import detect
-from mhaudit.load import normalize_inputs
-from mhaudit.trace import trace
+from mhaudit.detect.blocks import detect
+from mhaudit.load.target import normalize_inputs
+from mhaudit.trace.export import trace
 
 
 def _layouts(case: Case) -> list:

@@ -8,8 +8,8 @@ from torch import nn
 from transformers import GPTNeoConfig, GPTNeoModel, LlamaConfig, LlamaModel
 
 from mhaudit.api import audit
-from mhaudit.fold import find_lists, folded
-from mhaudit.serialize import block_to_dict
+from mhaudit.render.serialize import block_to_dict
+from mhaudit.trace.fold import find_lists, folded
 
 
 def _compare(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mhaudit.formulas import (
+from mhaudit.cost.formulas import (
     REGISTRY,
     SOFTMAX_FLOPS_PER_ELEMENT,
     FormulaInputError,

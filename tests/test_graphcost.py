@@ -13,8 +13,8 @@ from torch import Tensor, nn
 from torch.export import ExportedProgram
 from torch.utils.flop_counter import FlopCounterMode
 
-from mhaudit.formulas import softmax_flops
-from mhaudit.graphcost import (
+from mhaudit.cost.formulas import softmax_flops
+from mhaudit.cost.graph import (
     GraphFlops,
     exported_param_names,
     graph_flops,

@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch import nn
 
-from mhaudit.count import count
 from mhaudit.data import Layout
-from mhaudit.detect import detect
-from mhaudit.trace import trace
+from mhaudit.detect.blocks import detect
+from mhaudit.detect.params import count
+from mhaudit.trace.export import trace
 
 tf = pytest.importorskip("transformers")
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mhaudit.data import Layout
-from mhaudit.devices import get_profile
-from mhaudit.errors import ConfigError
-from mhaudit.kernels import (
+from mhaudit.cost.devices import get_profile
+from mhaudit.cost.kernels import (
     block_kernel,
     flash_kernel_dim,
     padding_waste,
@@ -15,6 +13,8 @@ from mhaudit.kernels import (
     target_flash_kernel,
     tensor_core_alignment,
 )
+from mhaudit.data import Layout
+from mhaudit.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from mhaudit.api import audit
+from mhaudit.cost.measure import measure
 from mhaudit.errors import ConfigError
-from mhaudit.measure import measure
 
 
 class _Block(nn.Module):

@@ -21,10 +21,10 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from mhaudit.count import count
 from mhaudit.data import Layout
-from mhaudit.detect import detect
-from mhaudit.trace import trace
+from mhaudit.detect.blocks import detect
+from mhaudit.detect.params import count
+from mhaudit.trace.export import trace
 
 Core = Literal["sdpa", "matmul", "einsum"]
 Repeat = Literal["none", "repeat_interleave", "expand", "gqa"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mhaudit.blockcost import block_flops, block_memory
-from mhaudit.count import count
+from mhaudit.cost.block import block_flops, block_memory
 from mhaudit.data import AttentionBlock, Finding, Layout, Projection, Severity
+from mhaudit.detect.params import count
 from mhaudit.rules import REGISTRY, RuleConfig, RuleContext, check_block, evaluate
 
 H100 = RuleContext.for_target("h100", "bfloat16")

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from mhaudit.cli.rules_cmd import rules
 from mhaudit.cli.whatif_cmd import whatif as whatif_command
+from mhaudit.cost.devices import get_profile
 from mhaudit.data import Report
-from mhaudit.devices import get_profile
 from mhaudit.errors import ConfigError
 from mhaudit.whatif import LayoutSpec, layout_for, measure_block_ms, plot_whatif, whatif
 

@@ -10,15 +10,6 @@ from typing import Any
 import click
 
 from mhaudit.api import AuditOptions
-from mhaudit.budget import evaluate, load_baseline, load_budget, metric_values, write_baseline
-from mhaudit.ci_formats import (
-    budget_to_dict,
-    render_github,
-    render_junit,
-    render_markdown,
-    render_table,
-    verdict,
-)
 from mhaudit.cli.common import (
     audit_quietly,
     errors_to_exit,
@@ -29,6 +20,15 @@ from mhaudit.cli.common import (
     write_output,
 )
 from mhaudit.errors import ConfigError
+from mhaudit.gate.budget import evaluate, load_baseline, load_budget, metric_values, write_baseline
+from mhaudit.render.ci import (
+    budget_to_dict,
+    render_github,
+    render_junit,
+    render_markdown,
+    render_table,
+    verdict,
+)
 
 FORMATS = ("table", "json", "github", "junit", "markdown")
 

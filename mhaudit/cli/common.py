@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from mhaudit.atomic import write_text_atomic
-from mhaudit.devices import PROFILES, parse_device
+from mhaudit.cost.devices import PROFILES
 from mhaudit.errors import MhauditError
+from mhaudit.load.device import parse_device
 from mhaudit.rules import RuleConfig, load_config
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def stderr_progress() -> Callable[[int, int], None]:
 def audit_quietly(target: str, options: AuditOptions) -> Report:
     """Audit ``target`` with prints from the user's model kept off stdout."""
     from mhaudit.api import audit_target
-    from mhaudit.load import quiet_stdout
+    from mhaudit.load.target import quiet_stdout
 
     with quiet_stdout():
         return audit_target(target, options)

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from mhaudit.api import AuditOptions
-from mhaudit.budget import failing_findings
 from mhaudit.cli.common import (
     audit_quietly,
     errors_to_exit,
@@ -19,6 +18,7 @@ from mhaudit.cli.common import (
     stderr_progress,
     write_output,
 )
+from mhaudit.gate.budget import failing_findings
 from mhaudit.render import RENDERERS, render
 
 

@@ -11,11 +11,11 @@ import click
 from tabulate import tabulate
 
 from mhaudit.cli.common import audit_quietly, fail, write_output
+from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
-from mhaudit.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.errors import ConfigError, MhauditError
 from mhaudit.render.units import seconds
-from mhaudit.rules.units import fmt_bytes, fmt_si
+from mhaudit.rules.heads import fmt_bytes, fmt_si
 from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from mhaudit.cost.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.data import AttentionBlock, Finding, Severity
-from mhaudit.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
 
 CODE_PATTERN = re.compile(r"^MHA\d{3}$")
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$")

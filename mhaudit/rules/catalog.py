@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from mhaudit.data import AttentionBlock, Finding, Severity
-from mhaudit.kernels import (
+from mhaudit.cost.kernels import (
     FA2_HEAD_DIMS,
     block_kernel,
     flash_head_dims,
@@ -12,8 +11,9 @@ from mhaudit.kernels import (
     sdpa_backend,
     target_flash_kernel,
 )
+from mhaudit.data import AttentionBlock, Finding, Severity
 from mhaudit.rules.base import REGISTRY, RuleContext, Threshold
-from mhaudit.rules.units import divisors, fmt_bytes, fmt_si, heads_hint, reduced_kv_heads
+from mhaudit.rules.heads import divisors, fmt_bytes, fmt_si, heads_hint, reduced_kv_heads
 
 _TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 

@@ -13,7 +13,7 @@ import torch
 from torch import fx, nn
 
 from mhaudit.errors import TraceError, first_line
-from mhaudit.graphs import innermost_module
+from mhaudit.trace.graphs import innermost_module
 
 _WRAPPER = "m"
 

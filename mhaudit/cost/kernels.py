@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mhaudit.cost.devices import HALF_DTYPES, GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import Layout
-from mhaudit.devices import HALF_DTYPES, GpuProfile, canonical_dtype, dtype_bytes
 
 FA2_HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 192, 256)
 """Head dims FlashAttention 2 compiles kernels for (flash_api.cpp, static_switch.h)."""

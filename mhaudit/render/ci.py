@@ -8,7 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity
-from mhaudit.serialize import finding_to_dict
+from mhaudit.render.serialize import finding_to_dict
 
 _UNITS = {
     "flops": "FLOP",

@@ -18,9 +18,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from mhaudit.atomic import write_text_atomic
-from mhaudit.ci_formats import format_value
 from mhaudit.data import BudgetLimit, BudgetResult, Finding, GateOutcome, Report, Severity
 from mhaudit.errors import ConfigError
+from mhaudit.render.ci import format_value
 
 METRIC_KEYS: dict[str, str] = {
     "max_params": "params_total",

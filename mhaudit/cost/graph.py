@@ -12,8 +12,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
-from mhaudit.data import Coverage
-from mhaudit.formulas import (
+from mhaudit.cost.formulas import (
     FormulaInputError,
     OpCall,
     TensorArg,
@@ -22,6 +21,7 @@ from mhaudit.formulas import (
     lookup,
     op_names,
 )
+from mhaudit.data import Coverage
 
 ALIAS_OPS: frozenset[str] = frozenset(op_names(
     "aten", "view _unsafe_view view_as transpose t permute expand expand_as slice select narrow "

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from mhaudit.trace.einsum import EinsumError, expand_einsum
 
 # FLOPs here are floating-point operations counted as 2 per multiply-add; every
 # formula counts the dense work and ignores padding, masking and bias adds unless
@@ -194,40 +195,6 @@ def attention_flops(
     return scores + context + softmax
 
 
-_EINSUM_SPEC = re.compile(r"^[A-Za-z.,\->\s]*$")
-
-
-def expand_einsum(
-    equation: str, shapes: Sequence[Shape]
-) -> tuple[list[str], str, dict[str, int]]:
-    """The operands' and output's subscripts with ``...`` spelled out, and index sizes.
-
-    Each ellipsis dim becomes its own letter, aligned from the right; an implicit
-    output is the broadcast dims then the indices used once, sorted (torch's rule).
-    """
-    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(shapes) or not _EINSUM_SPEC.match(equation):
-        raise FormulaInputError(f"einsum {equation!r} does not fit {len(shapes)} operands")
-    n_ell = max(len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes, strict=True))
-    if n_ell < 0:
-        raise FormulaInputError(f"einsum {equation!r} has more indices than dims")
-    ell = "".join(chr(0x100 + i) for i in range(n_ell))  # one letter per ellipsis dim
-    sizes: dict[str, int] = {}
-    expanded: list[str] = []
-    for term, shape in zip(terms, shapes, strict=True):
-        term = term.replace("...", ell[n_ell - len(shape) + len(term.replace("...", "")):])
-        if len(term) != len(shape):
-            raise FormulaInputError(f"einsum term {term!r} does not fit shape {shape}")
-        for index, extent in zip(term, shape, strict=True):
-            sizes[index] = max(sizes.get(index, 1), extent)
-        expanded.append(term)
-    joined = "".join(expanded)
-    once = sorted(c for c in set(joined) - set(ell) if joined.count(c) == 1)
-    out = rhs.replace("...", ell) if arrow else ell + "".join(once)
-    return expanded, out, sizes
-
-
 def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
     """FLOPs of an einsum contracted left to right, pair by pair (torch's default order).
 
@@ -236,7 +203,10 @@ def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
     A single operand costs its element count when it sums, else 0 (a permutation).
     Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
     """
-    expanded, out, sizes = expand_einsum(equation, shapes)
+    try:
+        expanded, out, sizes = expand_einsum(equation, shapes)
+    except EinsumError as error:
+        raise FormulaInputError(str(error)) from error
 
     def volume(indices: set[str]) -> int:
         return math.prod(sizes[i] for i in indices)

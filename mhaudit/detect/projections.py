@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.graphs import (
+from mhaudit.trace.graphs import (
     PROJECTION_OPS,
     VIEW_OPS,
     numel,

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from mhaudit.data import AttentionBlock, BlockGroup
-from mhaudit.serialize import block_to_dict
+from mhaudit.render.serialize import block_to_dict
 
 
 def _signature(block: AttentionBlock) -> str:

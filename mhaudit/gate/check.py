@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mhaudit.budget import (
+from mhaudit.data import GateOutcome, Report
+from mhaudit.errors import ConfigError
+from mhaudit.gate.budget import (
     METRICS,
     Budget,
     evaluate,
@@ -16,8 +18,6 @@ from mhaudit.budget import (
     metric_values_from_dict,
     parse_budget,
 )
-from mhaudit.data import GateOutcome, Report
-from mhaudit.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch import nn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import fx
 
-from mhaudit.graphs import (
+from mhaudit.trace.graphs import (
     FRESH_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,

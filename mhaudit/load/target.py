@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.devices import parse_device
 from mhaudit.errors import LoadError, first_line
+from mhaudit.load.device import parse_device
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def infer_input_from_shape(model: nn.Module, shape: tuple[int, ...]) -> torch.Te
 def _load_hf_config(
     path: Path, target: str, device: str, batch_size: int, seq_len: int
 ) -> LoadedModel:
-    from mhaudit.hfconfig import load_hf_config
+    from mhaudit.load.hfconfig import load_hf_config
 
     if not path.is_file():
         raise LoadError(f"config file {path} does not exist", "Check the path.")

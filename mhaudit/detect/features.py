@@ -6,7 +6,7 @@ import math
 
 from torch import fx
 
-from mhaudit.graphs import EXPAND_OPS, arg, op_name, shape
+from mhaudit.trace.graphs import EXPAND_OPS, arg, op_name, shape
 
 _RESHAPE_OPS = frozenset(
     {"view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 from torch import fx, nn
 
-from mhaudit.cache import cached_elements_per_position
-from mhaudit.cores import Core, find_cores
 from mhaudit.data import Layout, Projection
-from mhaudit.features import same_tokens_source
-from mhaudit.graphs import shape, tokens
-from mhaudit.projections import ProjectionOp, canonical_input, find_output_projection
-from mhaudit.sources import Source, SourceWalker
-from mhaudit.trace import TracedGraph
+from mhaudit.detect.cores import Core, find_cores
+from mhaudit.detect.features import same_tokens_source
+from mhaudit.detect.kv_cache import cached_elements_per_position
+from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.sources import Source, SourceWalker
+from mhaudit.trace.export import TracedGraph
+from mhaudit.trace.graphs import shape, tokens
 
 _ROLES = ("q", "k", "v")
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.cores import is_activation_matmul
-from mhaudit.features import backward_axis, carried_width
-from mhaudit.graphs import (
+from mhaudit.detect.cores import is_activation_matmul
+from mhaudit.detect.features import backward_axis, carried_width
+from mhaudit.detect.projections import ProjectionOp, as_projection
+from mhaudit.trace.graphs import (
     EXPAND_OPS,
     FRESH_OPS,
     NORM_OPS,
@@ -23,7 +24,6 @@ from mhaudit.graphs import (
     shape,
     tensor_inputs,
 )
-from mhaudit.projections import ProjectionOp, as_projection
 
 _MAX_VISITS = 400
 _MAX_DEPTH = 200

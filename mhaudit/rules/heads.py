@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mhaudit.kernels import FA2_HEAD_DIMS
+from mhaudit.cost.kernels import FA2_HEAD_DIMS
 from mhaudit.render.units import nbytes as fmt_bytes
 from mhaudit.render.units import si as fmt_si
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mhaudit.blockcost import block_flops, block_memory
+from mhaudit.cost.block import block_flops, block_memory
 from mhaudit.data import AttentionBlock, Layout, ScalingPoint
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from mhaudit.errors import ConfigError
-from mhaudit.trace import output_tensors
+from mhaudit.trace.export import output_tensors
 
 FVCORE_FLOPS_PER_COUNT = 2
 """fvcore counts one multiply-add as one "flop" (it reports MACs); mhaudit FLOPs are 2 per MAC."""

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.formulas import FormulaInputError, expand_einsum
-from mhaudit.graphs import (
+from mhaudit.trace.einsum import EinsumError, expand_einsum
+from mhaudit.trace.graphs import (
     MATMUL_OPS,
     SDPA_IS_CAUSAL_INDEX,
     SDPA_OPS,
@@ -274,7 +274,7 @@ def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]
         inputs, output, sizes = expand_einsum(
             equation, [shape(o) for o in _matmul_operands(node)]
         )
-    except FormulaInputError:
+    except EinsumError:
         return None, [], ""
     return sizes, inputs, output
 

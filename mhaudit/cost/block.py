@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from mhaudit.cost.devices import GpuProfile
+from mhaudit.cost.formulas import SOFTMAX_FLOPS_PER_ELEMENT, matmul_flops, softmax_flops
 from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Roofline
-from mhaudit.devices import GpuProfile
-from mhaudit.formulas import SOFTMAX_FLOPS_PER_ELEMENT, matmul_flops, softmax_flops
 
 # Every figure here is for one forward pass at the layout's (b, n_q, n_kv). The
 # Layout describes the whole block: num_heads and the projection widths already

@@ -1,0 +1,57 @@
+"""The data model: frozen dataclasses that every stage takes and returns.
+
+One import point for users (``from mhaudit.data import Report``); the classes live in
+one module per stage: ``findings``, ``layout``, ``costs``, ``report`` and ``gate``.
+
+Units live in names. ``flops`` always means floating-point operations counted
+as 2 per multiply-add (dense work, bias adds excluded unless a field says so);
+fields ending in ``_bytes`` are bytes; ``params`` are element counts.
+"""
+
+from __future__ import annotations
+
+from mhaudit.data.costs import (
+    BlockMemory,
+    FlopBreakdown,
+    Measurement,
+    Roofline,
+    ScalingPoint,
+    TargetEstimate,
+    Timing,
+)
+from mhaudit.data.findings import Finding, Severity
+from mhaudit.data.gate import BudgetLimit, BudgetResult, GateOutcome
+from mhaudit.data.layout import Deviation, Layout, ParamBreakdown, Projection
+from mhaudit.data.report import (
+    AttentionBlock,
+    BlockGroup,
+    Coverage,
+    ModelInfo,
+    Report,
+    Totals,
+)
+
+__all__ = [
+    "AttentionBlock",
+    "BlockGroup",
+    "BlockMemory",
+    "BudgetLimit",
+    "BudgetResult",
+    "Coverage",
+    "Deviation",
+    "Finding",
+    "FlopBreakdown",
+    "GateOutcome",
+    "Layout",
+    "Measurement",
+    "ModelInfo",
+    "ParamBreakdown",
+    "Projection",
+    "Report",
+    "Roofline",
+    "ScalingPoint",
+    "Severity",
+    "TargetEstimate",
+    "Timing",
+    "Totals",
+]

@@ -1,0 +1,59 @@
+"""The CI gate's budget lines, results and verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mhaudit.data.findings import Finding, Severity
+
+
+@dataclass(frozen=True)
+class BudgetLimit:
+    """One budget line: a metric, its limit and how a breach counts."""
+
+    metric: str
+    """Report metric, e.g. ``params_total`` or ``kv_cache_bytes_per_token``."""
+    limit: float
+    """Largest allowed value (absolute)."""
+    severity: Severity = Severity.ERROR
+    """ERROR fails the gate; WARNING is reported only."""
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """The outcome of checking one metric against its budget or baseline."""
+
+    metric: str
+    actual: float | None
+    """The measured value; None when the report has no such figure."""
+    limit: float | None
+    """The absolute limit, or the baseline value times the allowed growth."""
+    baseline: float | None
+    """The baseline value, when a baseline was given."""
+    severity: Severity
+    passed: bool
+    message: str
+    """One sentence with metric, limit, actual and delta."""
+
+    @property
+    def delta_percent(self) -> float | None:
+        """Growth over the baseline in percent, when both exist."""
+        if self.actual is None or not self.baseline:
+            return None
+        return 100.0 * (self.actual - self.baseline) / self.baseline
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The CI gate's verdict: budget results plus the flags that failed it."""
+
+    results: tuple[BudgetResult, ...]
+    failing_flags: tuple[Finding, ...]
+    fail_on: str
+    """``"error"``, ``"warning"`` or ``"never"``."""
+
+    @property
+    def passed(self) -> bool:
+        """True when no error-severity budget failed and no flag failed the gate."""
+        budget_ok = all(r.passed or r.severity is not Severity.ERROR for r in self.results)
+        return budget_ok and not self.failing_flags

@@ -1,0 +1,132 @@
+"""What detection reads from the graph: projections, layouts and their parameter breakdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One of the Q, K, V or O projections of a block, as the graph shows it."""
+
+    module: str
+    """Qualified name of the module that owns the weight (``""`` for the root)."""
+    weight: str
+    """Qualified name of the weight parameter."""
+    in_features: int
+    """Input width of the projection."""
+    out_features: int
+    """Output width used by this role (a slice of a fused weight)."""
+    fused_width: int
+    """Full output width of the weight; larger than ``out_features`` when fused."""
+    weight_params: int
+    """Weight elements attributed to this role."""
+    bias_params: int
+    """Bias elements attributed to this role (0 without a bias)."""
+    rank: int = 0
+    """Bottleneck width of a low-rank factorised projection (x → r → out through a
+    down- and an up-projection, norms between); 0 when the role is one matrix."""
+
+    @property
+    def fused(self) -> bool:
+        """True when this role uses a slice of a wider (fused) weight."""
+        return self.fused_width != self.out_features
+
+    @property
+    def params(self) -> int:
+        """Weight plus bias elements."""
+        return self.weight_params + self.bias_params
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the graph says an attention block computes (shapes, not costs)."""
+
+    name: str
+    """Qualified name of the smallest module containing all projections."""
+    module_type: str
+    """Class name of that module."""
+    kind: str
+    """``"self"`` or ``"cross"``."""
+    implementation: str
+    """``"sdpa"`` (fused kernel op) or ``"eager"`` (explicit softmax(QKᵀ)V)."""
+    d_model: int
+    """Input width of the Q projection."""
+    num_heads: int
+    """Query heads h."""
+    num_kv_heads: int
+    """Key/value heads h_kv (h for MHA, 1 for MQA, between for GQA)."""
+    head_dim: int
+    """Query/key head dim d_k."""
+    v_head_dim: int
+    """Value head dim d_v."""
+    batch_size: int
+    """Batch size b at the audited shape."""
+    seq_len_q: int
+    """Query positions n_q at the audited shape."""
+    seq_len_kv: int
+    """Key/value positions n_kv at the audited shape."""
+    d_out: int
+    """Output width of the O projection (d_model when absent)."""
+    causal: bool | None
+    """True for a causal mask, False for none, None when unknown."""
+    scale: float | None
+    """Softmax scale applied to QKᵀ, when the graph shows one."""
+    q: Projection | None
+    k: Projection | None
+    v: Projection | None
+    o: Projection | None
+    kv_shared: bool = False
+    """True when K and V read the same projection output."""
+    core_count: int = 1
+    """Attention cores merged into this block (per-head modules give h cores)."""
+    cached_width: int | None = None
+    """Elements per position the code writes to its KV cache (K and V, or the latent
+    they are expanded from); None when the traced forward wrote no cache."""
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """One explained difference between the textbook count and the real one."""
+
+    reason: str
+    """Plain-language cause, e.g. ``GQA (8 KV heads of 64) saves ...``."""
+    params: int
+    """Signed parameter difference this cause accounts for."""
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    """Parameter counts of one block against the textbook 4·d² (+ biases)."""
+
+    q: int
+    k: int
+    v: int
+    o: int
+    q_bias: int
+    k_bias: int
+    v_bias: int
+    o_bias: int
+    textbook: int
+    """4·d_model² plus d_model for each bias the layout has."""
+    formula: int
+    """d·h·d_k + 2·d_kv·h_kv·d_k·… for the actual layout, from the derived shape."""
+    formula_text: str
+    """The formula with numbers, e.g. ``64·8·8 + 2·64·8·8 + 8·8·64 + 4·64``."""
+    deviations: tuple[Deviation, ...]
+    """Why ``total`` differs from ``textbook``; the params add up exactly."""
+
+    @property
+    def total(self) -> int:
+        """q + k + v + o (each weight plus bias)."""
+        return self.q + self.k + self.v + self.o
+
+    @property
+    def delta(self) -> int:
+        """total - textbook: what the deviations add up to."""
+        return self.total - self.textbook
+
+    @property
+    def num_biases(self) -> int:
+        """How many of Q, K, V and O have a bias."""
+        return sum(1 for b in (self.q_bias, self.k_bias, self.v_bias, self.o_bias) if b)
