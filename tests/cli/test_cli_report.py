@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from mhaudit.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXTBOOK = str(ROOT / "examples" / "textbook_mha.py")
 
 

@@ -26,7 +26,7 @@ from mhaudit.render.ci import (
     render_table,
 )
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 # d = 96 against a d = 64 baseline: 4·96² + 4·96 = 37,248 vs 16,640 parameters.
 BASELINE: dict[str, float | None] = {

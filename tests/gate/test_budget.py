@@ -36,7 +36,7 @@ from mhaudit.gate.budget import (
     write_baseline,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "ci"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ci"
 
 # The seed textbook model: d = 64, h = 8 -> 4·64² + 4·64 = 16,640 parameters.
 TEXTBOOK: dict[str, float | None] = {

@@ -15,8 +15,8 @@ from mhaudit.api import audit
 from mhaudit.data import Report
 from mhaudit.render import RENDERERS, render
 
-ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 EXAMPLES = ("textbook_mha", "llama_gqa", "encoder_decoder")
 SUFFIX = {"table": "txt", "markdown": "md", "json": "json"}
 
