@@ -115,7 +115,7 @@ def audit(
         args, kwargs = normalize_inputs(example_inputs)
     loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
                          inputs_inferred=example_inputs is None)
-    return run(loaded, opts)
+    return audit_loaded(loaded, opts)
 
 
 def audit_target(target: str, options: AuditOptions | None = None, **overrides: Any) -> Report:
@@ -129,10 +129,10 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
         seq_len=opts.seq_len,
         input_shape=opts.input_shape,
     )
-    return run(loaded, opts)
+    return audit_loaded(loaded, opts)
 
 
-def run(loaded: LoadedModel, opts: AuditOptions) -> Report:
+def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     """Trace, detect, count, cost and check one loaded model."""
     folding = folded(loaded.module) if opts.fold else contextlib.nullcontext(())
     with folding as plans:
@@ -143,7 +143,7 @@ def run(loaded: LoadedModel, opts: AuditOptions) -> Report:
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
-    report = assemble(loaded, traced, blocks, dtype, opts, plans)
+    report = build_report(loaded, traced, blocks, dtype, opts, plans)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == "fvcore":
@@ -179,7 +179,7 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
     return replace(report, totals=totals, measurement=result)
 
 
-def assemble(
+def build_report(
     loaded: LoadedModel,
     traced: TracedGraph,
     blocks: Sequence[AttentionBlock],
@@ -218,7 +218,7 @@ def assemble(
             peak_activation_bytes(traced.graph, excluded), traced, dtype
         ),
     )
-    flags = tuple(f for b in blocks for f in b.flags)
+    flags = tuple(f for b in blocks for f in b.findings)
     coverage = Coverage(
         ops_without_formula=dict(costs.ops_without_formula),
         untraced_modules=untraced_modules(model, traced, plans),

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def breaches(outcome: GateOutcome) -> list[str]:
     """One line per error-severity budget breach and per flag that failed the gate."""
     lines = [r.message for r in outcome.results if not r.passed and r.severity is Severity.ERROR]
-    for flag in outcome.failing_flags:
+    for flag in outcome.failing_findings:
         where = f" ({flag.block})" if flag.block is not None else ""
         lines.append(f"{flag.code} {flag.name}{where} [{flag.severity.value}]: {flag.message}")
     return lines

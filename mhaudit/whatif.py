@@ -181,7 +181,8 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
     if flops.causal_total is not None and not choice.materializes_scores:
         work = flops.causal_total
         kept = causal_pairs(lay.seq_len_q, lay.seq_len_kv) / (lay.seq_len_q * lay.seq_len_kv)
-    padded = core * kept * (choice.kernel_dim / lay.head_dim - 1) if choice.kernel_dim else 0
+    kernel_dim = choice.kernel_head_dim
+    padded = core * kept * (kernel_dim / lay.head_dim - 1) if kernel_dim else 0
     moved = block_bytes_moved(lay, e, choice.materializes_scores, choice.score_element_bytes)
     roof = roofline(work + int(padded), moved, ctx.profile)
     flash = target_flash_kernel(lay.head_dim, ctx.profile)

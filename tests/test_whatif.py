@@ -159,7 +159,7 @@ def test_whatif_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_rules import make_block
+    from fixtures.blocks import make_block
 
     block = make_block(heads=8, head_dim=80, name="layers.0.attn", seq=64)
     seen: dict[str, Any] = {}

@@ -47,5 +47,5 @@ def report_command(target: str, fmt: str, output: Path | None, fail_on: str, rep
                                progress=stderr_progress(), **options_from(params))
         result = audit_quietly(target, options)
         write_output(render(result, fmt), output)
-    if failing_findings(result.flags, fail_on):
+    if failing_findings(result.findings, fail_on):
         raise SystemExit(1)

@@ -20,7 +20,7 @@ def _projection_flops(projection: Projection | None, rows: int) -> int:
     """
     if projection is None:
         return 0
-    if projection.rank:
+    if projection.low_rank_width:
         return 2 * rows * projection.weight_params
     return matmul_flops(rows, projection.in_features, projection.out_features)
 

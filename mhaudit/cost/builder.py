@@ -23,7 +23,7 @@ def build_block(layout: Layout, dtype: str, profile: GpuProfile) -> AttentionBlo
         gpu_name=profile.name,
         dtype=dtype,
         kernel=kernel.backend,
-        kernel_head_dim=kernel.kernel_dim,
+        kernel_head_dim=kernel.kernel_head_dim,
         padding_waste=kernel.padding_waste,
         materializes_scores=kernel.materializes_scores,
         reason=kernel.reason,

@@ -22,7 +22,7 @@ class KernelChoice:
 
     backend: str
     """One of ``cudnn``, ``flash``, ``mem_efficient``, ``math`` or ``eager``."""
-    kernel_dim: int | None
+    kernel_head_dim: int | None
     """Compiled head dim the kernel runs; None when the kernel has no fixed sizes."""
     padding_waste: float
     """Fraction of the head-dim work spent on padding (0 when none)."""
@@ -50,11 +50,11 @@ def flash_kernel_dim(d_k: int, version: int) -> int | None:
     return next((dim for dim in flash_head_dims(version) if dim >= d_k), None)
 
 
-def padding_waste(d_k: int, kernel_dim: int | None) -> float:
-    """Fraction of a ``kernel_dim`` kernel's head-dim work that pads ``d_k``."""
-    if kernel_dim is None or kernel_dim <= d_k:
+def padding_waste(d_k: int, kernel_head_dim: int | None) -> float:
+    """Fraction of a ``kernel_head_dim`` kernel's head-dim work that pads ``d_k``."""
+    if kernel_head_dim is None or kernel_head_dim <= d_k:
         return 0.0
-    return 1.0 - d_k / kernel_dim
+    return 1.0 - d_k / kernel_head_dim
 
 
 def tensor_core_alignment(dtype_name: str) -> int:

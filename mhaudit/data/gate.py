@@ -48,7 +48,7 @@ class GateOutcome:
     """The CI gate's verdict: budget results plus the flags that failed it."""
 
     results: tuple[BudgetResult, ...]
-    failing_flags: tuple[Finding, ...]
+    failing_findings: tuple[Finding, ...]
     fail_on: str
     """``"error"``, ``"warning"`` or ``"never"``."""
 
@@ -56,4 +56,4 @@ class GateOutcome:
     def passed(self) -> bool:
         """True when no error-severity budget failed and no flag failed the gate."""
         budget_ok = all(r.passed or r.severity is not Severity.ERROR for r in self.results)
-        return budget_ok and not self.failing_flags
+        return budget_ok and not self.failing_findings

@@ -23,7 +23,7 @@ class Projection:
     """Weight elements attributed to this role."""
     bias_params: int
     """Bias elements attributed to this role (0 without a bias)."""
-    rank: int = 0
+    low_rank_width: int = 0
     """Bottleneck width of a low-rank factorised projection (x → r → out through a
     down- and an up-projection, norms between); 0 when the role is one matrix."""
 

@@ -24,7 +24,7 @@ class AttentionBlock:
     params: ParamBreakdown
     flops: FlopBreakdown
     memory: BlockMemory
-    flags: tuple[Finding, ...] = ()
+    findings: tuple[Finding, ...] = ()
     target: TargetEstimate | None = None
     """Kernel and roofline estimate on the target GPU."""
 
@@ -113,7 +113,7 @@ class Report:
     model: ModelInfo
     blocks: tuple[AttentionBlock, ...]
     totals: Totals
-    flags: tuple[Finding, ...] = ()
+    findings: tuple[Finding, ...] = ()
     """Every finding, block findings included (each names its block; None for the model)."""
     coverage: Coverage = field(default_factory=Coverage)
     groups: tuple[BlockGroup, ...] = ()

@@ -196,7 +196,7 @@ def _projection(
         fused_width=op.out_width,
         weight_params=weight,
         bias_params=bias,
-        rank=rank,
+        low_rank_width=rank,
     )
 
 
@@ -218,7 +218,7 @@ def _merge(parts: list[tuple[Projection, bool]]) -> Projection | None:
         fused_width=sum(p.fused_width for p in main),
         weight_params=sum(p.weight_params for p in every),
         bias_params=sum(p.bias_params for p in every),
-        rank=max(p.rank for p in main),
+        low_rank_width=max(p.low_rank_width for p in main),
     )
 
 

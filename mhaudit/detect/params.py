@@ -80,7 +80,7 @@ def actual_shape(layout: Layout) -> _Shape:
         bias=tuple(p is not None and p.bias_params > 0 for p in roles),  # type: ignore[arg-type]
         kv_shared=layout.kv_shared,
         o_extra=layout.o.in_features - layout.num_heads * layout.v_head_dim if layout.o else 0,
-        low_rank=tuple(p.params if p is not None and p.rank else None for p in roles),  # type: ignore[arg-type]
+        low_rank=tuple(p.params if p is not None and p.low_rank_width else None for p in roles),  # type: ignore[arg-type]
     )
 
 

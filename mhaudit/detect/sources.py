@@ -71,11 +71,11 @@ class Source:
 _Part = tuple[ProjectionOp, tuple[fx.Node, ...], int]
 """A projection, the path from the walked node back to it, and its head-dim share (0: all)."""
 
-_BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS
+_BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS | {"embedding"}
 _CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
     {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
      "native_layer_norm", "getitem", "cat"}
-)) - {"embedding"} - EXPAND_OPS
+)) - EXPAND_OPS
 """Ops allowed between the two matrices of a factorised projection: views, casts, norms."""
 
 

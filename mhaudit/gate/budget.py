@@ -348,7 +348,7 @@ def failing_findings(findings: Iterable[Finding], fail_on: str) -> tuple[Finding
 def report_findings(report: Report) -> tuple[Finding, ...]:
     """Every finding in a report (model flags, then block flags), each once."""
     seen: dict[tuple[str, str | None, str, str], Finding] = {}
-    for f in (*report.flags, *(f for block in report.blocks for f in block.flags)):
+    for f in (*report.findings, *(f for block in report.blocks for f in block.findings)):
         seen.setdefault((f.code, f.block, f.severity.value, f.message), f)
     return tuple(seen.values())
 

@@ -68,7 +68,7 @@ def verdict(outcome: GateOutcome) -> str:
     if warned:
         parts.append(f"{len(warned)} warning(s)")
     if outcome.fail_on != "never":
-        parts.append(f"{len(outcome.failing_flags)} flag(s) at or above {outcome.fail_on}")
+        parts.append(f"{len(outcome.failing_findings)} flag(s) at or above {outcome.fail_on}")
     return f"{'PASS' if outcome.passed else 'FAIL'}: {', '.join(parts)}"
 
 
@@ -92,9 +92,9 @@ def render_table(outcome: GateOutcome, *, title: str | None = None) -> str:
     breaches = _breaches(outcome)
     if breaches:
         lines += ["", "Over budget:"] + [f"  {r.severity.value}: {r.message}" for r in breaches]
-    if outcome.failing_flags:
+    if outcome.failing_findings:
         lines += ["", f"Flags at or above {outcome.fail_on}:"]
-        lines += [f"  {_flag_line(f)}" for f in outcome.failing_flags]
+        lines += [f"  {_flag_line(f)}" for f in outcome.failing_findings]
     lines += ["", verdict(outcome)] if lines and lines[-1] else [verdict(outcome)]
     return "\n".join(lines) + "\n"
 
@@ -117,7 +117,7 @@ def render_github(outcome: GateOutcome) -> str:
         f"::{_escape_data(r.message)}"
         for r in _breaches(outcome)
     ]
-    for flag in outcome.failing_flags:
+    for flag in outcome.failing_findings:
         title = _escape_property(f"mhaudit {flag.code} {flag.name}")
         text = _flag_line(flag) + (f" Fix: {flag.fix}" if flag.fix else "")
         lines.append(f"::{_COMMANDS[flag.severity]} title={title}::{_escape_data(text)}")
@@ -147,9 +147,10 @@ def render_markdown(outcome: GateOutcome, *, title: str = "mhaudit budget") -> s
     breaches = _breaches(outcome)
     if breaches:
         lines += ["**Over budget**", ""] + [f"- {r.message}" for r in breaches] + [""]
-    if outcome.failing_flags:
+    if outcome.failing_findings:
         lines += [f"**Flags at or above `{outcome.fail_on}`**", ""]
-        lines += [f"- `{f.code}` {_flag_line(f)[len(f.code) + 1:]}" for f in outcome.failing_flags]
+        lines += [f"- `{f.code}` {_flag_line(f)[len(f.code) + 1:]}"
+                  for f in outcome.failing_findings]
         lines.append("")
     lines.append(verdict(outcome))
     return "\n".join(lines) + "\n"
@@ -173,16 +174,16 @@ def render_junit(outcome: GateOutcome, *, suite: str = "mhaudit") -> str:
     budget.set("failures", str(failures))
     budget.set("errors", "0")
     flags = ET.SubElement(root, "testsuite", name=f"{suite}.flags")
-    for flag in outcome.failing_flags:
+    for flag in outcome.failing_findings:
         name = f"{flag.code} {flag.name}" + (f" ({flag.block})" if flag.block is not None else "")
         case = ET.SubElement(flags, "testcase", classname=f"{suite}.flags", name=name)
         failure = ET.SubElement(case, "failure", message=flag.message, type=flag.severity.value)
         failure.text = f"{flag.message}\nFix: {flag.fix}" if flag.fix else flag.message
-    flags.set("tests", str(len(outcome.failing_flags)))
-    flags.set("failures", str(len(outcome.failing_flags)))
+    flags.set("tests", str(len(outcome.failing_findings)))
+    flags.set("failures", str(len(outcome.failing_findings)))
     flags.set("errors", "0")
-    root.set("tests", str(len(outcome.results) + len(outcome.failing_flags)))
-    root.set("failures", str(failures + len(outcome.failing_flags)))
+    root.set("tests", str(len(outcome.results) + len(outcome.failing_findings)))
+    root.set("failures", str(failures + len(outcome.failing_findings)))
     root.set("errors", "0")
     ET.indent(root)
     body = ET.tostring(root, encoding="unicode")
@@ -209,7 +210,7 @@ def budget_to_dict(
             }
             for r in outcome.results
         ],
-        "failing_flags": [finding_to_dict(f) for f in outcome.failing_flags],
+        "failing_flags": [finding_to_dict(f) for f in outcome.failing_findings],
     }
     if metrics is not None:
         data["metrics"] = dict(metrics)

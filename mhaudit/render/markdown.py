@@ -37,7 +37,7 @@ def render_markdown(report: Report) -> str:
     if targets:
         out += ["", "### Target", "", targets[0], ""]
         out.extend(f"- {line.strip()}" for line in targets[1:])
-    if report.flags:
+    if report.findings:
         out += ["", "### Flags", ""]
         lines = flag_lines(report)
         for finding_line, fix_line in zip(lines[::2], lines[1::2], strict=True):

@@ -48,7 +48,7 @@ def _projection(p: Projection | None) -> dict[str, Any] | None:
         "fused": p.fused,
         "weight_params": p.weight_params,
         "bias_params": p.bias_params,
-        "rank": p.rank,
+        "rank": p.low_rank_width,
     }
 
 
@@ -107,7 +107,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
             "kv_cache_bytes_per_token": mem.kv_cache_bytes_per_token,
             "kv_cache_bytes": mem.kv_cache_bytes,
         },
-        "flags": [finding_to_dict(f) for f in block.flags],
+        "flags": [finding_to_dict(f) for f in block.findings],
         "target": None if block.target is None else target_to_dict(block.target),
     }
 
@@ -205,7 +205,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "measured_peak_memory_bytes": totals.measured_peak_memory_bytes,
             "latency_ms": totals.latency_ms,
         },
-        "flags": [finding_to_dict(f) for f in report.flags],
+        "flags": [finding_to_dict(f) for f in report.findings],
         "coverage": {
             "ops_without_formula": dict(report.coverage.ops_without_formula),
             "untraced_modules": list(report.coverage.untraced_modules),

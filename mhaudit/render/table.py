@@ -38,7 +38,7 @@ def block_rows(report: Report) -> list[list[str]]:
             units.si(b.flops.total),
             units.nbytes(b.memory.scores_bytes) if b.memory.scores_bytes is not None else "—",
             units.nbytes(b.memory.kv_cache_bytes_per_token),
-            ",".join(f.code for f in b.flags) or "—",
+            ",".join(f.code for f in b.findings) or "—",
         ])
     return rows
 
@@ -104,9 +104,9 @@ def flag_lines(report: Report) -> list[str]:
     """Each finding with its fix; a repeated layer's findings appear once for the group."""
     lines = []
     items: list[tuple[str | None, Finding]] = [
-        (_group_label(g), f) for g in report.groups for f in g.block.flags
+        (_group_label(g), f) for g in report.groups for f in g.block.findings
     ]
-    items += [(None, f) for f in report.flags if f.block is None]
+    items += [(None, f) for f in report.findings if f.block is None]
     for label, f in items:
         where = f" {label}" if label is not None else ""
         lines.append(f"{f.code} {f.severity.value}{where}: {f.message}")
@@ -198,7 +198,7 @@ def render_table(report: Report) -> str:
     if targets:
         out.extend(targets)
         out.append("")
-    if report.flags:
+    if report.findings:
         out.append("Flags:")
         out.extend(flag_lines(report))
         out.append("")

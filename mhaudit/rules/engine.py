@@ -30,6 +30,6 @@ def evaluate(
     codes = set(REGISTRY.codes())
     out = []
     for block in blocks:
-        kept = tuple(f for f in block.flags if f.code not in codes)
-        out.append(replace(block, flags=kept + check_block(block, ctx, config)))
+        kept = tuple(f for f in block.findings if f.code not in codes)
+        out.append(replace(block, findings=kept + check_block(block, ctx, config)))
     return tuple(out)

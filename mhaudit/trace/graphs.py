@@ -26,8 +26,9 @@ PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"})
 NORM_OPS = frozenset(
     {"layer_norm", "native_layer_norm", "rms_norm", "group_norm", "native_group_norm",
      "batch_norm",
-     "_native_batch_norm_legit_no_training", "embedding"}
+     "_native_batch_norm_legit_no_training"}
 )
+"""Normalisations: they act on each position's features without mixing positions."""
 VIEW_OPS = frozenset(
     {
         "view", "_unsafe_view", "reshape", "transpose", "t", "permute", "contiguous", "clone",

@@ -53,7 +53,7 @@ def test_tensor_core_alignment() -> None:
 
 def test_flash_on_a100_pads_80_to_96() -> None:
     choice = sdpa_backend(80, 80, "bfloat16", get_profile("a100"))
-    assert (choice.backend, choice.kernel_dim) == ("flash", 96)
+    assert (choice.backend, choice.kernel_head_dim) == ("flash", 96)
     assert choice.padding_waste == pytest.approx(1 / 6)
     assert not choice.materializes_scores
 
@@ -100,7 +100,7 @@ def test_different_v_head_dim_rules_out_flash() -> None:
 def test_amd_gets_a_fused_kernel_without_padding_model() -> None:
     choice = sdpa_backend(128, 128, "bf16", get_profile("mi300x"))
     assert choice.backend == "flash"
-    assert choice.kernel_dim is None
+    assert choice.kernel_head_dim is None
     assert target_flash_kernel(128, get_profile("mi300x")) is None
 
 

@@ -94,8 +94,8 @@ def test_deepseek_latent_attention_counts_every_projection_once(
     # V: kv_b's v half 2,048; O: 4,096
     assert block.params.q == (6_144 if q_lora_rank is None else 3_840)
     assert (block.params.k, block.params.v, block.params.o) == (4_608, 2_048, 4_096)
-    assert lay.k is not None and lay.k.rank == 32 and lay.k.in_features == 64
-    assert lay.q is not None and lay.q.rank == (q_lora_rank or 0)
+    assert lay.k is not None and lay.k.low_rank_width == 32 and lay.k.in_features == 64
+    assert lay.q is not None and lay.q.low_rank_width == (q_lora_rank or 0)
     _explained(block)
     # textbook 4·64² = 16,384; h·d_k = 96: +8,192; d_v = 16: −4,096 → 20,480 as full matrices;
     # the factorised Q/K/V hold the rest: 16,896 − 20,480 = −3,584 (or 14,592 − 20,480)
@@ -135,7 +135,7 @@ def test_feature_axis_cat_attributes_each_part_to_its_own_projection() -> None:
     # K = k_main 1,024 + k_shared 128; total 1,536 + 1,152 + 1,536 + 1,536 = 5,760
     assert (block.params.q, block.params.k, block.params.v, block.params.o) == (
         1_536, 1_152, 1_536, 1_536)
-    assert lay.k is not None and lay.k.rank == 0
+    assert lay.k is not None and lay.k.low_rank_width == 0
 
 
 class _LinearInput(nn.Module):
@@ -157,7 +157,8 @@ def test_a_wider_input_projection_is_not_a_low_rank_factor() -> None:
     block = report.blocks[0]
     # nn.MultiheadAttention(64, 4): 4·64² + 4·64 = 16,640; inp (16 → 64) is not counted
     assert block.params.total == 16_640
-    assert all(p is None or p.rank == 0 for p in (block.layout.q, block.layout.k, block.layout.v))
+    lay = block.layout
+    assert all(p is None or p.low_rank_width == 0 for p in (lay.q, lay.k, lay.v))
     _explained(block)
 
 

@@ -3,41 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.blocks import make_block
 
-from mhaudit.cost.block import block_flops, block_memory
-from mhaudit.data import AttentionBlock, Finding, Layout, Projection, Severity
-from mhaudit.detect.params import count
+from mhaudit.data import AttentionBlock, Finding, Severity
 from mhaudit.rules import REGISTRY, RuleConfig, RuleContext, check_block, evaluate
 
 H100 = RuleContext.for_target("h100", "bfloat16")
-
-
-def make_block(
-    *, heads: int = 8, head_dim: int = 64, kv_heads: int | None = None, d_model: int | None = None,
-    v_head_dim: int | None = None, implementation: str = "sdpa", kind: str = "self",
-    causal: bool | None = False, batch: int = 1, seq: int = 128, fused: bool = True,
-    element_bytes: int = 2, name: str = "attn",
-) -> AttentionBlock:
-    """A block built from Layout values, costed with the real formulas."""
-    h_kv = kv_heads or heads
-    d = d_model or heads * head_dim
-    d_v = v_head_dim or head_dim
-    widths = (heads * head_dim, h_kv * head_dim, h_kv * d_v)
-
-    def proj(role: str, d_in: int, out: int) -> Projection:
-        weight = f"{name}.qkv.weight" if fused and role != "o" else f"{name}.{role}.weight"
-        full = sum(widths) if fused and role != "o" else out
-        return Projection(weight.rsplit(".", 1)[0], weight, d_in, out, full, d_in * out, 0)
-
-    layout = Layout(
-        name=name, module_type="Attention", kind=kind, implementation=implementation, d_model=d,
-        num_heads=heads, num_kv_heads=h_kv, head_dim=head_dim, v_head_dim=d_v, batch_size=batch,
-        seq_len_q=seq, seq_len_kv=seq, d_out=d, causal=causal, scale=head_dim**-0.5,
-        q=proj("q", d, widths[0]), k=proj("k", d, widths[1]), v=proj("v", d, widths[2]),
-        o=proj("o", heads * d_v, d),
-    )
-    return AttentionBlock(layout, count(layout), block_flops(layout),
-                          block_memory(layout, element_bytes, implementation == "eager"))
 
 
 def codes(block: AttentionBlock, ctx: RuleContext = H100,
@@ -253,7 +224,7 @@ def test_every_finding_has_numbers_and_a_fix() -> None:
     ctx = RuleContext.for_target("h100", "bf16", tensor_parallel=8)
     seen = set()
     for block in evaluate(blocks, ctx):
-        for flag in block.flags:
+        for flag in block.findings:
             seen.add(flag.code)
             assert flag.numbers and flag.fix and flag.block == block.name
             assert any(ch.isdigit() for ch in flag.message)
@@ -267,10 +238,10 @@ def test_evaluate_fills_flags_and_is_idempotent() -> None:
     other = Finding("COV001", "coverage", Severity.INFO, "x", "y")
     from dataclasses import replace
 
-    once = evaluate([replace(block, flags=(other,))], H100)
+    once = evaluate([replace(block, findings=(other,))], H100)
     twice = evaluate(once, H100)
     assert once == twice
-    assert [f.code for f in once[0].flags] == ["COV001", "MHA004", "MHA005"]
+    assert [f.code for f in once[0].findings] == ["COV001", "MHA004", "MHA005"]
 
 
 def test_select_and_ignore_by_prefix() -> None:
@@ -298,6 +269,6 @@ def test_suppression_by_module_pattern() -> None:
     enc = make_block(head_dim=8, name="encoder.layers.0.attn")
     dec = make_block(head_dim=8, name="decoder.layers.0.attn")
     config = RuleConfig(per_module_ignores={"encoder.*": ("MHA004",)})
-    flagged = {b.name: {f.code for f in b.flags} for b in evaluate([enc, dec], H100, config)}
+    flagged = {b.name: {f.code for f in b.findings} for b in evaluate([enc, dec], H100, config)}
     assert flagged == {"encoder.layers.0.attn": set(), "decoder.layers.0.attn": {"MHA004"}}
 
