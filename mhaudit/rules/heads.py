@@ -13,7 +13,16 @@ def divisors(n: int) -> tuple[int, ...]:
     """All positive divisors of ``n`` in increasing order."""
     if n < 1:
         raise ValueError(f"divisors need a positive integer, got {n}")
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    small: list[int] = []
+    large: list[int] = []
+    d = 1
+    while d * d <= n:  # O(√n): each divisor d ≤ √n pairs with n // d ≥ √n
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return (*small, *reversed(large))
 
 
 def kernel_friendly_heads(
