@@ -11,7 +11,7 @@ from torch import nn
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
-from mhaudit.load.target import LoadedModel
+from mhaudit.load.target import LoadedModel, model_tensors
 from mhaudit.rules import RuleConfig
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def check_runs_on(loaded: LoadedModel, device: str) -> None:
     """Refuse to measure a model whose weights or inputs live on the meta device."""
     if device == "meta":
         return
-    tensors = [*loaded.module.parameters(), *loaded.module.buffers()]
+    tensors = list(model_tensors(loaded.module))
     tensors += [v for v in (*loaded.args, *loaded.kwargs.values()) if isinstance(v, torch.Tensor)]
     if any(t.device.type == "meta" for t in tensors):
         raise ConfigError(f"the model or its inputs are on the meta device, so nothing can run "

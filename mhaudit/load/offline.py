@@ -34,8 +34,12 @@ def hub_offline() -> Iterator[None]:
     try:
         yield
     finally:
-        if constants is not None and flag is not None:
-            constants.HF_HUB_OFFLINE = flag
+        imported: Any = sys.modules.get("huggingface_hub.constants")
+        if imported is not None:  # imported before or inside the block: the caller's setting
+            before = any((v or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+                         for v in saved.values())
+            imported.HF_HUB_OFFLINE = flag if constants is not None and flag is not None \
+                else before
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -94,9 +94,9 @@ def _on_meta(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """Move a model and inputs made outside the meta context (at import) onto meta."""
-    tensors = [*model.parameters(), *model.buffers()]
-    if any(t.device.type != "meta" for t in tensors):
-        model = model.to("meta")
+    if any(t.device.type != "meta" for t in model_tensors(model)):
+        with contained("moving the model to meta", "model"):
+            model = model.to("meta")
 
     def move(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
@@ -222,9 +222,33 @@ def normalize_inputs(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (value,), {}
 
 
+def walk_modules(model: nn.Module) -> Iterator[nn.Module]:
+    """Every submodule once, depth first in definition order, without recursion.
+
+    ``nn.Module.modules()`` recurses once per level; a 3000-deep ``Sequential`` would
+    exhaust Python's stack in mhaudit's own code.
+    """
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield module
+        stack.extend(reversed([m for m in module._modules.values() if m is not None]))
+
+
+def model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    """Every parameter and buffer of ``model`` (shared ones as often as they are held)."""
+    for module in walk_modules(model):
+        yield from (p for p in module._parameters.values() if p is not None)
+        yield from (b for b in module._buffers.values() if b is not None)
+
+
 def _first_leaf(model: nn.Module) -> nn.Module | None:
-    for sub in model.modules():
-        if not list(sub.children()) and any(True for _ in sub.parameters(recurse=False)):
+    for sub in walk_modules(model):
+        if not sub._modules and any(p is not None for p in sub._parameters.values()):
             return sub
     return None
 

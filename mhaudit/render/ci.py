@@ -130,15 +130,15 @@ def _md_cell(text: str) -> str:
 
 
 def _md_flag(flag: Finding) -> str:
-    where = f" ({escape.markdown(flag.block)})" if flag.block is not None else ""
-    return (f"- `{escape.markdown_code(flag.code)}` {escape.markdown(flag.name)}{where} "
-            f"[{flag.severity.value}]: {escape.markdown(flag.message)}")
+    where = f" ({escape.summary(flag.block)})" if flag.block is not None else ""
+    return (f"- `{escape.markdown_code(flag.code)}` {escape.summary(flag.name)}{where} "
+            f"[{flag.severity.value}]: {escape.summary(flag.message)}")
 
 
 def render_markdown(outcome: GateOutcome, *, title: str = "mhaudit budget") -> str:
     """A markdown job summary (for ``GITHUB_STEP_SUMMARY``)."""
     icon = {"ok": "✅ ok", "FAIL": "❌ fail", "warn": "⚠️ warn"}
-    lines = [f"## {escape.markdown(title)}: {'✅ passed' if outcome.passed else '❌ failed'}", ""]
+    lines = [f"## {escape.summary(title)}: {'✅ passed' if outcome.passed else '❌ failed'}", ""]
     if outcome.results:
         lines += [
             "| Metric | Actual | Limit | Baseline | Change | Status |",

@@ -57,6 +57,14 @@ def html(text: str) -> str:
             .replace('"', "&quot;").replace("'", "&#x27;"))
 
 
+_MARKDOWN_NO_HTML = re.compile(r"([\\`*\[\]|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def summary(text: str) -> str:
+    """For a GitHub job summary: HTML-escaped, then markdown specials backslash-escaped."""
+    return _MARKDOWN_NO_HTML.sub(r"\\\1", html(text))
+
+
 def xml_text(text: str) -> str:
     """Characters XML 1.0 cannot hold removed (ElementTree escapes ``<``, ``&`` itself)."""
     return _XML_INVALID.sub("", text)
