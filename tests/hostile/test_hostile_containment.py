@@ -169,3 +169,21 @@ def test_library_audit_raises_only_mhaudit_errors() -> None:
         mhaudit.audit(Raises(), torch.zeros(1, 2, 4))
     with pytest.raises(MhauditError):
         mhaudit.audit(Raises(), torch.zeros(1, 2, 4))
+
+
+def test_a_formula_that_raises_is_an_internal_error(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from mhaudit.cost import formulas
+
+    def broken(call: object) -> int:
+        raise TypeError("formula bug")
+
+    entry = formulas._REGISTRY["aten.softmax"]
+    monkeypatch.setitem(formulas._REGISTRY, "aten.softmax",
+                        dataclasses.replace(entry, formula=broken))
+    monkeypatch.setitem(formulas._REGISTRY, "aten._softmax",
+                        dataclasses.replace(entry, formula=broken))
+    run = invoke("report", model_file(tmp_path, "def build_model():\n    return Attention()\n"))
+    assert_one_error(run, 4, "internal error", "formula bug")
