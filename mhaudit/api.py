@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,9 +27,18 @@ from mhaudit.data import (
     Totals,
 )
 from mhaudit.detect.blocks import detect
-from mhaudit.errors import ConfigError
-from mhaudit.load.device import parse_device
-from mhaudit.load.target import LoadedModel, infer_inputs, load_target, normalize_inputs
+from mhaudit.errors import ConfigError, TraceError
+from mhaudit.load.capture import captured_logs, printed_to_log
+from mhaudit.load.checks import check_module, check_options, check_runs_on
+from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
+from mhaudit.load.offline import hub_offline
+from mhaudit.load.target import (
+    LoadedModel,
+    infer_inputs,
+    load_target,
+    model_folder,
+    normalize_inputs,
+)
 from mhaudit.render.grouping import group_blocks
 from mhaudit.rules import RuleConfig, RuleContext, evaluate
 from mhaudit.trace.export import TracedGraph, trace
@@ -71,26 +82,27 @@ class AuditOptions:
     """Timed forwards when measuring on cpu or cuda."""
     progress: Progress | None = None
     """Called with (done, total) while measuring."""
+    timeout: float | None = None
+    """Seconds building and tracing may take before the audit gives up (None: no limit)."""
 
     def validate(self) -> None:
-        """Raise ConfigError for values no stage can use."""
-        if self.batch_size < 1:
-            raise ConfigError(f"batch size {self.batch_size} is not positive", "Use 1 or more.")
-        if self.seq_len < 1:
-            raise ConfigError(f"sequence length {self.seq_len} is not positive", "Use 1 or more.")
-        if self.flops_backend not in ("graph", "fvcore"):
-            raise ConfigError(f"unknown FLOPs backend {self.flops_backend!r}",
-                              "Use graph or fvcore.")
-        if self.flops_backend == "fvcore" and self.device == "meta":
-            raise ConfigError("the fvcore backend runs real compute and cannot use meta tensors",
-                              "Add --device cpu to compare against fvcore.")
-        if self.repeats < 1:
-            raise ConfigError("repeats must be 1 or more", "Pass a positive count.")
-        if self.tensor_parallel is not None and self.tensor_parallel < 1:
-            raise ConfigError("--tensor-parallel must be 1 or more", "Pass a GPU count.")
-        canonical_dtype(self.dtype)
-        get_profile(self.gpu)
-        parse_device(self.device)
+        """Raise ConfigError for values no stage can use: wrong types, ranges, empty lists."""
+        check_options(self)
+
+
+def resolve_options(options: AuditOptions | None, overrides: dict[str, Any]) -> AuditOptions:
+    """``options`` with ``overrides`` applied and validated; unknown names are refused."""
+    if options is not None and not isinstance(options, AuditOptions):
+        raise ConfigError(f"options must be an AuditOptions, not {type(options).__name__}",
+                          "Pass options=AuditOptions(...) or the fields as keywords.")
+    fields = [f.name for f in dataclasses.fields(AuditOptions)]
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown audit option {unknown[0]!r}",
+                          f"Valid options: {', '.join(fields)}.")
+    opts = replace(options or AuditOptions(), **overrides)
+    opts.validate()
+    return opts
 
 
 def audit(
@@ -106,8 +118,11 @@ def audit(
     Without inputs, mhaudit infers them from the first layer (token ids for an
     embedding, ``(batch, seq, d)`` floats for a linear layer).
     """
-    opts = replace(options or AuditOptions(), **overrides)
-    opts.validate()
+    check_module(model)
+    opts = resolve_options(options, overrides)
+    if source is not None and not isinstance(source, str):
+        raise ConfigError(f"source must be a string, not {type(source).__name__}",
+                          "Pass a label such as source=\"my_model\".")
     if example_inputs is None:
         args: tuple[Any, ...] = (infer_inputs(model, opts.batch_size, opts.seq_len),)
         kwargs: dict[str, Any] = {}
@@ -115,28 +130,52 @@ def audit(
         args, kwargs = normalize_inputs(example_inputs)
     loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
                          inputs_inferred=example_inputs is None)
-    return audit_loaded(loaded, opts)
+    with hub_offline(), captured_logs(), time_limit(opts.timeout):
+        return audit_loaded(loaded, opts)
 
 
 def audit_target(target: str, options: AuditOptions | None = None, **overrides: Any) -> Report:
-    """Load ``model.py[:NAME]``, ``pkg.mod:NAME`` or a ``config.json`` and audit it."""
-    opts = replace(options or AuditOptions(), **overrides)
-    opts.validate()
-    loaded = load_target(
-        target,
-        device=opts.device,
-        batch_size=opts.batch_size,
-        seq_len=opts.seq_len,
-        input_shape=opts.input_shape,
-    )
-    return audit_loaded(loaded, opts)
+    """Load ``model.py[:NAME]``, ``pkg.mod:NAME`` or a ``config.json`` and audit it.
+
+    Model code is contained: anything it raises, ``sys.exit`` included, becomes a
+    LoadError or TraceError; ``timeout`` bounds building and tracing. The working
+    directory and ``sys.path`` are restored afterwards, and the hub stays offline.
+    """
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigError(f"audit_target() needs a target string, not {target!r}",
+                          "Pass e.g. \"model.py\", \"model.py:NAME\" or \"config.json\".")
+    opts = resolve_options(options, overrides)
+    with preserved_state(model_folder(target)), hub_offline(), captured_logs(), \
+            time_limit(opts.timeout):
+        loaded = load_target(
+            target,
+            device=opts.device,
+            batch_size=opts.batch_size,
+            seq_len=opts.seq_len,
+            input_shape=opts.input_shape,
+        )
+        return audit_loaded(loaded, opts)
 
 
 def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     """Trace, detect, count, cost and check one loaded model."""
+    check_runs_on(loaded, opts.device)
+    try:
+        return _audit_loaded(loaded, opts)
+    except RecursionError as exc:
+        raise TraceError(f"{loaded.source}: the model nests too deeply to walk "
+                         "(RecursionError)", "Flatten the module tree; torch itself walks "
+                         "modules recursively.") from exc
+
+
+def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     folding = folded(loaded.module) if opts.fold else contextlib.nullcontext(())
     with folding as plans:
-        traced = trace(loaded.module, loaded.args, loaded.kwargs)
+        with contained("forward() while tracing", loaded.source, trace=True), printed_to_log():
+            traced = trace(loaded.module, loaded.args, loaded.kwargs)
+        stop_timer()
         layouts = expand_layouts(detect(traced, loaded.module), plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
@@ -155,7 +194,8 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
 
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
     """Add fvcore's whole-model count (its MACs × 2) beside mhaudit's own."""
-    result = fvcore_flops(loaded.module, loaded.args, loaded.kwargs)
+    with contained("forward() under fvcore", loaded.source, trace=True):
+        result = fvcore_flops(loaded.module, loaded.args, loaded.kwargs)
     extras = dict(report.extras)
     extras["fvcore"] = {
         "flops": result.flops,
@@ -167,10 +207,11 @@ def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
 
 def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) -> Report:
     """Run the model for real and put latency and peak memory on the report."""
-    result = measure(
-        loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
-        device=opts.device, repeats=opts.repeats, progress=opts.progress,
-    )
+    with contained("forward() while measuring", loaded.source, trace=True):
+        result = measure(
+            loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
+            device=opts.device, repeats=opts.repeats, progress=opts.progress,
+        )
     totals = replace(
         report.totals,
         latency_ms=result.forward.median_ms,

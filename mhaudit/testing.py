@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from mhaudit.data import GateOutcome, Severity
 from mhaudit.gate.budget import parse_budget
 from mhaudit.gate.check import BaselineSpec, check
+from mhaudit.render.ci import budget_message
 
 if TYPE_CHECKING:
     from torch import nn
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
 
 def breaches(outcome: GateOutcome) -> list[str]:
     """One line per error-severity budget breach and per flag that failed the gate."""
-    lines = [r.message for r in outcome.results if not r.passed and r.severity is Severity.ERROR]
+    lines = [budget_message(r) for r in outcome.results
+             if not r.passed and r.severity is Severity.ERROR]
     for flag in outcome.failing_findings:
         where = f" ({flag.block})" if flag.block is not None else ""
         lines.append(f"{flag.code} {flag.name}{where} [{flag.severity.value}]: {flag.message}")
@@ -42,7 +44,7 @@ def assert_within_budget(
     outcome = check(model, example_inputs, budget=parsed, baseline=baseline, options=options)
     for result in outcome.results:
         if not result.passed and result.severity is not Severity.ERROR:
-            warnings.warn(f"mhaudit budget: {result.message}", UserWarning, stacklevel=2)
+            warnings.warn(f"mhaudit budget: {budget_message(result)}", UserWarning, stacklevel=2)
     lines = breaches(outcome)
     if lines:
         raise AssertionError("mhaudit budget exceeded:\n" + "\n".join(f"  {x}" for x in lines))

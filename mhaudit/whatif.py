@@ -54,17 +54,22 @@ class LayoutSpec:
     """Where the spec came from: ``spec`` or the block's module name."""
 
     def __post_init__(self) -> None:
-        for key in ("d_model", "heads", "kv_heads", "seq_len", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"--{key.replace('_', '-')} must be at least 1")
+        for key in ("d_model", "heads", "kv_heads", "seq_len", "batch_size", "head_dim",
+                    "seq_len_kv"):
+            value = getattr(self, key)
+            if value is None and key in ("head_dim", "seq_len_kv"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"layout spec: {key} must be a positive integer, "
+                                  f"got {value!r}", f"Give {key} as 1 or more.")
         if self.head_dim is None and self.d_model % self.heads:
-            raise ConfigError(f"--heads {self.heads} does not divide --d-model {self.d_model}",
-                              "Pick a divisor of d_model, or give --head-dim.")
+            raise ConfigError(f"layout spec: {self.heads} heads do not divide d_model "
+                              f"{self.d_model}", "Pick a divisor of d_model, or give head_dim.")
         if self.heads % self.kv_heads:
-            raise ConfigError(f"--kv-heads {self.kv_heads} does not divide --heads {self.heads}",
-                              "Pick a divisor of the head count.")
+            raise ConfigError(f"layout spec: {self.kv_heads} KV heads do not divide "
+                              f"{self.heads} heads", "Pick a divisor of the head count.")
         if self.implementation not in ("sdpa", "eager"):
-            raise ConfigError(f"unknown implementation {self.implementation!r}",
+            raise ConfigError(f"layout spec: unknown implementation {self.implementation!r}",
                               "Use sdpa or eager.")
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
 
@@ -217,8 +222,8 @@ def whatif(
     heads = tuple(try_heads) if try_heads else divisors(width)
     bad = [h for h in heads if h < 1 or width % h]
     if bad:
-        raise ConfigError(f"--try-heads {bad[0]} does not divide the inner width {width}",
-                          f"Use divisors of {width}.")
+        raise ConfigError(f"head count {bad[0]} does not divide the inner width {width}",
+                          f"Try divisors of {width}.")
     group = spec.heads // spec.kv_heads
     by_heads = tuple(_row(spec, ctx, config, h, reduced_kv_heads(h, group))
                      for h in sorted(set(heads)))

@@ -83,7 +83,11 @@ def test_model_without_an_inferable_first_layer_says_what_to_add() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"batch_size": 0}, "batch size"),
+        ({"batch_size": 0}, "batch_size 0 is out of range"),
+        ({"batch_size": 1.5}, "batch_size must be an integer"),
+        ({"seq_len": "128"}, "seq_len must be an integer"),
+        ({"scaling_seq_lens": (512, -1)}, "scaling_seq_lens item -1"),
+        ({"no_such_option": 1}, "unknown audit option 'no_such_option'"),
         ({"gpu": "tpu9"}, "unknown GPU"),
         ({"dtype": "int3"}, "int3"),
         ({"flops_backend": "fvcore"}, "meta"),

@@ -73,11 +73,16 @@ def test_kernel_columns() -> None:
 
 
 def test_bad_specs() -> None:
-    with pytest.raises(ConfigError, match="does not divide --d-model"):
+    with pytest.raises(ConfigError, match="7 heads do not divide d_model 64") as err:
         LayoutSpec(d_model=64, heads=7, kv_heads=7, seq_len=8)
-    with pytest.raises(ConfigError, match="--kv-heads 3"):
+    assert "--" not in err.value.one_line()  # the library names fields, not CLI flags
+    with pytest.raises(ConfigError, match="3 KV heads do not divide 8 heads"):
         LayoutSpec(d_model=64, heads=8, kv_heads=3, seq_len=8)
-    with pytest.raises(ConfigError, match="--try-heads 3"):
+    with pytest.raises(ConfigError, match="head_dim must be a positive integer, got -64"):
+        LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8, head_dim=-64)
+    with pytest.raises(ConfigError, match="seq_len must be a positive integer, got 0"):
+        LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=0)
+    with pytest.raises(ConfigError, match="head count 3 does not divide the inner width 64"):
         whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8), H100, try_heads=[3])
 
 
@@ -134,7 +139,10 @@ def test_whatif_output_file(tmp_path: Path) -> None:
     ("args", "message"),
     [
         ((), "--d-model and --heads"),
-        (("--d-model", "64", "--heads", "7"), "does not divide"),
+        (("--d-model", "64", "--heads", "7"), "do not divide"),
+        (("--d-model", "64", "--heads", "8", "--head-dim", "-64"), "--head-dim"),
+        (("--d-model", "64", "--heads", "8", "--seq-len", "0"), "--seq-len"),
+        (("--d-model", "64", "--heads", "8", "--repeats", "0"), "--repeats"),
         (("--d-model", "64", "--heads", "8", "--gpu", "tpu"), "unknown GPU profile"),
         (("--d-model", "64", "--heads", "8", "--dtype", "int4"), "unknown dtype"),
         (("--d-model", "64", "--heads", "8", "--try-heads", "x"), "--try-heads"),

@@ -1,18 +1,27 @@
-"""Options and helpers shared by the commands: model options, errors, atomic output."""
+"""Options and helpers shared by the commands: model options, the error wrapper, output."""
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from mhaudit.atomic import write_text_atomic
+from mhaudit.atomic import OutputPath, resolve_output, write_texts_atomic
+from mhaudit.cli.guard import (
+    Terminated,
+    error_stream,
+    protected_stdout,
+    terminate_as_exception,
+    write_report,
+)
 from mhaudit.cost.devices import PROFILES
-from mhaudit.errors import MhauditError
+from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, MhauditError, first_line
 from mhaudit.load.device import parse_device
 from mhaudit.rules import RuleConfig, load_config
 
@@ -25,26 +34,37 @@ F = TypeVar("F", bound=Callable[..., Any])
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float8", "fp8")
 
 
+def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
+    """``value`` split at commas (or ``x`` for shapes) into positive ints; no empty items."""
+    parts = value.lower().replace("x", ",").split(",") if what == "shape" else value.split(",")
+    items = [part.strip() for part in parts]
+    if not value.strip() or any(not item for item in items):
+        raise click.BadParameter(f"{value!r} has an empty item; write a {what} like {example}")
+    dims: list[int] = []
+    for item in items:
+        if not item.lstrip("+").isdigit():
+            raise click.BadParameter(f"{value!r}: {item!r} is not a whole number; "
+                                     f"write a {what} like {example}")
+        dims.append(int(item))
+    if any(d < 1 for d in dims):
+        raise click.BadParameter(f"{value!r} must hold positive sizes, like {example}")
+    if any(d > MAX_SIZE for d in dims):
+        raise click.BadParameter(f"{value!r} holds a size above {MAX_SIZE:,}")
+    return tuple(dims)
+
+
+MAX_SIZE = 2**40
+"""Largest batch, length or dimension accepted: beyond it no shape is meant."""
+
+
 def _parse_shape(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
-    try:
-        dims = tuple(int(x) for x in value.lower().replace("x", ",").split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a shape like 1,128 or 2x3x224x224") from None
-    if not dims or any(d < 1 for d in dims):
-        raise click.BadParameter(f"{value!r} is not a shape of positive sizes")
-    return dims
+    return _positive_ints(value, "shape", "1,128 or 2x3x224x224")
 
 
 def _parse_seq_lens(value: str) -> tuple[int, ...]:
-    try:
-        lens = tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a length or a list like 512,2048") from None
-    if not lens or any(n < 1 for n in lens):
-        raise click.BadParameter(f"{value!r} must list positive lengths")
-    return lens
+    return _positive_ints(value, "length list", "512,2048")
 
 
 def model_options(func: F) -> F:
@@ -72,10 +92,19 @@ def model_options(func: F) -> F:
                      "needs --device cpu."),
         click.option("--fold/--no-fold", default=True, show_default=True,
                      help="Trace one of each run of identical layers and multiply its costs."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400),
+                     default=None, metavar="SECONDS",
+                     help="Give up (exit 3) when building and tracing take longer."),
+        verbose_option,
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+verbose_option = click.option(
+    "--verbose", "-v", is_flag=True,
+    help="On an error, also show the captured torch/transformers log and the traceback.")
 
 
 def rule_options(func: F) -> F:
@@ -122,50 +151,118 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
         "tensor_parallel": params["tensor_parallel"],
         "fold": params["fold"],
         "flops_backend": params["flops_backend"],
+        "timeout": params["timeout"],
     }
 
 
 def stderr_progress() -> Callable[[int, int], None]:
     """A progress line on stderr for timed runs: ``measuring 3/10``."""
 
-    interactive = sys.stderr.isatty()
+    stream = error_stream()
+    interactive = stream.isatty()
 
     def show(done: int, total: int) -> None:
         if interactive:
-            click.echo(f"\rmeasuring {done}/{total}", err=True, nl=done == total)
+            click.echo(f"\rmeasuring {done}/{total}", file=stream, nl=done == total)
         elif done == total:
-            click.echo(f"measured {total} forwards", err=True)
+            click.echo(f"measured {total} forwards", file=stream)
 
     return show
 
 
+def say(message: str) -> None:
+    """One line for the user on the real stderr (never captured with the model's logs)."""
+    click.echo(f"mhaudit: {message}", file=error_stream())
+
+
 def audit_quietly(target: str, options: AuditOptions) -> Report:
-    """Audit ``target`` with prints from the user's model kept off stdout."""
+    """Audit ``target``; the command's guard keeps the model's prints off stdout."""
     from mhaudit.api import audit_target
-    from mhaudit.load.target import quiet_stdout
 
-    with quiet_stdout():
-        return audit_target(target, options)
+    return audit_target(target, options)
 
 
-def fail(error: MhauditError) -> NoReturn:
-    """Print one line to stderr and exit with the error's documented code."""
-    click.echo(f"mhaudit: error: {error.one_line()}", err=True)
-    sys.exit(error.exit_code)
+def _explain(error: BaseException, log: str, verbose: bool) -> None:
+    stream = error_stream()
+    if not verbose:
+        return
+    if log:
+        click.echo("captured log:\n" + log, file=stream)
+    click.echo("".join(traceback.format_exception(error)).rstrip(), file=stream)
+
+
+def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
+    _explain(error, log, verbose)
+    click.echo(f"mhaudit: {' '.join(line.split())}", file=error_stream())
+    sys.exit(code)
 
 
 @contextlib.contextmanager
-def errors_to_exit() -> Iterator[None]:
-    """Turn mhaudit errors into one line and an exit code."""
-    try:
-        yield
-    except MhauditError as error:
-        fail(error)
+def errors_to_exit(verbose: bool = False) -> Iterator[None]:
+    """Run a command's body: every failure ends in one stderr line and its documented code.
+
+    stdout is protected for the whole body (see :mod:`mhaudit.cli.guard`), torch's and
+    transformers' logs are captured, and ``verbose`` shows them with the traceback.
+    MhauditError exits with its code (2 or 3), Ctrl-C with 130, SIGTERM with 143, and
+    any other exception is a bug of mhaudit: exit 4, never 1.
+    """
+    from mhaudit.load.capture import captured_logs
+    from mhaudit.load.contain import StageTimeout
+
+    with protected_stdout(), terminate_as_exception(), captured_logs() as log:
+        try:
+            yield
+        except MhauditError as error:
+            _exit(f"error: {error.one_line()}", error.exit_code, error,
+                  error.log or log.text(), verbose)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt as error:
+            _exit("interrupted", INTERRUPTED_EXIT, error, log.text(), verbose)
+        except Terminated as error:
+            _exit("terminated", 128 + signal.SIGTERM, error, log.text(), verbose)
+        except StageTimeout as error:
+            _exit(f"error: {error}. Raise --timeout.", 3, error, log.text(), verbose)
+        except SystemExit as error:  # only model code exits inside a command's body
+            _exit(f"error: model code called sys.exit({error.code!r}). Model files must not "
+                  "exit.", 3, error, log.text(), verbose)
+        except Exception as error:
+            _exit(f"internal error: {first_line(error)}. This is a bug in mhaudit: rerun with "
+                  "--verbose for the traceback and report it.", INTERNAL_ERROR_EXIT, error,
+                  log.text(), verbose)
 
 
-def write_output(text: str, output: Path | None) -> None:
-    """Write to stdout, or atomically to ``output`` once the whole text exists."""
-    if output is None:
-        click.echo(text, nl=False)
+def output_path(output: str | Path | None) -> OutputPath:
+    """Resolve ``--output`` now, before any model code can change the working directory."""
+    return resolve_output(output)
+
+
+def write_output(text: str, output: OutputPath | Path | str | None) -> None:
+    """Write to the report stream, or atomically to ``output`` once the whole text exists."""
+    out = output if isinstance(output, OutputPath) else resolve_output(output)
+    if out.is_stdout:
+        write_report(text)
+    elif out.to_stderr:
+        click.echo(text, file=error_stream(), nl=False)
+    else:
+        write_texts_atomic([(out, text)])
+
+
+def warn_unused_shape_options(report: Report) -> None:
+    """Say on stderr when --seq-len or --batch-size were given but could not apply.
+
+    They shape inferred inputs; a model file's ``example_inputs()`` fixes its own shapes.
+    """
+    if report.model.inputs_inferred:
         return
-    write_text_atomic(output, text)
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    given = [
+        f"--{name.replace('_', '-')}" for name in ("seq_len", "batch_size")
+        if name in ctx.params and ctx.get_parameter_source(name) not in (
+            None, click.core.ParameterSource.DEFAULT)
+    ]
+    if given:
+        say(f"warning: {' and '.join(given)} did not apply: {report.model.source} gives its "
+            "own example inputs; use --input-shape to override them")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from mhaudit import __version__
+from mhaudit.cli.guard import GuardedGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mhaudit")
 def main() -> None:
     """Audit the multi-head attention of a PyTorch model."""

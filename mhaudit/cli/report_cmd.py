@@ -13,9 +13,11 @@ from mhaudit.cli.common import (
     errors_to_exit,
     model_options,
     options_from,
+    output_path,
     rule_config_from,
     rule_options,
     stderr_progress,
+    warn_unused_shape_options,
     write_output,
 )
 from mhaudit.gate.budget import failing_findings
@@ -27,8 +29,8 @@ from mhaudit.render import RENDERERS, render
 @model_options
 @click.option("--format", "-f", "fmt", type=click.Choice(sorted(RENDERERS)), default="table",
               show_default=True, help="Output format.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the report here (atomically) instead of stdout.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Write the report here (atomically; '-' for stdout) instead of stdout.")
 @rule_options
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
               default="never", show_default=True,
@@ -41,11 +43,13 @@ def report_command(target: str, fmt: str, output: Path | None, fail_on: str, rep
 
     TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
     """
-    with errors_to_exit():
+    with errors_to_exit(params.pop("verbose")):
+        destination = output_path(output)
         rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, repeats=repeats,
                                progress=stderr_progress(), **options_from(params))
         result = audit_quietly(target, options)
-        write_output(render(result, fmt), output)
+        warn_unused_shape_options(result)
+        write_output(render(result, fmt), destination)
     if failing_findings(result.findings, fail_on):
         raise SystemExit(1)

@@ -8,8 +8,8 @@ from typing import Any
 import click
 from tabulate import tabulate
 
-from mhaudit.cli.common import fail
-from mhaudit.errors import ConfigError, MhauditError
+from mhaudit.cli.common import errors_to_exit, verbose_option, write_output
+from mhaudit.errors import ConfigError
 from mhaudit.rules import REGISTRY, Rule
 from mhaudit.rules.docs import rule_page
 
@@ -27,20 +27,20 @@ def _as_dict(rule: Rule) -> dict[str, Any]:
 @click.argument("code", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format.")
-def rules(code: str | None, fmt: str) -> None:
+@verbose_option
+def rules(code: str | None, fmt: str, verbose: bool) -> None:
     """List the rules, or explain one: mhaudit rules MHA005 (a code or a name)."""
-    try:
+    with errors_to_exit(verbose):
         if code is None:
             if fmt == "json":
-                click.echo(json.dumps([_as_dict(r) for r in REGISTRY], indent=2))
-                return
-            table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
-            click.echo(tabulate(table, headers=("code", "name", "severity", "summary"),
-                                maxcolwidths=[None, None, None, 60]))
-            return
-        rule = REGISTRY.get(code)
-        if rule is None:
-            raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
-        click.echo(json.dumps(_as_dict(rule), indent=2) if fmt == "json" else rule_page(rule))
-    except MhauditError as error:
-        fail(error)
+                text = json.dumps([_as_dict(r) for r in REGISTRY], indent=2)
+            else:
+                table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
+                text = tabulate(table, headers=("code", "name", "severity", "summary"),
+                                maxcolwidths=[None, None, None, 60])
+        else:
+            rule = REGISTRY.get(code)
+            if rule is None:
+                raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
+            text = json.dumps(_as_dict(rule), indent=2) if fmt == "json" else rule_page(rule)
+        write_output(text + "\n", None)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 from tabulate import tabulate
 
-from mhaudit.cli.common import audit_quietly, fail, write_output
+from mhaudit.cli.common import (
+    MAX_SIZE,
+    audit_quietly,
+    errors_to_exit,
+    output_path,
+    verbose_option,
+    write_output,
+)
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
-from mhaudit.errors import ConfigError, MhauditError
+from mhaudit.errors import ConfigError
 from mhaudit.render.units import seconds
 from mhaudit.rules.heads import fmt_bytes, fmt_si
 from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
@@ -22,13 +28,17 @@ from mhaudit.whatif import whatif as run_whatif
 DEFAULT_SEQ_LEN = 2048
 
 
+_SIZE = click.IntRange(min=1, max=MAX_SIZE)
+
+
 def _int_list(text: str | None) -> tuple[int, ...] | None:
-    if not text:
+    if text is None:
         return None
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"--try-heads: expected comma-separated integers, got {text!r}") from None
+    items = [part.strip() for part in text.split(",")]
+    if not all(item.isdigit() and 0 < int(item) <= MAX_SIZE for item in items):
+        raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
+                          "Write comma-separated counts, e.g. --try-heads 8,16,32.")
+    return tuple(int(item) for item in items)
 
 
 def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
@@ -82,7 +92,8 @@ def _pick_block(
 def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> LayoutSpec:
     from mhaudit.api import AuditOptions
 
-    given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu") if opts[k] is not None}
+    given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu", "timeout")
+             if opts[k] is not None}
     report = audit_quietly(target, AuditOptions(**given))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
@@ -106,12 +117,12 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
 @click.command("whatif")
 @click.argument("target", required=False)
 @click.option("--block", "block_name", help="Module name of the block to vary (default: first).")
-@click.option("--d-model", type=int, help="Model width d (spec mode).")
-@click.option("--heads", type=int, help="Current query heads h (spec mode).")
-@click.option("--kv-heads", type=int, help="Current KV heads h_kv (default: h).")
-@click.option("--head-dim", type=int, help="d_k when h·d_k ≠ d (default: d/h).")
-@click.option("--seq-len", type=int, help=f"Sequence length n (spec default {DEFAULT_SEQ_LEN}).")
-@click.option("--batch-size", type=int, help="Batch size b (spec default 1).")
+@click.option("--d-model", type=_SIZE, help="Model width d (spec mode).")
+@click.option("--heads", type=_SIZE, help="Current query heads h (spec mode).")
+@click.option("--kv-heads", type=_SIZE, help="Current KV heads h_kv (default: h).")
+@click.option("--head-dim", type=_SIZE, help="d_k when h·d_k ≠ d (default: d/h).")
+@click.option("--seq-len", type=_SIZE, help=f"Sequence length n (spec default {DEFAULT_SEQ_LEN}).")
+@click.option("--batch-size", type=_SIZE, help="Batch size b (spec default 1).")
 @click.option("--dtype", help="Element type: bfloat16, float16, float32 (spec default bf16).")
 @click.option("--gpu", help=f"Target GPU profile (default {DEFAULT_GPU}).")
 @click.option("--implementation", type=click.Choice(["sdpa", "eager"]),
@@ -120,15 +131,20 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
 @click.option("--bias/--no-bias", default=False, help="Q, K, V and O biases (spec mode).")
 @click.option("--try-heads", help="Comma-separated head counts instead of every divisor.")
 @click.option("--device", help="Also measure each layout on this device (cuda, cuda:1, cpu).")
-@click.option("--repeats", type=int, default=20, show_default=True, help="Timed runs per layout.")
+@click.option("--repeats", type=click.IntRange(min=1, max=10**6), default=20, show_default=True,
+              help="Timed runs per layout.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
+              metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), help="Also draw the sweep to FILE.png.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to FILE, not stdout.")
-def whatif(target: str | None, block_name: str | None, **opts: Any) -> None:
+@click.option("--output", "-o", type=click.Path(), help="Write to FILE ('-': stdout), not stdout.")
+@verbose_option
+def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: Any) -> None:
     """What changes with the head layout: mhaudit whatif --d-model 4096 --heads 32 --kv-heads 8,
     or mhaudit whatif model.py --block layers.0.self_attn."""
-    try:
+    with errors_to_exit(verbose):
+        destination = output_path(opts["output"])
         spec_flags = [k for k in ("d_model", "heads", "kv_heads", "head_dim") if opts[k]]
         if target is not None and spec_flags:
             raise ConfigError("give a model or a --d-model/--heads spec, not both",
@@ -145,7 +161,5 @@ def whatif(target: str | None, block_name: str | None, **opts: Any) -> None:
             text = render_table(result)
         if opts["plot"]:
             plot_whatif(result, opts["plot"])
-        write_output(text + "\n", Path(opts["output"]) if opts["output"] else None)
-    except MhauditError as error:
-        fail(error)
+        write_output(text + "\n", destination)
 

@@ -32,8 +32,10 @@ class BudgetResult:
     """The baseline value, when a baseline was given."""
     severity: Severity
     passed: bool
-    message: str
-    """One sentence with metric, limit, actual and delta."""
+    bound: str = "budget"
+    """Which bound ``limit`` is: ``"budget"`` (absolute) or ``"baseline"`` (allowed growth)."""
+    increase_percent: float | None = None
+    """The growth over the baseline allowed, in percent, when ``bound`` is ``"baseline"``."""
 
     @property
     def delta_percent(self) -> float | None:

@@ -1,14 +1,13 @@
-"""The CI gate's budgets: parse them, read baselines, and judge a report against them."""
+"""The CI gate's budgets: parse them and judge a report's metrics against them."""
 
 from __future__ import annotations
 
 import difflib
-import json
-import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from mhaudit.atomic import write_text_atomic
 from mhaudit.data import BudgetLimit, BudgetResult, Finding, GateOutcome, Report, Severity
 from mhaudit.errors import ConfigError
-from mhaudit.render.ci import format_value
 
 METRIC_KEYS: dict[str, str] = {
     "max_params": "params_total",
@@ -48,6 +45,11 @@ _SCALES: dict[str, int] = {
 _NUMBER = re.compile(
     r"^\s*([0-9]+(?:_[0-9]+)*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]i?)?(B?)\s*$"
 )
+MAX_QUANTITY = 10**30
+"""Largest budget value accepted: far above any model (10^30 FLOPs, bytes or parameters),
+and small enough that every comparison and percentage stays exact and finite."""
+BYTE_METRICS = frozenset({"kv_cache_bytes_per_token", "peak_memory_bytes"})
+"""Metrics counted in bytes: the only ones whose values may end in ``B``."""
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,13 @@ class Budget:
         return self.severities.get(metric, Severity.ERROR)
 
 
-def parse_quantity(value: Any, key: str, source: str = "budget") -> int | float:
+def parse_quantity(value: Any, key: str, source: str = "budget", *,
+                   metric: str | None = None) -> int | float:
     """A non-negative number from an int, float or string with an SI/IEC suffix.
 
-    ``"20k"`` is 20,000, ``"125M"`` 125·10**6, ``"2GiB"`` 2·1024**3; a trailing ``B`` is allowed.
+    ``"20k"`` is 20,000, ``"125M"`` 125·10**6, ``"2GiB"`` 2·1024**3; a trailing ``B`` is
+    allowed for byte metrics only. The arithmetic is exact (Decimal); values above
+    :data:`MAX_QUANTITY` are refused. Integral values come back as ints.
     """
     tip = 'Use a number or a string such as "20k", "125M" or "2GiB" (k, M, G, T; Ki, Mi, Gi, Ti).'
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -84,20 +89,47 @@ def parse_quantity(value: Any, key: str, source: str = "budget") -> int | float:
         match = _NUMBER.match(value)
         if match is None:
             raise ConfigError(f"{source}: {key} = {value!r} is not a number", tip)
-        text, suffix, _ = match.groups()
-        scale = _SCALES[suffix or ""]
-        number: int | float = (
-            int(text.replace("_", "")) if text.replace("_", "").isdigit() else float(text)
-        )
-        value = number * scale
-    if not math.isfinite(value) or value < 0:
+        text, suffix, byte = match.groups()
+        if byte and metric is not None and metric not in BYTE_METRICS:
+            raise ConfigError(f"{source}: {key} = {value!r}: {metric} is not counted in bytes",
+                              f'Drop the "B", e.g. {key} = "{text}{suffix or ""}".')
+        if len(text) > 64:
+            raise ConfigError(f"{source}: {key} = {value[:20]!r}… is absurdly large",
+                              f"Budgets go up to {MAX_QUANTITY:.0e}.")
+        try:
+            number = Decimal(text.replace("_", "")) * _SCALES[suffix or ""]
+        except InvalidOperation:
+            raise ConfigError(f"{source}: {key} = {value!r} is not a number", tip) from None
+    else:
+        if isinstance(value, float) and value != value:  # NaN
+            raise ConfigError(f"{source}: {key} = {value!r} must be a finite number >= 0", tip)
+        try:
+            number = Decimal(value)
+        except (InvalidOperation, OverflowError):
+            raise ConfigError(f"{source}: {key} = {value!r} is not a number", tip) from None
+    if not number.is_finite() or number < 0:
         raise ConfigError(f"{source}: {key} = {value!r} must be a finite number >= 0", tip)
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    if number > MAX_QUANTITY:
+        raise ConfigError(f"{source}: {key} = {_short(value)} is absurdly large",
+                          f"Budgets go up to {MAX_QUANTITY:.0e}; check the number of digits.")
+    return int(number) if number == number.to_integral_value() else float(number)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else text[:20] + "…"
 
 
 def _percent(value: Any, key: str, source: str) -> float:
     text = value.strip().removesuffix("%") if isinstance(value, str) else value
-    return float(parse_quantity(text, key, source))
+    if isinstance(text, str) and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text.strip()):
+        raise ConfigError(f"{source}: {key} = {value!r} is not a percentage",
+                          "Write a plain number of percent, e.g. 10 or \"10%\".")
+    pct = float(parse_quantity(text, key, source))
+    if pct > 10**6:
+        raise ConfigError(f"{source}: {key} = {value!r} is not a sensible growth",
+                          "Allow at most 1,000,000 percent.")
+    return pct
 
 
 def _unknown(key: str, valid: Iterable[str], source: str, where: str) -> ConfigError:
@@ -146,7 +178,8 @@ def parse_budget(
         elif key in METRIC_KEYS:
             metric = METRIC_KEYS[key]
             if not isinstance(value, Mapping):
-                limits.append(BudgetLimit(metric, parse_quantity(value, name, source)))
+                limits.append(BudgetLimit(metric, parse_quantity(value, name, source,
+                                                                 metric=metric)))
                 continue
             for sub in value:
                 if sub not in _ENTRY_KEYS:
@@ -160,11 +193,21 @@ def parse_budget(
                 pct = value["max_increase_percent"]
                 increase[metric] = _percent(pct, f"{name}.max_increase_percent", source)
             if "limit" in value:
-                limit = parse_quantity(value["limit"], f"{name}.limit", source)
+                limit = parse_quantity(value["limit"], f"{name}.limit", source, metric=metric)
                 limits.append(BudgetLimit(metric, limit, severity))
         else:
             raise _unknown(key, BUDGET_KEYS, source, where)
+    if not table:
+        raise ConfigError(f"{source}: the {section or 'budget'} table is empty, so it would "
+                          "pass any model", 'Add a limit, e.g. max_params = "125M".')
     return Budget(tuple(limits), fail_on, increase, default_increase, severities, source)
+
+
+def check_budget_applies(budget: Budget, device: str) -> None:
+    """Refuse a budget whose metrics this run cannot produce (latency on meta)."""
+    if device == "meta" and any(limit.metric == "latency_ms" for limit in budget.limits):
+        raise ConfigError(f"{budget.source}: max_latency_ms needs a measured run, and the "
+                          "meta device runs nothing", "Add --device cpu or --device cuda.")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -228,7 +271,7 @@ def find_pyproject_budget(start: str | Path | None = None) -> Budget | None:
     return None
 
 
-def _metrics(get: Callable[[str], float | None]) -> dict[str, float | None]:
+def metrics_from(get: Callable[[str], float | None]) -> dict[str, float | None]:
     """Metrics from a field getter; every metric but peak memory is a Totals field."""
     peak = get("measured_peak_memory_bytes")
     activations = get("peak_activation_bytes")
@@ -242,95 +285,39 @@ def metric_values(report: Report) -> dict[str, float | None]:
 
     Peak memory is the measured peak, else estimated activations plus parameter bytes.
     """
-    return _metrics(lambda key: getattr(report.totals, key, None))
+    return metrics_from(lambda key: getattr(report.totals, key, None))
 
 
-def _number(data: Mapping[str, Any], key: str, source: str) -> float | None:
-    value = data.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ConfigError(f"{source}: field {key} = {value!r} is not a number",
-                          "Regenerate the baseline with --update-baseline.")
-    return value
-
-
-def metric_values_from_dict(
-    data: Mapping[str, Any], source: str = "baseline"
-) -> dict[str, float | None]:
-    """The gate's metrics from a JSON report (``--format json``) read back as a dict."""
-    totals = data.get("totals")
-    if not isinstance(totals, Mapping):
-        raise ConfigError(f"{source} is not an mhaudit JSON report (no 'totals' object)",
-                          "Create it with mhaudit check --baseline FILE --update-baseline.")
-    values = _metrics(lambda key: _number(totals, key, source))
-    model, budget = data.get("model"), data.get("budget")
-    if values["params_total"] is None and isinstance(model, Mapping):
-        values["params_total"] = _number(model, "params_total", source)
-    saved = budget.get("metrics") if isinstance(budget, Mapping) else None
-    for metric in METRICS:
-        if values[metric] is None and isinstance(saved, Mapping):
-            values[metric] = _number(saved, metric, source)
-    return values
-
-
-def load_baseline(path: str | Path) -> dict[str, float | None]:
-    """The metrics of a previous JSON report file."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read baseline {path}: {exc.strerror or exc}",
-                          "Create it with: mhaudit check --baseline FILE --update-baseline."
-                          ) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"baseline {path} is not valid JSON: {exc}",
-                          "Regenerate it with --update-baseline.") from exc
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"baseline {path} is not a JSON object",
-                          "Regenerate it with --update-baseline.")
-    return metric_values_from_dict(data, str(path))
-
-
-def write_baseline(data: Mapping[str, Any], path: str | Path) -> None:
-    """Write a JSON report dict as the new baseline, atomically."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def _judge(metric: str, value: float | None, bounds: list[tuple[float, str]],
+def _judge(metric: str, value: float | None, bounds: list[tuple[Decimal, str, float | None]],
            baseline: float | None, severity: Severity) -> BudgetResult:
-    limit, desc = min(bounds, key=lambda b: b[0])
+    limit, bound, pct = min(bounds, key=lambda b: b[0])
+    integral = bound == "budget" and limit == limit.to_integral_value()
+    cap = int(limit) if integral else float(limit)  # growth over a baseline is a float
     if value is None:
-        tip = "measure on a real device (--device cpu or cuda) to get it"
-        return BudgetResult(metric, None, limit, baseline, severity, False,
-                            f"{metric} is not in the report, so it cannot meet {desc}; {tip}")
-    passed = value <= limit
-    delta = value - limit
-    rel = f", {100.0 * delta / limit:+.1f}%" if limit else ""
-    text = format_value(metric, delta)
-    verb = "within" if passed else "exceeds"
-    sign = "+" if delta >= 0 else ""
-    message = f"{metric} {format_value(metric, value)} {verb} {desc} ({sign}{text}{rel})"
-    if baseline:
-        message += f"; {100.0 * (value - baseline) / baseline:+.1f}% vs baseline"
-    return BudgetResult(metric, value, limit, baseline, severity, passed, message)
+        return BudgetResult(metric, None, cap, baseline, severity, False, bound, pct)
+    passed = Decimal(value) <= limit
+    return BudgetResult(metric, value, cap, baseline, severity, passed, bound, pct)
 
 
 def evaluate_metrics(values: Mapping[str, float | None], budget: Budget,
                      baseline: Mapping[str, float | None] | None = None,
                      findings: Iterable[Finding] = ()) -> GateOutcome:
-    """Judge metric values against the budget's limits and, when given, a baseline."""
+    """Judge metric values against the budget's limits and, when given, a baseline.
+
+    Limits and allowed growth are computed exactly (Decimal); the result carries numbers
+    only, and renderers word them.
+    """
     limits = {limit.metric: limit for limit in budget.limits}
     results: list[BudgetResult] = []
     for metric in METRICS:
-        bounds: list[tuple[float, str]] = []
+        bounds: list[tuple[Decimal, str, float | None]] = []
         if metric in limits:
-            cap = limits[metric].limit
-            bounds.append((cap, f"budget {format_value(metric, cap)}"))
+            bounds.append((Decimal(limits[metric].limit), "budget", None))
         base = baseline.get(metric) if baseline is not None else None
         pct = budget.increase_percent.get(metric, budget.default_increase_percent)
         if baseline is not None and pct is not None and base is not None:
-            allowed = base * (1.0 + pct / 100.0)
-            bounds.append((allowed, f"baseline {format_value(metric, base)} +{pct:g}% "
-                                    f"= {format_value(metric, allowed)}"))
+            allowed = Decimal(base) * (1 + Decimal(pct) / 100)
+            bounds.append((allowed, "baseline", pct))
         if bounds:
             severity = budget.severity(metric)
             results.append(_judge(metric, values.get(metric), bounds, base, severity))

@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from mhaudit.data import GateOutcome, Report
 from mhaudit.errors import ConfigError
+from mhaudit.gate.baseline import load_baseline, metric_values_from_dict
 from mhaudit.gate.budget import (
+    MAX_QUANTITY,
     METRICS,
     Budget,
+    check_budget_applies,
     evaluate,
-    load_baseline,
     load_budget,
     metric_values,
-    metric_values_from_dict,
     parse_budget,
 )
 
@@ -35,6 +36,9 @@ def resolve_budget(budget: BudgetSpec, source: str = "budget") -> Budget:
         return budget
     if isinstance(budget, (str, Path)):
         return load_budget(budget)
+    if not isinstance(budget, Mapping):
+        raise ConfigError(f"budget must be a Budget, a mapping or a TOML path, not "
+                          f"{type(budget).__name__}", 'Pass e.g. budget={"max_params": "20k"}.')
     return parse_budget(budget, source, section="")
 
 
@@ -46,14 +50,19 @@ def resolve_baseline(baseline: BaselineSpec) -> dict[str, float | None] | None:
         return metric_values(baseline)
     if isinstance(baseline, (str, Path)):
         return load_baseline(baseline)
+    if not isinstance(baseline, Mapping):
+        raise ConfigError(f"baseline must be a Report, a mapping or a JSON path, not "
+                          f"{type(baseline).__name__}", "Pass a JSON report file path.")
     if "totals" in baseline:
         return metric_values_from_dict(baseline)
     values: dict[str, float | None] = dict.fromkeys(METRICS)
     for key, value in baseline.items():
         if key not in values:
             raise ConfigError(f"baseline: unknown metric {key!r}", f"Use {', '.join(METRICS)}.")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"baseline: {key} = {value!r} is not a number", "Pass numbers.")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value <= MAX_QUANTITY):
+            raise ConfigError(f"baseline: {key} = {value!r} is not a finite number >= 0",
+                              "Pass numbers.")
         values[key] = value
     return values
 
@@ -75,6 +84,10 @@ def check(
     """
     parsed = resolve_budget(budget)
     base = resolve_baseline(baseline)
+    opts = options.get("options")
+    device = options.get("device", getattr(opts, "device", "meta"))
+    if not isinstance(model, Report):
+        check_budget_applies(parsed, device)
     if isinstance(model, Report):
         report = model
     elif isinstance(model, str):

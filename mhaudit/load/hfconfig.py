@@ -11,28 +11,55 @@ import torch
 from torch import nn
 
 from mhaudit.errors import LoadError, first_line
+from mhaudit.load.contain import contained
+from mhaudit.load.offline import hub_offline, set_offline_env
 
 HF_TIP = "pip install 'mhaudit[hf]'"
 """The one-line fix when transformers is missing."""
 
 
-def read_hf_config(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path`` when it is a transformers config (has ``model_type``)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(data, dict) and isinstance(data.get("model_type"), str):
-        return data
-    return None
+SIZE_FIELDS = (
+    "hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
+    "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings",
+    "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+    "encoder_ffn_dim", "decoder_ffn_dim", "d_model", "d_kv", "d_ff", "num_layers",
+    "num_heads", "num_decoder_layers", "image_size", "patch_size", "num_channels",
+)
+"""Config sizes that must be positive (read through the config, so aliases such as
+GPT-2's ``n_head`` count too); transformers builds an empty stack for ``-1`` layers."""
 
 
-def is_hf_config(path: Path) -> bool:
-    """True when ``path`` is a JSON file with a ``model_type`` key."""
-    return path.suffix == ".json" and path.is_file() and read_hf_config(path) is not None
+def _check_sizes(config: Any, path: Path) -> None:
+    for name in SIZE_FIELDS:
+        try:
+            value = getattr(config, name, None)
+        except Exception:  # a config property that cannot be computed
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            continue
+        if value < 1:
+            raise LoadError(f"{path}: {name} = {value} is not a positive size",
+                            f"Set {name} to 1 or more.")
+
+
+def _refuse_hub_references(data: dict[str, Any], path: Path) -> None:
+    """A config that names a hub repository for a part of the model cannot build offline."""
+    for key in ("backbone", "text_encoder", "vision_encoder"):
+        name = data.get(key)
+        if isinstance(name, str) and name and not isinstance(data.get(f"{key}_config"), dict):
+            raise LoadError(
+                f"{path} names the {key} {name!r}, which transformers would fetch from the "
+                "hub; mhaudit never downloads",
+                f"Replace \"{key}\" with a \"{key}_config\" object (the {key}'s own config "
+                "JSON) so it builds from the config alone.",
+            )
+    if data.get("auto_map"):
+        raise LoadError(f"{path} needs remote code (\"auto_map\"), which mhaudit never runs",
+                        "Write a model file with build_model() that imports the model class.")
 
 
 def _transformers() -> Any:
+    set_offline_env()
     try:
         import transformers
     except ImportError as exc:
@@ -48,7 +75,7 @@ def _build(transformers: Any, data: dict[str, Any], config: Any) -> nn.Module:
         if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
             model: nn.Module = cls(config)
             return model
-    built: nn.Module = transformers.AutoModel.from_config(config)
+    built: nn.Module = transformers.AutoModel.from_config(config, trust_remote_code=False)
     return built
 
 
@@ -105,6 +132,7 @@ def load_hf_config(
             f"{path} is not a transformers config (no \"model_type\" in a JSON object)",
             "Point mhaudit at a model's config.json or at a .py model file.",
         )
+    _refuse_hub_references(data, path)
     transformers = _transformers()
     if data["model_type"] not in transformers.CONFIG_MAPPING:
         raise LoadError(
@@ -113,17 +141,16 @@ def load_hf_config(
             "Upgrade transformers, or write a model file with build_model() for this model.",
         )
     fields = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
+    if "use_pretrained_backbone" in fields or "backbone_config" in fields:
+        fields["use_pretrained_backbone"] = False  # weights are never loaded
     place = torch.device(device) if device is not None else contextlib.nullcontext()
-    try:
+    stage = f"building {data['model_type']} from the config"
+    tip = "Fix the config where transformers says, or upgrade transformers for a new model type."
+    with hub_offline(), contained(stage, str(path), tip=tip):
         config = transformers.AutoConfig.for_model(data["model_type"], **fields)
+        _check_sizes(config, path)
         with place:
             model = _build(transformers, data, config)
             kwargs = _example_kwargs(model, config, batch_size, seq_len)
-    except LoadError:
-        raise
-    except Exception as exc:
-        raise LoadError(
-            f"building {data['model_type']} from {path} failed: {first_line(exc)}",
-            "Check the config, or upgrade transformers if the model type is new.",
-        ) from exc
-    return model.eval(), (), kwargs
+        model.eval()
+    return model, (), kwargs

@@ -6,7 +6,6 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import io
 import sys
 import uuid
 from collections.abc import Iterator
@@ -18,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.errors import LoadError, first_line
+from mhaudit.errors import ConfigError, LoadError
+from mhaudit.load.contain import contained, preserved_state
 from mhaudit.load.device import parse_device
 
 
@@ -36,14 +36,22 @@ class LoadedModel:
 
 @contextlib.contextmanager
 def quiet_stdout() -> Iterator[None]:
-    """Swallow prints from user code so they cannot corrupt a JSON report."""
-    with contextlib.redirect_stdout(io.StringIO()):
+    """Send prints from user code to stderr, so they cannot corrupt a report on stdout."""
+    with contextlib.redirect_stdout(sys.stderr):
         yield
 
 
 def device_context(device: str) -> contextlib.AbstractContextManager[Any]:
     """Default-device context for building: meta allocates nothing."""
     return torch.device(parse_device(device))
+
+
+def model_folder(target: str) -> str | None:
+    """The folder of a file target, which stays importable while its model runs."""
+    path = Path(_split_target(target)[0])
+    if path.suffix == ".py" or path.is_file():
+        return str(path.resolve().parent)
+    return None
 
 
 def load_target(
@@ -54,23 +62,60 @@ def load_target(
     seq_len: int = 128,
     input_shape: tuple[int, ...] | None = None,
 ) -> LoadedModel:
-    """Resolve ``model.py[:NAME]``, ``pkg.mod:NAME`` or a transformers ``config.json``."""
+    """Resolve ``model.py[:NAME]``, ``pkg.mod:NAME``, a ``config.json`` or a model folder.
+
+    Model code runs contained (see :mod:`mhaudit.load.contain`): whatever it raises or
+    however it exits becomes a LoadError naming the file and the stage.
+    """
     path_part, _, attr = _split_target(target)
     path = Path(path_part)
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise LoadError(f"{target} is a folder without a config.json, not a model file",
+                            "Point at a .py model file, a config.json, or a folder holding one.")
+        path = config
     if path.suffix == ".json":
+        if input_shape is not None:
+            raise ConfigError("--input-shape does not apply to a config.json target",
+                              "Use --batch-size and --seq-len to shape its inputs.")
         return _load_hf_config(path, target, device, batch_size, seq_len)
-    with quiet_stdout():
+    with preserved_state(model_folder(target)), quiet_stdout(), device_context(device):
         module = _import_target(path_part)
-        with device_context(device):
-            model = _build(module, attr, target)
-            args, kwargs, inferred = _inputs(module, model, batch_size, seq_len, input_shape)
+        model = _build(module, attr, target)
+        args, kwargs, inferred = _inputs(module, model, batch_size, seq_len, input_shape,
+                                         target)
+    if device == "meta":
+        model, args, kwargs = _on_meta(model, args, kwargs)
     return LoadedModel(model, args, kwargs, target, inferred)
 
 
+def _on_meta(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """Move a model and inputs made outside the meta context (at import) onto meta."""
+    if any(t.device.type != "meta" for t in model_tensors(model)):
+        with contained("moving the model to meta", "model"):
+            model = model.to("meta")
+
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device.type != "meta":
+            return value.to("meta")
+        return value
+
+    return model, tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
+
+
 def _split_target(target: str) -> tuple[str, str, str]:
-    """Split at the last colon that is not part of a Windows drive letter."""
+    """Split ``file.py:NAME`` at the last colon, unless the whole target names a path.
+
+    A Windows drive letter, a file named ``exp:3.py`` or a tail that is not a Python
+    name stays part of the path.
+    """
     head, sep, tail = target.rpartition(":")
-    if not sep or (len(head) == 1 and head.isalpha()) or "/" in tail or "\\" in tail:
+    if not sep or (len(head) == 1 and head.isalpha()) or not tail.isidentifier():
+        return target, "", ""
+    if Path(target).exists():
         return target, "", ""
     return head, sep, tail
 
@@ -78,31 +123,29 @@ def _split_target(target: str) -> tuple[str, str, str]:
 def _import_target(spec: str) -> ModuleType:
     path = Path(spec)
     if spec.endswith(".py") or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise LoadError(f"model file {spec} does not exist", "Check the path.")
-        name = f"mhaudit_user_{path.stem}_{uuid.uuid4().hex[:8]}"
+        if not path.is_file():
+            raise LoadError(f"{spec} is not a regular file", "Point at a .py model file.")
+        name = f"mhaudit_user_{''.join(c if c.isalnum() else '_' for c in path.stem)}_" \
+               f"{uuid.uuid4().hex[:8]}"
         mod_spec = importlib.util.spec_from_file_location(name, path)
         if mod_spec is None or mod_spec.loader is None:
             raise LoadError(f"cannot import {spec}", "Point mhaudit at a Python file.")
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[name] = module
-        sys.path.insert(0, str(path.parent.resolve()))
-        try:
+        with contained(f"importing {path.name}", spec):
             mod_spec.loader.exec_module(module)
-        except Exception as exc:
-            raise LoadError(
-                f"importing {spec} failed: {first_line(exc)}", "Fix the model file."
-            ) from exc
-        finally:
-            sys.path.pop(0)
         return module
-    try:
-        return importlib.import_module(spec)
-    except Exception as exc:
-        raise LoadError(
-            f"cannot import module {spec!r}: {first_line(exc)}",
-            "Give a path to a .py file or an importable pkg.module:NAME.",
-        ) from exc
+    with contained(f"importing module {spec!r}", spec):
+        try:
+            return importlib.import_module(spec)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and spec.startswith(exc.name):
+                raise LoadError(f"no file or module named {spec!r}",
+                                "Give a path to a .py file or an importable "
+                                "pkg.module:NAME.") from exc
+            raise
 
 
 def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
@@ -127,13 +170,8 @@ def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
         obj_name = obj.__name__
     else:
         obj_name = getattr(obj, "__name__", "factory")
-    try:
+    with contained(f"{obj_name}()", target):
         built = obj()
-    except Exception as exc:
-        raise LoadError(
-            f"calling {obj_name}() failed: {first_line(exc)}",
-            "Make the factory callable with no arguments.",
-        ) from exc
     if not isinstance(built, nn.Module):
         raise LoadError(
             f"{obj_name}() returned {type(built).__name__}, not an nn.Module",
@@ -148,6 +186,7 @@ def _inputs(
     batch_size: int,
     seq_len: int,
     input_shape: tuple[int, ...] | None,
+    target: str,
 ) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
     provider = getattr(module, "example_inputs", None)
     if provider is None:
@@ -155,12 +194,8 @@ def _inputs(
     if input_shape is not None:
         return (infer_input_from_shape(model, input_shape),), {}, True
     if provider is not None:
-        try:
+        with contained("example_inputs()", target):
             value = _call_provider(provider, model)
-        except Exception as exc:
-            raise LoadError(
-                f"example_inputs() failed: {first_line(exc)}", "Fix example_inputs()."
-            ) from exc
         return (*normalize_inputs(value), False)
     return (infer_inputs(model, batch_size, seq_len),), {}, True
 
@@ -187,9 +222,33 @@ def normalize_inputs(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (value,), {}
 
 
+def walk_modules(model: nn.Module) -> Iterator[nn.Module]:
+    """Every submodule once, depth first in definition order, without recursion.
+
+    ``nn.Module.modules()`` recurses once per level; a 3000-deep ``Sequential`` would
+    exhaust Python's stack in mhaudit's own code.
+    """
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield module
+        stack.extend(reversed([m for m in module._modules.values() if m is not None]))
+
+
+def model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    """Every parameter and buffer of ``model`` (shared ones as often as they are held)."""
+    for module in walk_modules(model):
+        yield from (p for p in module._parameters.values() if p is not None)
+        yield from (b for b in module._buffers.values() if b is not None)
+
+
 def _first_leaf(model: nn.Module) -> nn.Module | None:
-    for sub in model.modules():
-        if not list(sub.children()) and any(True for _ in sub.parameters(recurse=False)):
+    for sub in walk_modules(model):
+        if not sub._modules and any(p is not None for p in sub._parameters.values()):
             return sub
     return None
 
@@ -222,8 +281,10 @@ def _load_hf_config(
 ) -> LoadedModel:
     from mhaudit.load.hfconfig import load_hf_config
 
-    if not path.is_file():
+    if not path.exists():
         raise LoadError(f"config file {path} does not exist", "Check the path.")
+    if not path.is_file():
+        raise LoadError(f"{path} is not a regular file", "Point at a model's config.json.")
     with quiet_stdout(), device_context(device):
         model, args, kwargs = load_hf_config(path, batch_size, seq_len)
     return LoadedModel(model, args, kwargs, target, True)

@@ -8,36 +8,38 @@ from typing import Any
 from tabulate import tabulate
 
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity
+from mhaudit.render import escape
 from mhaudit.render.serialize import finding_to_dict
-
-_UNITS = {
-    "flops": "FLOP",
-    "kv_cache_bytes_per_token": "B",
-    "peak_memory_bytes": "B",
-    "latency_ms": "ms",
-}
+from mhaudit.render.units import metric_value
 
 
 def format_value(metric: str, value: float | None) -> str:
-    """A metric value with its unit: exact counts, SI FLOPs, IEC bytes, milliseconds."""
-    if value is None:
-        return "n/a"
-    unit = _UNITS.get(metric, "")
-    sign, mag = ("-" if value < 0 else ""), abs(value)
-    if unit == "ms":
-        return f"{sign}{mag:.4g} ms"
-    prefixes: tuple[str, ...]
-    if unit == "B":
-        prefixes, base = ("", "Ki", "Mi", "Gi", "Ti", "Pi"), 1024
-    elif unit == "FLOP" and mag >= 10**6:
-        prefixes, base = ("", "k", "M", "G", "T", "P", "E"), 1000
-    else:
-        text = f"{int(mag):,}" if float(mag).is_integer() else f"{mag:,.4g}"
-        return f"{sign}{text}{' ' + unit if unit else ''}"
-    step = 0
-    while mag >= base and step < len(prefixes) - 1:
-        mag, step = mag / base, step + 1
-    return f"{sign}{mag:.4g} {prefixes[step]}{unit}"
+    """A metric value with its unit (:func:`mhaudit.render.units.metric_value`)."""
+    return metric_value(metric, value)
+
+
+def _bound_text(r: BudgetResult) -> str:
+    if r.bound == "baseline":
+        return (f"baseline {format_value(r.metric, r.baseline)} +{r.increase_percent or 0:g}% "
+                f"= {format_value(r.metric, r.limit)}")
+    return f"budget {format_value(r.metric, r.limit)}"
+
+
+def budget_message(r: BudgetResult) -> str:
+    """One sentence with metric, limit, actual and delta."""
+    bound = _bound_text(r)
+    if r.actual is None or r.limit is None:
+        return (f"{r.metric} is not in the report, so it cannot meet {bound}; measure on a "
+                "real device (--device cpu or cuda) to get it")
+    delta = r.actual - r.limit
+    rel = f", {100.0 * delta / r.limit:+.1f}%" if r.limit else ""
+    verb = "within" if r.passed else "exceeds"
+    sign = "+" if delta >= 0 else ""
+    message = (f"{r.metric} {format_value(r.metric, r.actual)} {verb} {bound} "
+               f"({sign}{format_value(r.metric, delta)}{rel})")
+    if r.baseline:
+        message += f"; {100.0 * (r.actual - r.baseline) / r.baseline:+.1f}% vs baseline"
+    return message
 
 
 def _change(result: BudgetResult) -> str:
@@ -56,6 +58,7 @@ def _breaches(outcome: GateOutcome) -> list[BudgetResult]:
 
 
 def _flag_line(flag: Finding) -> str:
+    """The flag in one line of raw text (each format escapes it)."""
     where = f" ({flag.block})" if flag.block is not None else ""
     return f"{flag.code} {flag.name}{where} [{flag.severity.value}]: {flag.message}"
 
@@ -87,24 +90,21 @@ def render_table(outcome: GateOutcome, *, title: str | None = None) -> str:
         for r in outcome.results
     ]
     headers = ["metric", "actual", "limit", "baseline", "change", "severity", "status"]
-    lines = [title, ""] if title else []
+    lines = [escape.plain(title), ""] if title else []
     lines += [tabulate(rows, headers=headers, disable_numparse=True)] if rows else []
     breaches = _breaches(outcome)
     if breaches:
-        lines += ["", "Over budget:"] + [f"  {r.severity.value}: {r.message}" for r in breaches]
+        lines += ["", "Over budget:"]
+        lines += [f"  {r.severity.value}: {budget_message(r)}" for r in breaches]
     if outcome.failing_findings:
         lines += ["", f"Flags at or above {outcome.fail_on}:"]
-        lines += [f"  {_flag_line(f)}" for f in outcome.failing_findings]
+        lines += [f"  {escape.plain(_flag_line(f))}" for f in outcome.failing_findings]
     lines += ["", verdict(outcome)] if lines and lines[-1] else [verdict(outcome)]
-    return "\n".join(lines) + "\n"
+    return escape.defuse_lines("\n".join(lines)) + "\n"
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+_escape_data = escape.github_data
+_escape_property = escape.github_property
 
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -114,7 +114,7 @@ def render_github(outcome: GateOutcome) -> str:
     """GitHub workflow commands: one annotation per breach and failing flag, then the verdict."""
     lines = [
         f"::{_COMMANDS[r.severity]} title={_escape_property(f'mhaudit budget {r.metric}')}"
-        f"::{_escape_data(r.message)}"
+        f"::{_escape_data(budget_message(r))}"
         for r in _breaches(outcome)
     ]
     for flag in outcome.failing_findings:
@@ -129,10 +129,16 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _md_flag(flag: Finding) -> str:
+    where = f" ({escape.summary(flag.block)})" if flag.block is not None else ""
+    return (f"- `{escape.markdown_code(flag.code)}` {escape.summary(flag.name)}{where} "
+            f"[{flag.severity.value}]: {escape.summary(flag.message)}")
+
+
 def render_markdown(outcome: GateOutcome, *, title: str = "mhaudit budget") -> str:
     """A markdown job summary (for ``GITHUB_STEP_SUMMARY``)."""
     icon = {"ok": "✅ ok", "FAIL": "❌ fail", "warn": "⚠️ warn"}
-    lines = [f"## {title}: {'✅ passed' if outcome.passed else '❌ failed'}", ""]
+    lines = [f"## {escape.summary(title)}: {'✅ passed' if outcome.passed else '❌ failed'}", ""]
     if outcome.results:
         lines += [
             "| Metric | Actual | Limit | Baseline | Change | Status |",
@@ -146,14 +152,13 @@ def render_markdown(outcome: GateOutcome, *, title: str = "mhaudit budget") -> s
         lines.append("")
     breaches = _breaches(outcome)
     if breaches:
-        lines += ["**Over budget**", ""] + [f"- {r.message}" for r in breaches] + [""]
+        lines += ["**Over budget**", ""] + [f"- {budget_message(r)}" for r in breaches] + [""]
     if outcome.failing_findings:
         lines += [f"**Flags at or above `{outcome.fail_on}`**", ""]
-        lines += [f"- `{f.code}` {_flag_line(f)[len(f.code) + 1:]}"
-                  for f in outcome.failing_findings]
+        lines += [_md_flag(f) for f in outcome.failing_findings]
         lines.append("")
     lines.append(verdict(outcome))
-    return "\n".join(lines) + "\n"
+    return escape.defuse_lines("\n".join(lines)) + "\n"
 
 
 def render_junit(outcome: GateOutcome, *, suite: str = "mhaudit") -> str:
@@ -163,22 +168,25 @@ def render_junit(outcome: GateOutcome, *, suite: str = "mhaudit") -> str:
     failures = 0
     for r in outcome.results:
         case = ET.SubElement(budget, "testcase", classname=f"{suite}.budget", name=r.metric)
+        message = escape.xml_text(budget_message(r))
         if not r.passed and r.severity is Severity.ERROR:
             failures += 1
-            failure = ET.SubElement(case, "failure", message=r.message, type="BudgetExceeded")
-            failure.text = r.message
+            failure = ET.SubElement(case, "failure", message=message, type="BudgetExceeded")
+            failure.text = message
         else:
             out = ET.SubElement(case, "system-out")
-            out.text = r.message if r.passed else f"warning: {r.message}"
+            out.text = message if r.passed else f"warning: {message}"
     budget.set("tests", str(len(outcome.results)))
     budget.set("failures", str(failures))
     budget.set("errors", "0")
     flags = ET.SubElement(root, "testsuite", name=f"{suite}.flags")
     for flag in outcome.failing_findings:
         name = f"{flag.code} {flag.name}" + (f" ({flag.block})" if flag.block is not None else "")
-        case = ET.SubElement(flags, "testcase", classname=f"{suite}.flags", name=name)
-        failure = ET.SubElement(case, "failure", message=flag.message, type=flag.severity.value)
-        failure.text = f"{flag.message}\nFix: {flag.fix}" if flag.fix else flag.message
+        case = ET.SubElement(flags, "testcase", classname=f"{suite}.flags",
+                             name=escape.xml_text(name))
+        text = escape.xml_text(flag.message)
+        failure = ET.SubElement(case, "failure", message=text, type=flag.severity.value)
+        failure.text = f"{text}\nFix: {escape.xml_text(flag.fix)}" if flag.fix else text
     flags.set("tests", str(len(outcome.failing_findings)))
     flags.set("failures", str(len(outcome.failing_findings)))
     flags.set("errors", "0")
@@ -206,7 +214,7 @@ def budget_to_dict(
                 "delta_percent": r.delta_percent,
                 "severity": r.severity.value,
                 "passed": r.passed,
-                "message": r.message,
+                "message": budget_message(r),
             }
             for r in outcome.results
         ],

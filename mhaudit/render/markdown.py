@@ -5,6 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from mhaudit.data import Report
+from mhaudit.render.escape import defuse_lines, markdown, markdown_code
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     MEASURE_HEADERS,
@@ -23,34 +24,37 @@ from mhaudit.render.table import (
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured markdown."""
     title, how = header_lines(report)
-    out = [f"## {title}", "", how, ""]
+    out = [f"## {markdown(title)}", "", markdown(how), ""]
     if report.groups:
-        out.append(tabulate(block_rows(report), headers=BLOCK_HEADERS, tablefmt="github",
+        rows = [[markdown(cell) for cell in row] for row in block_rows(report)]
+        out.append(tabulate(rows, headers=BLOCK_HEADERS, tablefmt="github",
                             disable_numparse=True))
         out += ["", "### Parameters", "", "```"]
         for group in report.groups:
-            out.extend(formula_lines(group))
+            out.extend(markdown_code(line) for line in formula_lines(group))
         out.append("```")
     else:
         out.append("No attention blocks found.")
     targets = target_lines(report)
     if targets:
-        out += ["", "### Target", "", targets[0], ""]
-        out.extend(f"- {line.strip()}" for line in targets[1:])
+        out += ["", "### Target", "", markdown(targets[0]), ""]
+        out.extend(f"- {markdown(line.strip())}" for line in targets[1:])
     if report.findings:
         out += ["", "### Flags", ""]
         lines = flag_lines(report)
         for finding_line, fix_line in zip(lines[::2], lines[1::2], strict=True):
-            out.append(f"- **{finding_line.split(' ', 1)[0]}** {finding_line.split(' ', 1)[1]}")
-            out.append(f"  - {fix_line.strip()}")
+            code, rest = finding_line.split(" ", 1)
+            out.append(f"- **{markdown(code)}** {markdown(rest)}")
+            out.append(f"  - {markdown(fix_line.strip())}")
     if report.scaling:
         out += ["", "### Scaling with sequence length", ""]
         out.append(tabulate(scaling_rows(report), headers=SCALING_HEADERS, tablefmt="github",
                             disable_numparse=True))
     if report.measurement is not None:
         out += ["", "### Measured", ""]
-        out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="github",
+        rows = [[markdown(cell) for cell in row] for row in measure_rows(report)]
+        out.append(tabulate(rows, headers=MEASURE_HEADERS, tablefmt="github",
                             disable_numparse=True))
     out += ["", "### Totals", ""]
-    out.extend(f"- {line}" for line in total_lines(report))
-    return "\n".join(out) + "\n"
+    out.extend(f"- {markdown(line)}" for line in total_lines(report))
+    return defuse_lines("\n".join(out)) + "\n"

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render import units
+from mhaudit.render.escape import defuse_lines, plain
 
 BLOCK_HEADERS = (
     "block", "×", "type", "kind", "impl", "d_model", "h", "h_kv", "d_k", "params",
@@ -23,9 +24,9 @@ def block_rows(report: Report) -> list[list[str]]:
             f"{lay.head_dim}/{lay.v_head_dim}"
         )
         rows.append([
-            group.pattern if group.pattern else "(root)",
+            plain(group.pattern) if group.pattern else "(root)",
             str(group.count),
-            lay.module_type,
+            plain(lay.module_type),
             lay.kind + (" causal" if lay.causal else ""),
             lay.implementation,
             str(lay.d_model),
@@ -55,8 +56,8 @@ def header_lines(report: Report) -> list[str]:
     m = report.model
     inputs = ", ".join(f"{k} {_input(v)}" for k, v in m.inputs.items())
     return [
-        f"mhaudit: {m.source} ({m.class_name})",
-        f"traced with {m.trace_method} on {m.device}; costs at {m.dtype}; inputs: {inputs}",
+        plain(f"mhaudit: {m.source} ({m.class_name})"),
+        plain(f"traced with {m.trace_method} on {m.device}; costs at {m.dtype}; inputs: {inputs}"),
     ]
 
 
@@ -75,7 +76,7 @@ def formula_lines(group: BlockGroup) -> list[str]:
     if not par.deviations:
         lines.append("  matches the textbook count exactly")
     for dev in par.deviations:
-        lines.append(f"  {units.signed(dev.params)}: {dev.reason}")
+        lines.append(f"  {units.signed(dev.params)}: {plain(dev.reason)}")
     return lines
 
 
@@ -109,13 +110,13 @@ def flag_lines(report: Report) -> list[str]:
     items += [(None, f) for f in report.findings if f.block is None]
     for label, f in items:
         where = f" {label}" if label is not None else ""
-        lines.append(f"{f.code} {f.severity.value}{where}: {f.message}")
-        lines.append(f"  fix: {f.fix}")
+        lines.append(plain(f"{f.code} {f.severity.value}{where}: {f.message}"))
+        lines.append(plain(f"  fix: {f.fix}"))
     return lines
 
 
 def _group_label(group: BlockGroup) -> str:
-    label = group.pattern or "(root)"
+    label = plain(group.pattern) if group.pattern else "(root)"
     return f"{label} (×{group.count})" if group.count > 1 else label
 
 
@@ -142,7 +143,7 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"measured forward latency: {t.latency_ms:.3f} ms (median)")
     untraced = report.coverage.untraced_modules
     if untraced:
-        shown = ", ".join(m or "(root)" for m in untraced[:8])
+        shown = ", ".join(plain(m) or "(root)" for m in untraced[:8])
         more = f" and {len(untraced) - 8} more" if len(untraced) > 8 else ""
         lines.append(f"modules the forward did not use (not counted): {shown}{more}")
     missing = report.coverage.ops_without_formula
@@ -174,7 +175,7 @@ def measure_rows(report: Report) -> list[list[str]]:
         return []
     items = [("forward", m.forward), *m.blocks.items()]
     return [
-        [name, f"{t.median_ms:.3f} ms", f"{t.min_ms:.3f} ms", f"{t.max_ms:.3f} ms",
+        [plain(name), f"{t.median_ms:.3f} ms", f"{t.min_ms:.3f} ms", f"{t.max_ms:.3f} ms",
          str(t.repeats)]
         for name, t in items
     ]
@@ -211,4 +212,4 @@ def render_table(report: Report) -> str:
                             disable_numparse=True))
         out.append("")
     out.extend(total_lines(report))
-    return "\n".join(out) + "\n"
+    return defuse_lines("\n".join(out)) + "\n"

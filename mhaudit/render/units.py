@@ -48,3 +48,31 @@ def seconds(value: float) -> str:
         if value >= factor:
             return f"{value / factor:.3g} {unit}"
     return f"{value / 1e-9:.3g} ns"
+
+
+METRIC_UNITS = {
+    "flops": "FLOP",
+    "kv_cache_bytes_per_token": "B",
+    "peak_memory_bytes": "B",
+    "latency_ms": "ms",
+}
+"""The unit of each gate metric that has one (the others are plain counts)."""
+
+
+def metric_value(metric: str, value: float | None) -> str:
+    """A gate metric with its unit, worded as the report words it.
+
+    Exact counts with separators below a million FLOPs and for parameters; SI prefixes
+    for larger FLOPs (``11.4 MFLOP``), IEC for bytes (``50 KiB``), ``ms`` for latency.
+    """
+    if value is None:
+        return "n/a"
+    unit = METRIC_UNITS.get(metric, "")
+    if unit == "ms":
+        return f"{value:.3g} ms"
+    if unit == "B":
+        return nbytes(value)
+    if unit == "FLOP" and abs(value) >= 10**6:
+        return si(value, "FLOP")
+    text = f"{int(value):,}" if float(value).is_integer() else f"{value:,.3g}"
+    return f"{text} {unit}".rstrip()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import math
+
 from mhaudit.cost.kernels import FA2_HEAD_DIMS
 from mhaudit.render.units import nbytes as fmt_bytes
 from mhaudit.render.units import si as fmt_si
@@ -9,11 +12,21 @@ from mhaudit.render.units import si as fmt_si
 __all__ = ["divisors", "fmt_bytes", "fmt_si", "heads_hint", "kernel_friendly_heads",
            "reduced_kv_heads"]
 
+@functools.lru_cache(maxsize=256)
 def divisors(n: int) -> tuple[int, ...]:
-    """All positive divisors of ``n`` in increasing order."""
+    """All positive divisors of ``n`` in increasing order (cached: a sweep asks repeatedly)."""
     if n < 1:
         raise ValueError(f"divisors need a positive integer, got {n}")
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    small: list[int] = []
+    large: list[int] = []
+    d = 1
+    while d * d <= n:  # O(√n): each divisor d ≤ √n pairs with n // d ≥ √n
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return (*small, *reversed(large))
 
 
 def kernel_friendly_heads(
@@ -34,6 +47,20 @@ def heads_hint(inner_width: int, dims: tuple[int, ...] = FA2_HEAD_DIMS) -> str:
 
 
 def reduced_kv_heads(heads: int, factor: int) -> int:
-    """Largest divisor of ``heads`` that is at most ``heads / factor`` (at least 1)."""
+    """Largest divisor of ``heads`` that is at most ``heads / factor`` (at least 1).
+
+    O(√heads) with an early exit: a divisor d ≥ √heads pairs with e = heads / d ≤ √heads,
+    so the smallest such e (from heads / target up) gives the largest d; else the answer
+    is the largest d ≤ √heads, found counting down.
+    """
     target = max(1, heads // factor)
-    return max(d for d in divisors(heads) if d <= target)
+    root = math.isqrt(heads)
+    e = -(-heads // target)  # ceil(heads / target): e ≥ it keeps d = heads / e ≤ target
+    while e <= root:
+        if heads % e == 0:
+            return heads // e
+        e += 1
+    d = min(root, target)
+    while heads % d:
+        d -= 1
+    return d

@@ -20,21 +20,20 @@ from mhaudit.data import (
     Totals,
 )
 from mhaudit.errors import ConfigError
+from mhaudit.gate.baseline import load_baseline, metric_values_from_dict, write_baseline
 from mhaudit.gate.budget import (
     METRICS,
     Budget,
     evaluate_metrics,
     failing_findings,
     find_pyproject_budget,
-    load_baseline,
     load_budget,
     metric_values,
-    metric_values_from_dict,
     parse_budget,
     parse_quantity,
     report_findings,
-    write_baseline,
 )
+from mhaudit.render.ci import budget_message
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ci"
 
@@ -231,13 +230,13 @@ def test_textbook_params_limit(limit: Any, passed: bool) -> None:
 def test_breach_message_has_metric_limit_actual_and_delta() -> None:
     (result,) = _outcome({"max_params": "16k"}).results
     # 16,640 - 16,000 = +640, which is +4.0% of the limit.
-    assert result.message == "params_total 16,640 exceeds budget 16,000 (+640, +4.0%)"
+    assert budget_message(result) == "params_total 16,640 exceeds budget 16,000 (+640, +4.0%)"
 
 
 def test_within_message() -> None:
     (result,) = _outcome({"max_params": 20000}).results
     # 16,640 - 20,000 = -3,360, -16.8% of the limit.
-    assert result.message == "params_total 16,640 within budget 20,000 (-3,360, -16.8%)"
+    assert budget_message(result) == "params_total 16,640 within budget 20,000 (-3,360, -16.8%)"
 
 
 def test_warning_severity_breach_does_not_fail_the_gate() -> None:
@@ -252,7 +251,7 @@ def test_missing_measurement_fails_with_a_tip() -> None:
     (result,) = _outcome({"max_latency_ms": 5}).results
     assert not result.passed
     assert result.actual is None
-    assert "--device" in result.message
+    assert "--device" in budget_message(result)
 
 
 def test_baseline_growth_global_and_per_metric() -> None:
@@ -266,8 +265,8 @@ def test_baseline_growth_global_and_per_metric() -> None:
     assert params.baseline == 16_640
     assert params.limit == pytest.approx(18_304)  # 16,640 · 1.10
     assert params.delta_percent == pytest.approx(123.846, abs=1e-3)
-    assert "baseline 16,640 +10% = 18,304" in params.message
-    assert "+123.8% vs baseline" in params.message
+    assert "baseline 16,640 +10% = 18,304" in budget_message(params)
+    assert "+123.8% vs baseline" in budget_message(params)
     # Metrics the baseline lacks (latency, peak memory) are not checked.
     assert {r.metric for r in outcome.results} == {
         "params_total", "attention_params", "flops", "kv_cache_bytes_per_token"}

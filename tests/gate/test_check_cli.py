@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from mhaudit.cli.check_cmd import check_command
 from mhaudit.errors import ConfigError
 from mhaudit.gate.check import check
+from mhaudit.render.ci import budget_message
 from mhaudit.testing import assert_within_budget
 
 MODEL = '''
@@ -157,7 +158,12 @@ def test_baseline_round_trip(models: dict[int, Path], tmp_path: Path) -> None:
     same = run(models[64], "--budget", path, "--baseline", base)
     assert same.exit_code == 0, same.output
 
-    grown = run(models[96], "--budget", path, "--baseline", base)
+    other = run(models[96], "--budget", path, "--baseline", base)
+    assert other.exit_code == 2  # recorded for textbook_64.py, not textbook_96.py
+    assert "--allow-other-model" in other.stderr
+
+    models[64].write_text(models[96].read_text(encoding="utf-8"), encoding="utf-8")
+    grown = run(models[64], "--budget", path, "--baseline", base)
     assert grown.exit_code == 1
     # 37,248 vs 16,640 is +123.8%; the allowed ceiling is 16,640 · 1.1 = 18,304.
     assert "params_total 37,248 exceeds baseline 16,640 +10% = 18,304" in grown.stdout
@@ -277,7 +283,8 @@ def test_library_gate(models: dict[int, Path], tmp_path: Path) -> None:
     assert check(model, x, budget={"max_params": "20k"}).passed
     outcome = check(model, x, budget={"max_params": "16k"})
     assert not outcome.passed
-    assert outcome.results[0].message.startswith("params_total 16,640 exceeds budget 16,000")
+    assert budget_message(outcome.results[0]).startswith(
+        "params_total 16,640 exceeds budget 16,000")
     from_file = check(str(models[64]), budget=budget(tmp_path, "max_params = 20000"))
     assert from_file.passed
     grown = check(_module(models[96]), torch.randn(2, 10, 96),

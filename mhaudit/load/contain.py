@@ -1,0 +1,202 @@
+"""Containment of user code: every way a model can fail or escape becomes one mhaudit error.
+
+Importing, building, tracing and running a model execute code mhaudit does not control.
+``contained(stage, source)`` turns ``SystemExit``, a ``KeyboardInterrupt`` the model
+raised itself, and every exception into a :class:`LoadError` (or :class:`TraceError`)
+naming the model and the stage; a real Ctrl-C still ends the run. ``time_limit`` bounds
+the stages with a timer, and ``preserved_state`` restores the working directory and
+``sys.path`` after the model ran. ``os._exit`` ends the process and cannot be caught.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from mhaudit.errors import LoadError, MhauditError, TraceError, first_line
+
+_stages: list[str] = []
+"""The stages now running, innermost last (the timer names the innermost one)."""
+
+_sigint = threading.Event()
+"""Set by the SIGINT handler, so a real Ctrl-C is told apart from a raised KeyboardInterrupt."""
+
+
+class StageTimeout(BaseException):
+    """Raised by the timer inside user code; a BaseException so ``except Exception`` misses it."""
+
+    def __init__(self, seconds: float, stage: str) -> None:
+        super().__init__(f"timed out after {seconds:g} s in {stage}")
+        self.seconds = seconds
+        self.stage = stage
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def interrupted() -> bool:
+    """True once a real SIGINT arrived while a contained stage was running."""
+    return _sigint.is_set()
+
+
+@contextlib.contextmanager
+def _watch_sigint() -> Iterator[None]:
+    """Record real SIGINTs, then let the previous handler act on them as before."""
+    if not _main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: FrameType | None) -> Any:
+        _sigint.set()
+        if callable(previous):
+            return previous(signum, frame)
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # pragma: no cover - not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exit_text(code: object) -> str:
+    if code is None or isinstance(code, int):
+        return f"sys.exit({code if code is not None else ''})"
+    return f"sys.exit({code!r})"
+
+
+_TIPS = {
+    "SystemExit": "Model files must not exit: put script code under "
+                  "`if __name__ == \"__main__\":`.",
+    "KeyboardInterrupt": "Model code raised KeyboardInterrupt; remove the raise.",
+    "ModuleNotFoundError": "Install the missing package, or check the import's name.",
+    "ImportError": "Check the import and that the package is installed.",
+    "SyntaxError": "Fix the syntax at the line named.",
+    "TypeError": "Check the arguments the call needs; a factory is called with none.",
+    "RecursionError": "The model nests too deeply to build or trace; flatten it.",
+    "MemoryError": "The model does not fit in memory here; build it on --device meta.",
+    "OutOfMemoryError": "Lower --batch-size or --seq-len, or measure on a larger device.",
+}
+
+
+def _tip(exc: BaseException, stage: str, default: str | None) -> str:
+    """The fix that matches the cause: by exception type, else the stage's own tip."""
+    names = [cls.__name__ for cls in type(exc).__mro__]
+    for name in names:
+        if name in _TIPS and (default is None or name in _RESOURCE):
+            return _TIPS[name]
+    if default is not None:
+        return default
+    if "forward" in stage:
+        return "Check that the inputs match forward() and that forward runs on its own."
+    return f"Fix {stage} in the model file."
+
+
+_RESOURCE = ("RecursionError", "MemoryError", "OutOfMemoryError")
+
+
+@contextlib.contextmanager
+def contained(
+    stage: str, source: str, *, trace: bool = False, tip: str | None = None
+) -> Iterator[None]:
+    """Run user code of ``stage`` (e.g. ``build_model()``) from ``source``.
+
+    Anything it raises, ``SystemExit`` included, becomes a LoadError (or a TraceError
+    with ``trace=True``) naming both; MhauditError and a real Ctrl-C pass through.
+    """
+    error_type = TraceError if trace else LoadError
+    _stages.append(stage)
+    try:
+        with _watch_sigint():
+            yield
+    except MhauditError:
+        raise
+    except StageTimeout as exc:
+        raise error_type(f"{source}: {exc}", "Raise --timeout, or find the loop that does not "
+                         "end (run it with --verbose for the traceback).") from exc
+    except KeyboardInterrupt as exc:
+        if interrupted():
+            raise
+        raise error_type(f"{source}: {stage} raised KeyboardInterrupt",
+                         _TIPS["KeyboardInterrupt"]) from exc
+    except SystemExit as exc:
+        raise error_type(f"{source}: {stage} called {_exit_text(exc.code)}",
+                         _TIPS["SystemExit"]) from exc
+    except BaseException as exc:
+        if isinstance(exc, GeneratorExit):
+            raise
+        raise error_type(f"{source}: {stage} failed: {first_line(exc)}",
+                         _tip(exc, stage, tip)) from exc
+    finally:
+        _stages.pop()
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise StageTimeout in the running stage once ``seconds`` have passed (None: no limit)."""
+    if seconds is None:
+        yield
+        return
+    if not hasattr(signal, "setitimer"):  # pragma: no cover - Windows
+        from mhaudit.errors import ConfigError
+
+        raise ConfigError("a timeout needs SIGALRM, which this platform lacks",
+                          "Run without --timeout here.")
+    if not _main_thread():
+        from mhaudit.errors import ConfigError
+
+        raise ConfigError("a timeout works only in the main thread",
+                          "Call audit() from the main thread, or drop the timeout.")
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise StageTimeout(seconds, _stages[-1] if _stages else "the audit")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def preserved_state(path_entry: str | None = None) -> Iterator[None]:
+    """Restore the working directory and ``sys.path`` afterwards; ``path_entry`` goes first.
+
+    A model folder stays importable for the whole audit (a ``build_model()`` that imports
+    a sibling module at call time, or a forward that does), and a model that calls
+    ``os.chdir`` does not move anything mhaudit writes afterwards.
+    """
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:  # pragma: no cover - the folder was removed under us
+        cwd = None
+    saved = list(sys.path)
+    if path_entry is not None:
+        sys.path.insert(0, path_entry)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+        if cwd is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(cwd)
+
+
+def stop_timer() -> None:
+    """End the running time limit early: the stages it bounds are over."""
+    if hasattr(signal, "setitimer") and _main_thread():
+        signal.setitimer(signal.ITIMER_REAL, 0)
