@@ -8,18 +8,8 @@ from dataclasses import dataclass
 from torch import fx
 
 from mhaudit.trace.einsum import EinsumError, expand_einsum
-from mhaudit.trace.graphs import (
-    MATMUL_OPS,
-    SDPA_IS_CAUSAL_INDEX,
-    SDPA_OPS,
-    SOFTMAX_OPS,
-    arg,
-    op_name,
-    param_root,
-    shape,
-    tensor_inputs,
-    val,
-)
+from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs, val
+from mhaudit.trace.ops import MATMUL_OPS, SDPA_OPS, SDPA_VARIANTS, SOFTMAX_OPS, op_name
 
 
 @dataclass(frozen=True)
@@ -106,9 +96,10 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         if not picks:
             return None
         output = picks[0]
-    mask = arg(node, 3, "attn_mask") if name == "scaled_dot_product_attention" else None
+    variant = SDPA_VARIANTS[name]
+    mask = arg(node, variant.mask_index, "attn_mask") if variant.mask_index is not None else None
     mask = mask if mask is not None else node.kwargs.get("attn_bias", node.kwargs.get("attn_mask"))
-    is_causal = bool(arg(node, SDPA_IS_CAUSAL_INDEX.get(name, 5), "is_causal", False))
+    is_causal = bool(arg(node, variant.causal_index, "is_causal", False))
     masks = (mask,) if isinstance(mask, fx.Node) else ()
     d_k = shape(q)[-1]
     scale = node.kwargs.get("scale")

@@ -6,15 +6,8 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.trace.graphs import (
-    PROJECTION_OPS,
-    VIEW_OPS,
-    numel,
-    op_name,
-    param_root,
-    shape,
-    val,
-)
+from mhaudit.trace.graphs import numel, param_root, shape, val
+from mhaudit.trace.ops import PROJECTION_OPS, VIEW_OPS, op_name
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,21 @@ from mhaudit.detect.cores import is_activation_matmul
 from mhaudit.detect.features import backward_axis, carried_width
 from mhaudit.detect.projections import ProjectionOp, as_projection
 from mhaudit.trace.graphs import (
+    in_place_writes,
+    innermost_module,
+    numel,
+    param_root,
+    shape,
+    tensor_inputs,
+)
+from mhaudit.trace.ops import (
     EXPAND_OPS,
     FRESH_OPS,
     NORM_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     VIEW_OPS,
-    in_place_writes,
-    innermost_module,
-    numel,
     op_name,
-    param_root,
-    shape,
-    tensor_inputs,
 )
 
 _MAX_VISITS = 400
