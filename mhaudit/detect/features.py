@@ -203,6 +203,16 @@ def forward_axes(
 def carried_width(path: list[fx.Node]) -> int | None:
     """Distinct features of ``path[-1]``'s last axis that reach ``path[0]``, per token.
 
+    See :func:`carried`, which also names the ops that cut the features.
+    """
+    found = carried(path)
+    return found[0] if found is not None else None
+
+
+def carried(path: list[fx.Node]) -> tuple[int, frozenset[fx.Node]] | None:
+    """Distinct features of ``path[-1]``'s last axis that reach ``path[0]``, per token,
+    and the ops on the path that cut them (a fused split, a chunk of each head).
+
     ``path`` runs from a core operand back to a projection output, each node an
     input of the one before. Slices and selects on feature axes shrink the count;
     ops on token or block axes (pads, window joins, pooling), head repeats and
@@ -216,7 +226,9 @@ def carried_width(path: list[fx.Node]) -> int | None:
     axes: frozenset[int] = frozenset({len(dims) - 1})
     width = float(dims[-1])
     before = dims
+    cuts: set[fx.Node] = set()
     for index in range(len(path) - 2, -1, -1):
+        was = width
         node, source = path[index], path[index + 1]
         after = shape(node)
         moved = forward_axes(node, source, axes, before)
@@ -231,9 +243,11 @@ def carried_width(path: list[fx.Node]) -> int | None:
             for a in axes:
                 if after[a] < before[a] and (name in _SLICE_OPS or before[a] % after[a] == 0):
                     width *= after[a] / before[a]
+        if width < was:
+            cuts.add(node)
         if after:
             axes, before = moved, after
-    return round(width)
+    return round(width), frozenset(cuts)
 
 
 _AxisHandler = Callable[[_Step, int], "int | None"]

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.ranges import Range, bias_ranges, overlap
 from mhaudit.trace.graphs import numel, param_root, shape, val
-from mhaudit.trace.ops import PROJECTION_OPS, VIEW_OPS, op_name
+from mhaudit.trace.ops import EXPAND_OPS, NORM_OPS, PROJECTION_OPS, VIEW_OPS, op_name
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,15 @@ class ProjectionOp:
     out_width: int
     matmul: fx.Node
     """The matmul-like op itself (``node`` is its bias add when the bias is separate)."""
+    bias_ranges: tuple[Range, ...] = ()
+    """Output features with a learned bias when the bias is a ``cat`` of learned and
+    constant parts; empty when the bias (if any) covers every feature."""
+
+    def bias_of(self, span: Range | None, width: int) -> int:
+        """Bias elements of the ``width`` features a role reads (``span``, when known)."""
+        if self.bias_ranges and span is not None:
+            return overlap(span, self.bias_ranges)
+        return self.bias_numel * width // self.out_width if self.out_width else 0
 
     @property
     def in_width(self) -> int:
@@ -62,11 +72,17 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     if not isinstance(x, fx.Node) or not isinstance(w, fx.Node):
         return None
     weight = param_root(w, params)
-    if weight is None or param_root(x, params) is not None or val(x) is None:
+    if weight is None or val(x) is None:
+        return None
+    if param_root(x, params) is not None and not _learned_input(name, x):
         return None
     out_width = shape(node)[-1]
     bias_name = param_root(bias, params) if isinstance(bias, fx.Node) else None
     bias_numel = numel(bias) if bias_name else 0
+    covered: tuple[Range, ...] = ()
+    if bias_name is None and isinstance(bias, fx.Node):
+        bias_name, covered = bias_ranges(bias, params)
+        bias_numel = sum(b - a for a, b in covered)
     result = node
     if bias_name is None and len(node.users) == 1:
         user = next(iter(node.users))
@@ -75,7 +91,18 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             bias_name = param_root(other[0], params)
             bias_numel = numel(other[0])
             result = user
-    return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node)
+    return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
+                        covered)
+
+
+def _learned_input(name: str, x: fx.Node) -> bool:
+    """A projection of a learned parameter (Perceiver's latent queries, a learned query).
+
+    Only ops whose arguments fix which operand is the weight (``linear``, ``addmm``),
+    and only a parameter broadcast over a batch (its value has more axes than a matrix
+    or was expanded), so two weights multiplied together are never read as one.
+    """
+    return name in ("linear", "addmm") and (len(shape(x)) >= 3 or op_name(x) in EXPAND_OPS)
 
 
 _OUT_PASSTHROUGH = VIEW_OPS | {"cat", "stack", "mul", "div", "getitem"}
@@ -108,12 +135,16 @@ def find_output_projection(
 
 
 def _in_head_layout_add(node: fx.Node) -> bool:
-    """An add or subtract on a tensor still split into heads (rank 4 or more).
+    """An add, subtract or norm on a tensor still split into heads (rank 4 or more).
 
     The residual stream is (B, n, d); a sum in head layout (context plus a
-    convolution of V, say) is still part of the block.
+    convolution of V, say, or two maps' difference) and a per-head norm of the
+    context are still part of the block.
     """
-    return op_name(node) in ("add", "sub") and len(shape(node)) >= 4
+    return op_name(node) in _HEAD_LAYOUT_OPS and len(shape(node)) >= 4
+
+
+_HEAD_LAYOUT_OPS = NORM_OPS | {"add", "sub"}
 
 
 def canonical_input(node: fx.Node) -> fx.Node:
