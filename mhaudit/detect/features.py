@@ -200,16 +200,17 @@ def forward_axes(
     return moved if moved is not None else _forward_by_shape(step, axes)
 
 
-def carried_width(path: list[fx.Node]) -> int | None:
+def carried_width(path: list[fx.Node], feature_axes: tuple[int, ...] = ()) -> int | None:
     """Distinct features of ``path[-1]``'s last axis that reach ``path[0]``, per token.
 
     See :func:`carried`, which also names the ops that cut the features.
     """
-    found = carried(path)
+    found = carried(path, feature_axes)
     return found[0] if found is not None else None
 
 
-def carried(path: list[fx.Node]) -> tuple[int, frozenset[fx.Node]] | None:
+def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
+            ) -> tuple[int, frozenset[fx.Node]] | None:
     """Distinct features of ``path[-1]``'s last axis that reach ``path[0]``, per token,
     and the ops on the path that cut them (a fused split, a chunk of each head).
 
@@ -223,8 +224,8 @@ def carried(path: list[fx.Node]) -> tuple[int, frozenset[fx.Node]] | None:
     dims = shape(start)
     if not dims:
         return None
-    axes: frozenset[int] = frozenset({len(dims) - 1})
-    width = float(dims[-1])
+    axes = frozenset(a % len(dims) for a in feature_axes) or frozenset({len(dims) - 1})
+    width = float(math.prod(dims[a] for a in axes))
     before = dims
     cuts: set[fx.Node] = set()
     for index in range(len(path) - 2, -1, -1):

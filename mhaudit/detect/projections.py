@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import cast
 
 from torch import fx
 
 from mhaudit.detect.ranges import Range, bias_ranges, overlap
+from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import numel, param_root, shape, val
 from mhaudit.trace.ops import EXPAND_OPS, NORM_OPS, PROJECTION_OPS, VIEW_OPS, op_name
 
@@ -31,6 +34,10 @@ class ProjectionOp:
     """Output features with a learned bias when the bias is a ``cat`` of learned and
     constant parts; empty when the bias (if any) covers every feature."""
 
+    feature_axes: tuple[int, ...] = ()
+    """Output axes holding the projected features when there are several (an einsum with a
+    (d_model, h, d_k) weight gives (…, h, …, d_k)); empty for the last axis alone."""
+
     def bias_of(self, span: Range | None, width: int) -> int:
         """Bias elements of the ``width`` features a role reads (``span``, when known)."""
         if self.bias_ranges and span is not None:
@@ -45,8 +52,7 @@ class ProjectionOp:
     @property
     def rows(self) -> int:
         """Token rows the projection processes."""
-        dims = shape(self.node)
-        return numel(self.node) // dims[-1] if dims and dims[-1] else 0
+        return numel(self.node) // self.out_width if self.out_width else 0
 
 
 def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
@@ -76,7 +82,12 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
         return None
     if param_root(x, params) is not None and not _learned_input(name, x):
         return None
-    out_width = shape(node)[-1]
+    out_width, axes = shape(node)[-1], cast(tuple[int, ...], ())
+    if name == "einsum":
+        found = _einsum_features(node, w)
+        if found is None:
+            return None
+        out_width, axes = found
     bias_name = param_root(bias, params) if isinstance(bias, fx.Node) else None
     bias_numel = numel(bias) if bias_name else 0
     covered: tuple[Range, ...] = ()
@@ -85,14 +96,45 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
         bias_numel = sum(b - a for a, b in covered)
     result = node
     if bias_name is None and len(node.users) == 1:
-        user = next(iter(node.users))
-        other = [a for a in user.args if isinstance(a, fx.Node) and a is not node]
+        user, before = next(iter(node.users)), node
+        if op_name(user) in _UNFLATTEN_OPS and len(user.users) == 1:
+            # A decomposed linear: mm on flattened rows, a view back, then the bias add.
+            user, before = next(iter(user.users)), user
+        other = [a for a in user.args if isinstance(a, fx.Node) and a is not before]
         if op_name(user) == "add" and other and param_root(other[0], params):
             bias_name = param_root(other[0], params)
             bias_numel = numel(other[0])
             result = user
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
-                        covered)
+                        covered, axes)
+
+
+def _einsum_features(node: fx.Node, weight: fx.Node) -> tuple[int, tuple[int, ...]] | None:
+    """Projected features of an einsum with a weight: their count and output axes.
+
+    They are the weight's letters kept in the output and absent from the activation
+    (``bnd,dhk->bhnk``: h·k features on axes 1 and 3).
+    """
+    operands = node.args[1]
+    assert isinstance(operands, (list, tuple))
+    try:
+        inputs, output, sizes = expand_einsum(str(node.args[0]),
+                                              [shape(o) for o in operands])
+    except EinsumError:
+        return None
+    if "->" not in str(node.args[0]) or len(inputs) != 2:
+        return None
+    w_term = inputs[list(operands).index(weight)]
+    x_term = inputs[1 - list(operands).index(weight)]
+    letters = [c for c in output if c in w_term and c not in x_term]
+    if not letters:
+        return None
+    width = math.prod(sizes[c] for c in letters)
+    axes = tuple(output.index(c) for c in letters)
+    return width, () if axes == (len(output) - 1,) else axes
+
+
+_UNFLATTEN_OPS = frozenset({"view", "_unsafe_view", "reshape"})
 
 
 def _learned_input(name: str, x: fx.Node) -> bool:

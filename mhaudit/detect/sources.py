@@ -172,12 +172,12 @@ class SourceWalker:
         bias = sum(_added_bias(list(path), self.params, proj) for _, path, _, _ in group)
         spans = {read_range(path, proj.out_width) for _, path, _, _ in group}
         span = spans.pop() if len(spans) == 1 else None
-        cuts = frozenset().union(*(_cuts(path) for _, path, _, _ in group))
+        cuts = frozenset().union(*(_cuts(path, proj) for _, path, _, _ in group))
         return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
                       self._upstream(proj, 0), span, cuts, group[0][3])
 
     def _width(self, path: tuple[fx.Node, ...], proj: ProjectionOp) -> int:
-        carried = carried_width(list(path))
+        carried = carried_width(list(path), proj.feature_axes)
         return carried if carried is not None else _numel_width(path[0], list(path), proj.rows)
 
     def _fallback(self, operand: fx.Node) -> Source:
@@ -364,8 +364,8 @@ class _Walk:
         return tuple(joined) or best
 
 
-def _cuts(path: tuple[fx.Node, ...]) -> frozenset[fx.Node]:
-    found = carried(list(path))
+def _cuts(path: tuple[fx.Node, ...], proj: ProjectionOp) -> frozenset[fx.Node]:
+    found = carried(list(path), proj.feature_axes)
     return found[1] if found is not None else frozenset()
 
 

@@ -32,8 +32,30 @@ def window_root(node: fx.Node, limit: int = 12) -> fx.Node:
     return current
 
 
+_VIEW_ONLY = frozenset(
+    {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "transpose",
+     "expand", "contiguous", "clone", "alias", "detach", "to", "_to_copy"}
+)
+
+
+def view_root(node: fx.Node, limit: int = 12) -> fx.Node:
+    """The tensor ``node`` is a view or copy of (an einsum decomposed to ``bmm`` reads its
+    input through a fresh chain of unsqueezes and permutes per projection)."""
+    current = node
+    for _ in range(limit):
+        if op_name(current) not in _VIEW_ONLY or not current.args:
+            break
+        source = current.args[0]
+        if not isinstance(source, fx.Node) or len(current.all_input_nodes) != 1:
+            break
+        current = source
+    return current
+
+
 def same_sequence(a: fx.Node, b: fx.Node) -> bool:
-    """True when ``a`` and ``b`` are windows of one tensor, and at least one is a window."""
+    """True when ``a`` and ``b`` are views or windows of one tensor."""
+    if view_root(a) is view_root(b):
+        return True
     root = window_root(a)
     return root is window_root(b) and (root is not a or root is not b)
 
