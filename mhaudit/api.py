@@ -30,14 +30,14 @@ from mhaudit.load.device import parse_device
 from mhaudit.load.target import LoadedModel, infer_inputs, load_target, normalize_inputs
 from mhaudit.render.grouping import group_blocks
 from mhaudit.rules import RuleConfig, RuleContext, evaluate
-from mhaudit.trace.export import TracedGraph, trace
+from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import (
     FoldedList,
     describe,
     expand_layouts,
     expand_names,
-    folded,
     node_weight,
+    traced_folded,
 )
 
 
@@ -134,9 +134,7 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
 
 def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     """Trace, detect, count, cost and check one loaded model."""
-    folding = folded(loaded.module) if opts.fold else contextlib.nullcontext(())
-    with folding as plans:
-        traced = trace(loaded.module, loaded.args, loaded.kwargs)
+    with traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold) as (traced, plans):
         layouts = expand_layouts(detect(traced, loaded.module), plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
