@@ -41,14 +41,14 @@ from mhaudit.load.target import (
 )
 from mhaudit.render.grouping import group_blocks
 from mhaudit.rules import RuleConfig, RuleContext, evaluate
-from mhaudit.trace.export import TracedGraph, trace
+from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import (
     FoldedList,
     describe,
     expand_layouts,
     expand_names,
-    folded,
     node_weight,
+    traced_folded,
 )
 
 
@@ -171,10 +171,10 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
 
 
 def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
-    folding = folded(loaded.module) if opts.fold else contextlib.nullcontext(())
-    with folding as plans:
+    with contextlib.ExitStack() as folding:
         with contained("forward() while tracing", loaded.source, trace=True), printed_to_log():
-            traced = trace(loaded.module, loaded.args, loaded.kwargs)
+            traced, plans = folding.enter_context(
+                traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold))
         stop_timer()
         layouts = expand_layouts(detect(traced, loaded.module), plans)
     profile = get_profile(opts.gpu)

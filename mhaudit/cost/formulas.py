@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mhaudit.trace.einsum import EinsumError, expand_einsum
+from mhaudit.trace.ops import SDPA_OPS, qualified, strip_inplace
 
 # FLOPs here are floating-point operations counted as 2 per multiply-add; every
 # formula counts the dense work and ignores padding, masking and bias adds unless
@@ -113,7 +114,7 @@ ZERO_FLOP_OPS: frozenset[str] = frozenset(op_names("aten", (
     "new_zeros new_ones new_full arange scalar_tensor fill "
     # comparisons and logic (they build masks)
     "eq ne lt le gt ge logical_not logical_and logical_or logical_xor bitwise_not bitwise_and "
-    "bitwise_or bitwise_xor __and__ __or__ __xor__ __invert__ isnan isinf "
+    "bitwise_or bitwise_xor __and__ __or__ __xor__ isnan isinf "
     # dropout (inference: identity), assertions, scalars and metadata
     "dropout feature_dropout alpha_dropout native_dropout _assert_tensor_metadata _assert_scalar "
     "_assert_async _functional_assert_async sym_size sym_numel sym_stride sym_storage_offset "
@@ -140,11 +141,8 @@ def register(*ops: str, family: str) -> Callable[[Formula], Formula]:
     return decorate
 
 
-def canonical_op(name: str) -> str:
-    """Map an in-place op name (``aten.add_``) to its functional form (``aten.add``)."""
-    if name.endswith("_") and not name.endswith("__"):
-        return name[:-1]
-    return name
+canonical_op = strip_inplace
+"""Map an in-place op name (``aten.add_``) to its functional form (``aten.add``)."""
 
 
 def lookup(name: str) -> FormulaEntry | None:
@@ -284,13 +282,7 @@ register("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3
          family="conv")(_conv(True, "2·input_numel·out/groups·kernel; bias ignored. Exact."))
 
 
-_SDPA = ("attention_math flash_attention flash_attention_for_cpu efficient_attention "
-         "cudnn_attention fused_attention_overrideable")
-
-
-@register("aten.scaled_dot_product_attention",
-          *op_names("aten", " ".join(f"_scaled_dot_product_{n}" for n in _SDPA.split())),
-          family="attention")
+@register(*sorted(qualified(SDPA_OPS)), family="attention")
 def _sdpa(call: OpCall) -> int:
     """QKᵀ + softmax + probs·V for q (..., h, n_q, d_k), k (..., h_kv, n_kv, d_k), v (.., d_v).
 

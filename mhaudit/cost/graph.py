@@ -19,21 +19,16 @@ from mhaudit.cost.formulas import (
     canonical_op,
     is_zero_flop,
     lookup,
-    op_names,
 )
 from mhaudit.data import Coverage
+from mhaudit.trace.ops import ALIAS_OPS as _ALIAS_OPS
+from mhaudit.trace.ops import MAYBE_ALIAS_OPS as _MAYBE_ALIAS_OPS
+from mhaudit.trace.ops import qualified, qualified_name
 
-ALIAS_OPS: frozenset[str] = frozenset(op_names(
-    "aten", "view _unsafe_view view_as transpose t permute expand expand_as slice select narrow "
-    "split split_with_sizes unbind chunk tensor_split unsqueeze squeeze unflatten movedim "
-    "swapaxes as_strided diagonal alias detach numpy_T view_as_real view_as_complex real imag "
-    "dropout feature_dropout alpha_dropout",
-))
+ALIAS_OPS: frozenset[str] = qualified(_ALIAS_OPS)
 """Ops whose output shares its first input's storage (dropout: in inference mode)."""
 
-MAYBE_ALIAS_OPS: frozenset[str] = frozenset(
-    op_names("aten", "reshape reshape_as flatten contiguous to type_as")
-)
+MAYBE_ALIAS_OPS: frozenset[str] = qualified(_MAYBE_ALIAS_OPS)
 """Ops that return a view or their input when they can and a copy otherwise."""
 
 WRAPPER_OPS: frozenset[str] = frozenset(
@@ -60,17 +55,8 @@ class GraphFlops:
         return Coverage(ops_without_formula=dict(self.ops_without_formula))
 
 
-def op_name(target: Any) -> str:
-    """Registry name of a call_function target: ``aten.mm``, ``operator.getitem``, ..."""
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target.overloadpacket)
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return str(target)
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"higher_order.{target._name}"
-    module = getattr(target, "__module__", None) or "builtins"
-    module = "operator" if module == "_operator" else module
-    return f"{module}.{getattr(target, '__name__', repr(target))}"
+op_name = qualified_name
+"""Registry name of a call_function target: ``aten.mm``, ``operator.getitem``, ..."""
 
 
 def _dim(size: Any) -> int:

@@ -83,6 +83,21 @@ class Layout:
     cached_width: int | None = None
     """Elements per position the code writes to its KV cache (K and V, or the latent
     they are expanded from); None when the traced forward wrote no cache."""
+    sinks: int = 0
+    """Extra logit columns the softmax runs over and that no value reads (attention
+    sinks); 0 when none."""
+    head_mixing: bool = False
+    """True when linear maps across the head axis mix the logits or the probabilities
+    (talking-heads attention)."""
+    padded_head_dim: int | None = None
+    """Head dim the attention kernel runs at when Q/K/V are zero-padded to it (the
+    padding is sliced off after); None when the kernel sees ``head_dim``."""
+    windowed: int | None = None
+    """Chunk length when one attention is split over windows of one sequence; None
+    when the attention sees the whole sequence."""
+    streams: int = 1
+    """Token streams projected apart and joined along the sequence (2 for joint
+    attention over text and image tokens); 1 otherwise."""
 
 
 @dataclass(frozen=True)

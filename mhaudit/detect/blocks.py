@@ -12,7 +12,10 @@ from mhaudit.detect.cores import Core, find_cores
 from mhaudit.detect.features import same_tokens_source
 from mhaudit.detect.kv_cache import cached_elements_per_position
 from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.reduction import reduced_copy
 from mhaudit.detect.sources import Source, SourceWalker
+from mhaudit.detect.streams import stream_outputs
+from mhaudit.detect.windows import chunk_count, same_sequence
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import shape, tokens
 
@@ -25,6 +28,8 @@ class _Draft:
     sources: dict[str, tuple[Source, ...]]
     """Each role's parts, widest first."""
     o: ProjectionOp | None
+    outputs: tuple[ProjectionOp, ...] = ()
+    """Every output projection (one per stream for joint attention)."""
 
 
 def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
@@ -37,8 +42,11 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
             role: _widest_first(walker.sources(getattr(core, role), axis))
             for role, axis in zip(_ROLES, core.axes, strict=True)
         }
-        o = find_output_projection(core.output, params, walker.cache)
-        groups[o.node if o is not None else core.output].append(_Draft(core, sources, o))
+        joint = any(s.stream for parts in sources.values() for s in parts)
+        outs = tuple(stream_outputs(core.output, params, walker.cache)) if joint else ()
+        o = outs[0] if outs else find_output_projection(core.output, params, walker.cache)
+        groups[o.node if o is not None else core.output].append(
+            _Draft(core, sources, o, outs or ((o,) if o else ())))
     layouts = [_layout(drafts, traced, model) for drafts in groups.values()]
     return _unique_names(layouts)
 
@@ -51,8 +59,12 @@ def _heads(parts: tuple[Source, ...], head_dim: int) -> int:
     """Distinct heads of one operand.
 
     Parts joined along the head dim each have their own heads (DeepSeek's k_nope
-    has h, its shared rope part 1): the operand has the most of them.
+    has h, its shared rope part 1): the operand has the most of them. Streams joined
+    along the sequence (joint attention) share the heads.
     """
+    streams = {p.stream for p in parts}
+    if len(streams) > 1:
+        return max(_heads(tuple(p for p in parts if p.stream == s), head_dim) for s in streams)
     if len(parts) > 1 and all(p.part_dim for p in parts):
         return max(p.heads for p in parts)
     return sum(p.width for p in parts) // head_dim if head_dim else 0
@@ -64,17 +76,21 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     d_k, d_v = first.head_dim, first.v_head_dim
     roles, kv_shared = _attribute(drafts, traced)
     o = drafts[0].o
-    o_role = _projection(o, o.out_width, traced, o.weight_numel, o.bias_numel) if o else None
+    o_role = _merge([(_projection(p, p.out_width, traced, p.weight_numel, p.bias_numel), True)
+                     for p in drafts[0].outputs])
     q_source = drafts[0].sources["q"][0]
     d_model = roles["q"].in_features if roles["q"] else (shape(q_source.root) or (0,))[-1]
     rows = q_source.projection.rows if q_source.projection else tokens(q_source.root)
-    batch = max(1, rows // first.seq_len_q) if first.seq_len_q else 1
+    windows = chunk_count([(s.projection.weight, s.projection.node) for d in drafts
+                           for s in d.sources["q"] if s.projection is not None])
+    batch = (max(1, rows // first.seq_len_q) if first.seq_len_q else 1) * windows
+    streams = max(len({s.stream for s in d.sources[r]}) for d in drafts for r in _ROLES)
     owners = [p.module for p in (*roles.values(), o_role) if p is not None]
     name = _common_module(owners) if owners else traced.module_path(first.output)
     return Layout(
         name=name,
         module_type=_module_type(model, name),
-        kind=_kind(drafts[0]),
+        kind=_kind(drafts[0], traced.params),
         implementation=first.implementation,
         d_model=d_model,
         num_heads=_role_heads(drafts, "q", d_k),
@@ -96,6 +112,11 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         cached_width=cached_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv
         ),
+        sinks=max(d.core.sinks for d in drafts),
+        head_mixing=any(d.core.head_mixing for d in drafts),
+        padded_head_dim=first.padded_head_dim,
+        windowed=first.seq_len_q if windows > 1 else None,
+        streams=streams,
     )
 
 
@@ -106,13 +127,21 @@ down-projection feeds (one claim however many roles read through that chain)."""
 
 def _claims(drafts: list[_Draft]) -> dict[fx.Node, list[_Claim]]:
     """Who reads each projection. A role that reads one projection in several cores
-    (block-sparse attention split into pieces) makes one claim, its widest read."""
-    uses: dict[fx.Node, dict[tuple[str, object], _Claim]] = defaultdict(dict)
+    (block-sparse attention split into pieces) makes one claim, its widest read; reads
+    cut apart by different ops (two halves of each head) are claims of their own. The
+    same weight called again for the same role (one call per window) is one claim."""
+    uses: dict[fx.Node, dict[tuple[str, object, frozenset[fx.Node]], _Claim]] = defaultdict(
+        dict)
+    called: dict[tuple[str, str, int], fx.Node] = {}
 
     def claim(node: fx.Node, role: str, source: Source, key: object) -> None:
-        held = uses[node].get((role, key))
+        assert source.projection is not None
+        again = called.setdefault((source.projection.weight, role, source.width), node)
+        if again is not node and key is None:
+            return
+        held = uses[node].get((role, key, source.cuts))
         if held is None or source.width > held[1].width:
-            uses[node][(role, key)] = (role, source, key)
+            uses[node][(role, key, source.cuts)] = (role, source, key)
 
     for draft in drafts:
         for role in _ROLES:
@@ -135,7 +164,7 @@ def _role_heads(drafts: list[_Draft], role: str, head_dim: int) -> int:
     by_source: dict[tuple[object, ...], int] = {}
     for draft in drafts:
         parts = draft.sources[role]
-        key = tuple(p.projection.node if p.projection else p.root for p in parts)
+        key = tuple(p.projection.weight if p.projection else p.root for p in parts)
         by_source[key] = max(by_source.get(key, 0), _heads(parts, head_dim))
     return sum(by_source.values())
 
@@ -168,7 +197,7 @@ def _attribute(
             if shared and key is None:
                 shared_roles.add(role)
             weight = 0 if shared else op.weight_numel * src.width // op.out_width
-            bias = 0 if shared else op.bias_numel * src.width // op.out_width + src.extra_bias
+            bias = 0 if shared else op.bias_of(src.span, src.width) + src.extra_bias
             rank = src.upstream[0].width if src.upstream and key is None else 0
             in_width = src.chain_in_width if key is None else op.in_width
             parts[role].append((_projection(op, src.width, traced, weight, bias, in_width, rank),
@@ -222,16 +251,18 @@ def _merge(parts: list[tuple[Projection, bool]]) -> Projection | None:
     )
 
 
-def _kind(draft: _Draft) -> str:
+def _kind(draft: _Draft, params: dict[str, str]) -> str:
     """Self when Q reads the same tensor as K, directly or through token-axis ops only.
 
     A factorised projection reads its chain's root input. A query pooled, strided or
     sliced along the tokens of K's input (Funnel's pooled queries) is self-attention
-    over fewer query positions.
+    over fewer query positions, and so is K read from a strided reduction of Q's input.
     """
     q_in = canonical_input(_chain_input(draft.sources["q"]))
     k_in = canonical_input(_chain_input(draft.sources["k"]))
-    return "self" if q_in is k_in or same_tokens_source(q_in, k_in) else "cross"
+    same = (q_in is k_in or same_tokens_source(q_in, k_in) or same_sequence(q_in, k_in)
+            or reduced_copy(k_in, q_in, params))
+    return "self" if same else "cross"
 
 
 def _chain_input(parts: tuple[Source, ...]) -> fx.Node:

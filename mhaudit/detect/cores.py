@@ -7,19 +7,11 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.logits import LOGIT_MOVE_OPS, extra_columns, head_mix_input
+from mhaudit.detect.padding import head_dims
 from mhaudit.trace.einsum import EinsumError, expand_einsum
-from mhaudit.trace.graphs import (
-    MATMUL_OPS,
-    SDPA_IS_CAUSAL_INDEX,
-    SDPA_OPS,
-    SOFTMAX_OPS,
-    arg,
-    op_name,
-    param_root,
-    shape,
-    tensor_inputs,
-    val,
-)
+from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs, val
+from mhaudit.trace.ops import MATMUL_OPS, SDPA_OPS, SDPA_VARIANTS, SOFTMAX_OPS, op_name
 
 
 @dataclass(frozen=True)
@@ -42,6 +34,12 @@ class Core:
     """Other tensors combined with the scores (masks, biases, scale tensors)."""
     axes: tuple[int, int, int] = (-1, -1, -1)
     """The head-dim axis of the q, k and v operands (-2 for k when it is Kᵀ)."""
+    sinks: int = 0
+    """Extra logit columns the softmax runs over (attention sinks)."""
+    head_mixing: bool = False
+    """True when a head-axis linear map mixes the logits or probabilities."""
+    padded_head_dim: int | None = None
+    """Head dim the kernel runs at when Q/K/V are zero-padded to it."""
 
 
 # Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping.
@@ -106,11 +104,12 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         if not picks:
             return None
         output = picks[0]
-    mask = arg(node, 3, "attn_mask") if name == "scaled_dot_product_attention" else None
+    variant = SDPA_VARIANTS[name]
+    mask = arg(node, variant.mask_index, "attn_mask") if variant.mask_index is not None else None
     mask = mask if mask is not None else node.kwargs.get("attn_bias", node.kwargs.get("attn_mask"))
-    is_causal = bool(arg(node, SDPA_IS_CAUSAL_INDEX.get(name, 5), "is_causal", False))
+    is_causal = bool(arg(node, variant.causal_index, "is_causal", False))
     masks = (mask,) if isinstance(mask, fx.Node) else ()
-    d_k = shape(q)[-1]
+    d_k, d_v, padded = head_dims(q, v)
     scale = node.kwargs.get("scale")
     return Core(
         output=output,
@@ -118,13 +117,15 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         k=k,
         v=v,
         head_dim=d_k,
-        v_head_dim=shape(v)[-1],
+        v_head_dim=d_v,
         seq_len_q=shape(q)[-2],
         seq_len_kv=shape(k)[-2],
         implementation="sdpa",
         causal=is_causal or any(_looks_causal(m) for m in masks),
-        scale=float(scale) if isinstance(scale, (int, float)) else 1.0 / math.sqrt(d_k),
+        scale=float(scale) if isinstance(scale, (int, float)) else 1.0 / math.sqrt(
+            padded or d_k),
         masks=masks,
+        padded_head_dim=padded,
     )
 
 
@@ -136,8 +137,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     found = _find_scores(softmax.args[0], params)
     if found is None:
         return None
-    scores, masks, scale = found
-    context, probs = _find_context(softmax, params)
+    scores, masks, scale, sinks, mixed = found
+    context, probs, mixed_after = _find_context(softmax, params)
     if context is None or probs is None:
         return None
     q, k, d_k, qk_axes = _scores_operands(scores)
@@ -152,28 +153,48 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         head_dim=d_k,
         v_head_dim=d_v,
         seq_len_q=dims[-2],
-        seq_len_kv=dims[-1],
+        seq_len_kv=dims[-1] - sinks,
         implementation="eager",
         causal=any(_looks_causal(m) for m in masks),
         scale=scale,
         masks=tuple(masks),
         axes=(*qk_axes, v_axis),
+        sinks=sinks,
+        head_mixing=mixed or mixed_after,
     )
 
 
-def _find_scores(
-    start: object, params: dict[str, str]
-) -> tuple[fx.Node, list[fx.Node], float | None] | None:
+_Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool]
+"""The scores op, masks, scale, extra logit columns and whether heads are mixed."""
+
+
+def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
     """Walk back from softmax's input to an activation matmul (the scores op)."""
     masks: list[fx.Node] = []
     scale: float | None = None
+    sinks, mixed = 0, False
     current = start
     for _ in range(16):
         if not isinstance(current, fx.Node):
             return None
         if is_activation_matmul(current, params):
-            return current, masks, scale
+            return current, masks, scale, sinks, mixed
         name = op_name(current)
+        mixing = head_mix_input(current, params)
+        if mixing is not None or name in LOGIT_MOVE_OPS:
+            mixed = mixed or mixing is not None
+            current = mixing if mixing is not None else current.args[0]
+            continue
+        if name == "cat":
+            parts = list(tensor_inputs(current))
+            branch = _branch_to_matmul(parts, params)
+            extra = extra_columns(current, branch) if branch is not None else 0
+            if branch is None or not extra or any(
+                    p is not branch and _reaches_matmul(p, params, 10) for p in parts):
+                return None
+            sinks += extra
+            current = branch
+            continue
         if name not in _SCORE_OPS:
             return None
         inputs = list(tensor_inputs(current))
@@ -201,28 +222,38 @@ def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str]) -> fx.Node 
 def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int) -> bool:
     if is_activation_matmul(node, params):
         return True
-    if depth == 0 or op_name(node) not in _SCORE_OPS:
+    if depth == 0:
+        return False
+    mixing = head_mix_input(node, params)
+    if mixing is not None:
+        return _reaches_matmul(mixing, params, depth - 1)
+    if op_name(node) not in _SCORE_OPS | LOGIT_MOVE_OPS | {"cat"}:
         return False
     return any(_reaches_matmul(i, params, depth - 1) for i in tensor_inputs(node))
 
 
 def _find_context(
     softmax: fx.Node, params: dict[str, str]
-) -> tuple[fx.Node | None, fx.Node | None]:
-    """Walk forward from softmax to the matmul that applies the probabilities to V."""
-    frontier = [softmax]
+) -> tuple[fx.Node | None, fx.Node | None, bool]:
+    """Walk forward from softmax to the matmul that applies the probabilities to V.
+
+    Also says whether a head-axis map mixes the probabilities on the way.
+    """
+    frontier = [(softmax, False)]
     for _ in range(8):
-        nxt: list[fx.Node] = []
-        for node in frontier:
+        nxt: list[tuple[fx.Node, bool]] = []
+        for node, mixed in frontier:
             for user in node.users:
                 if is_activation_matmul(user, params):
                     operands = _matmul_operands(user)
                     if operands and operands[0] is node:
-                        return user, node
-                elif op_name(user) in _PROB_OPS:
-                    nxt.append(user)
+                        return user, node, mixed
+                elif head_mix_input(user, params) is node:
+                    nxt.append((user, True))
+                elif op_name(user) in _PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
+                    nxt.append((user, mixed))
         frontier = nxt
-    return None, None
+    return None, None, False
 
 
 def _scores_operands(

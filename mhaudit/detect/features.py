@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.trace.graphs import EXPAND_OPS, arg, op_name, shape
+from mhaudit.trace.graphs import arg, shape
+from mhaudit.trace.ops import EXPAND_OPS, op_name
 
 _RESHAPE_OPS = frozenset(
     {"view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
@@ -82,46 +85,94 @@ def _removed_dim(node: fx.Node, source: fx.Node, before: tuple[int, ...]) -> int
     return None
 
 
-def forward_axes(
-    node: fx.Node, source: fx.Node, axes: frozenset[int], before: tuple[int, ...]
-) -> frozenset[int] | None:
-    """The axes of ``node`` that carry the features ``axes`` of its input ``source``.
+@dataclass(frozen=True)
+class _Step:
+    """One op on a path: its node, the input followed, and their shapes."""
 
-    ``before`` is the shape of ``source`` (the input of a multi-output op for its
-    ``getitem``). None when the op moves axes in a way this does not follow.
-    """
-    name = op_name(node)
-    after = shape(node)
-    if name in ("split", "split_with_sizes", "chunk", "unbind") or not after:
+    node: fx.Node
+    source: fx.Node
+    name: str
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+
+
+_AxesHandler = Callable[[_Step, frozenset[int]], "frozenset[int] | None"]
+"""An op's own rule; None hands the step to the shape-based rule."""
+
+
+def _swap(step: _Step) -> dict[int | None, int | None] | None:
+    if len(step.after) != len(step.before):
+        return None
+    d0, d1 = _dim(step.node.args[1], len(step.after)), _dim(step.node.args[2], len(step.after))
+    return {d0: d1, d1: d0}
+
+
+def _fwd_keep(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    return axes
+
+
+def _fwd_removed(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    d = _removed_dim(step.node, step.source, step.before)
+    return None if d is None else frozenset(a - (a > d) for a in axes if a != d)
+
+
+def _fwd_transpose(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    swap = _swap(step)
+    return None if swap is None else frozenset(swap.get(a, a) for a in axes)  # type: ignore[misc]
+
+
+def _fwd_t(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    return frozenset(1 - a for a in axes) if len(step.after) == 2 else None
+
+
+def _fwd_permute(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    dims = _permutation(step.node, len(step.after))
+    return None if dims is None else frozenset(i for i, d in enumerate(dims) if d in axes)
+
+
+def _fwd_view_as_complex(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    rank = len(step.after)
+    if rank != len(step.before) - 1:
+        return None
+    return frozenset(a for a in axes if a < rank) or frozenset({rank - 1})
+
+
+def _fwd_view_as_real(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    if len(step.after) != len(step.before) + 1:
+        return None
+    return axes | {len(step.after) - 1} if len(step.before) - 1 in axes else axes
+
+
+def _fwd_reduce(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    if len(step.after) >= len(step.before):
+        return None
+    dims = arg(step.node, 1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    gone = {d % len(step.before) for d in dims}
+    kept = [a for a in range(len(step.before)) if a not in gone]
+    return frozenset(kept.index(a) for a in axes if a in kept)
+
+
+_FORWARD: dict[str, _AxesHandler] = {
+    **dict.fromkeys(("split", "split_with_sizes", "chunk", "unbind"), _fwd_keep),
+    "select": _fwd_removed,
+    "getitem": _fwd_removed,
+    "transpose": _fwd_transpose,
+    "swapaxes": _fwd_transpose,
+    "t": _fwd_t,
+    "permute": _fwd_permute,
+    "view_as_complex": _fwd_view_as_complex,
+    "view_as_real": _fwd_view_as_real,
+    **dict.fromkeys(_REDUCE_OPS, _fwd_reduce),
+}
+"""Ops with their own rule for where features go; the rest follow shapes."""
+
+
+def _forward_by_shape(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    before, after = step.before, step.after
+    if after == before or (len(after) == len(before) and step.name not in _RESHAPE_OPS):
         return axes
-    d = _removed_dim(node, source, before)
-    if d is not None:
-        return frozenset(a - (a > d) for a in axes if a != d)
-    if name in ("transpose", "swapaxes") and len(after) == len(before):
-        d0, d1 = _dim(node.args[1], len(after)), _dim(node.args[2], len(after))
-        swap = {d0: d1, d1: d0}
-        return frozenset(swap.get(a, a) for a in axes)  # type: ignore[misc]
-    if name == "t" and len(after) == 2:
-        return frozenset(1 - a for a in axes)
-    dims = _permutation(node, len(after))
-    if dims is not None:
-        return frozenset(i for i, d in enumerate(dims) if d in axes)
-    d = _removed_dim(node, source, before)
-    if d is not None:
-        return frozenset(a - (a > d) for a in axes if a != d)
-    if name == "view_as_complex" and len(after) == len(before) - 1:
-        return frozenset(a for a in axes if a < len(after)) or frozenset({len(after) - 1})
-    if name == "view_as_real" and len(after) == len(before) + 1:
-        return axes | {len(after) - 1} if len(before) - 1 in axes else axes
-    if name in _REDUCE_OPS and len(after) < len(before):
-        dims = arg(node, 1, "dim")
-        dims = [dims] if isinstance(dims, int) else list(dims or [])
-        gone = {d % len(before) for d in dims}
-        kept = [a for a in range(len(before)) if a not in gone]
-        return frozenset(kept.index(a) for a in axes if a in kept)
-    if after == before or (len(after) == len(before) and name not in _RESHAPE_OPS):
-        return axes
-    if name in _RESHAPE_OPS or math.prod(after) == math.prod(before):
+    if step.name in _RESHAPE_OPS or math.prod(after) == math.prod(before):
         groups = _groups(before, after)
         if not groups:
             return None
@@ -132,8 +183,36 @@ def forward_axes(
     return None
 
 
-def carried_width(path: list[fx.Node]) -> int | None:
+def forward_axes(
+    node: fx.Node, source: fx.Node, axes: frozenset[int], before: tuple[int, ...]
+) -> frozenset[int] | None:
+    """The axes of ``node`` that carry the features ``axes`` of its input ``source``.
+
+    ``before`` is the shape of ``source`` (the input of a multi-output op for its
+    ``getitem``). None when the op moves axes in a way this does not follow.
+    """
+    after = shape(node)
+    if not after:
+        return axes
+    step = _Step(node, source, op_name(node), before, after)
+    handler = _FORWARD.get(step.name)
+    moved = handler(step, axes) if handler is not None else None
+    return moved if moved is not None else _forward_by_shape(step, axes)
+
+
+def carried_width(path: list[fx.Node], feature_axes: tuple[int, ...] = ()) -> int | None:
     """Distinct features of ``path[-1]``'s last axis that reach ``path[0]``, per token.
+
+    See :func:`carried`, which also names the ops that cut the features.
+    """
+    found = carried(path, feature_axes)
+    return found[0] if found is not None else None
+
+
+def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
+            ) -> tuple[int, frozenset[fx.Node]] | None:
+    """Distinct features of ``path[-1]``'s last axis that reach ``path[0]``, per token,
+    and the ops on the path that cut them (a fused split, a chunk of each head).
 
     ``path`` runs from a core operand back to a projection output, each node an
     input of the one before. Slices and selects on feature axes shrink the count;
@@ -145,10 +224,12 @@ def carried_width(path: list[fx.Node]) -> int | None:
     dims = shape(start)
     if not dims:
         return None
-    axes: frozenset[int] = frozenset({len(dims) - 1})
-    width = float(dims[-1])
+    axes = frozenset(a % len(dims) for a in feature_axes) or frozenset({len(dims) - 1})
+    width = float(math.prod(dims[a] for a in axes))
     before = dims
+    cuts: set[fx.Node] = set()
     for index in range(len(path) - 2, -1, -1):
+        was = width
         node, source = path[index], path[index + 1]
         after = shape(node)
         moved = forward_axes(node, source, axes, before)
@@ -163,41 +244,74 @@ def carried_width(path: list[fx.Node]) -> int | None:
             for a in axes:
                 if after[a] < before[a] and (name in _SLICE_OPS or before[a] % after[a] == 0):
                     width *= after[a] / before[a]
+        if width < was:
+            cuts.add(node)
         if after:
             axes, before = moved, after
-    return round(width)
+    return round(width), frozenset(cuts)
 
 
-def backward_axis(node: fx.Node, source: fx.Node, axis: int | None) -> int | None:
-    """The axis of input ``source`` that becomes ``axis`` of ``node`` (None when unknown)."""
-    if axis is None:
+_AxisHandler = Callable[[_Step, int], "int | None"]
+"""An op's own rule for the input axis; None hands the step to the shape-based rule."""
+
+
+def _bwd_keep(step: _Step, axis: int) -> int | None:
+    return axis
+
+
+def _bwd_unbind(step: _Step, axis: int) -> int | None:
+    d = _dim(arg(step.node, 1, "dim", 0), len(step.before))
+    return axis + (d is not None and axis >= d)
+
+
+def _bwd_transpose(step: _Step, axis: int) -> int | None:
+    swap = _swap(step)
+    return None if swap is None else swap.get(axis, axis)
+
+
+def _bwd_t(step: _Step, axis: int) -> int | None:
+    return 1 - axis if len(step.after) == 2 else None
+
+
+def _bwd_permute(step: _Step, axis: int) -> int | None:
+    dims = _permutation(step.node, len(step.after))
+    return None if dims is None else dims[axis]
+
+
+def _bwd_select(step: _Step, axis: int) -> int | None:
+    if len(step.before) != len(step.after) + 1:
         return None
-    after = shape(node)
-    before = shape(source) if shape(source) else after
-    name = op_name(node)
-    if name == "unbind" and shape(source):
-        d = _dim(arg(node, 1, "dim", 0), len(shape(source)))
-        return axis + (d is not None and axis >= d)
-    if name in ("getitem", "split", "split_with_sizes", "chunk") or not after:
+    d = _dim(step.node.args[1], len(step.before))
+    return axis + (d is not None and axis >= d)
+
+
+def _bwd_view_as_real(step: _Step, axis: int) -> int | None:
+    return min(axis, len(step.before) - 1) if len(step.after) == len(step.before) + 1 else None
+
+
+def _bwd_view_as_complex(step: _Step, axis: int) -> int | None:
+    return axis if len(step.after) == len(step.before) - 1 else None
+
+
+_BACKWARD: dict[str, _AxisHandler] = {
+    **dict.fromkeys(("getitem", "split", "split_with_sizes", "chunk"), _bwd_keep),
+    "unbind": _bwd_unbind,
+    "transpose": _bwd_transpose,
+    "swapaxes": _bwd_transpose,
+    "t": _bwd_t,
+    "permute": _bwd_permute,
+    "select": _bwd_select,
+    "view_as_real": _bwd_view_as_real,
+    "view_as_complex": _bwd_view_as_complex,
+}
+"""Ops with their own rule for which input axis an output axis reads."""
+
+
+def _backward_by_shape(step: _Step, axis: int) -> int | None:
+    before, after = step.before, step.after
+    if after == before or (len(after) == len(before) and step.name not in _RESHAPE_OPS):
         return axis
-    if name in ("transpose", "swapaxes") and len(after) == len(before):
-        d0, d1 = _dim(node.args[1], len(after)), _dim(node.args[2], len(after))
-        return {d0: d1, d1: d0}.get(axis, axis)
-    if name == "t" and len(after) == 2:
-        return 1 - axis
-    dims = _permutation(node, len(after))
-    if dims is not None:
-        return dims[axis]
-    if after == before or (len(after) == len(before) and name not in _RESHAPE_OPS):
-        return axis
-    if name == "select" and len(before) == len(after) + 1:
-        d = _dim(node.args[1], len(before))
-        return axis + (d is not None and axis >= d)
-    if name == "view_as_real" and len(after) == len(before) + 1:
-        return min(axis, len(before) - 1)
-    if name == "view_as_complex" and len(after) == len(before) - 1:
-        return axis
-    if math.prod(after) == math.prod(before) and name not in _REDUCE_OPS:
+    if math.prod(after) == math.prod(before) and step.name not in _REDUCE_OPS:
         for ins, outs in _groups(before, after):
             if axis in outs:
                 return ins[-1]
@@ -206,6 +320,23 @@ def backward_axis(node: fx.Node, source: fx.Node, axis: int | None) -> int | Non
         mapped = axis - (len(after) - len(before))
         return mapped if mapped >= 0 else None
     return None
+
+
+def backward_axis(node: fx.Node, source: fx.Node, axis: int | None) -> int | None:
+    """The axis of input ``source`` that becomes ``axis`` of ``node`` (None when unknown)."""
+    if axis is None:
+        return None
+    after = shape(node)
+    name = op_name(node)
+    if name == "unbind":  # a multi-output op: its own value is a list, not a tensor
+        return _bwd_unbind(_Step(node, source, name, shape(source), after), axis) if shape(
+            source) else axis
+    if not after:
+        return axis
+    step = _Step(node, source, name, shape(source) or after, after)
+    handler = _BACKWARD.get(name)
+    mapped = handler(step, axis) if handler is not None else None
+    return mapped if mapped is not None else _backward_by_shape(step, axis)
 
 
 _TOKEN_OPS = (_RESHAPE_OPS | _SLICE_OPS | _KEEP_OPS | _REDUCE_OPS) - {"copy"} | frozenset(

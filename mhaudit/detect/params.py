@@ -28,12 +28,16 @@ class _Shape:
     """Input features of O beyond the h·d_v of the heads (a branch concatenated in)."""
     low_rank: tuple[int | None, int | None, int | None, int | None] = (None, None, None, None)
     """Measured weight + bias of each low-rank factorised role (None: one d_in × out matrix)."""
+    streams: int = 1
+    """Token streams with their own Q, K, V and O weights (joint attention)."""
+    maps: int = 1
+    """Softmax maps per head, each from its own share of Q and K (differential attention)."""
 
     def widths(self) -> tuple[int, int, int, int]:
         """Output widths of Q, K, V and O."""
         return (
-            self.heads * self.d_k,
-            self.kv_heads * self.d_k,
+            self.heads * self.d_k * self.maps,
+            self.kv_heads * self.d_k * self.maps,
             self.kv_heads * self.d_v,
             self.d_out,
         )
@@ -47,13 +51,14 @@ class _Shape:
             0 if self.kv_shared else self.d_v_in * v_w,
             (self.heads * self.d_v + self.o_extra) * self.d_out,
         )
-        return tuple(p if on else 0 for p, on in zip(parts, self.has, strict=True))  # type: ignore[return-value]
+        return tuple(p * self.streams if on else 0  # type: ignore[return-value]
+                     for p, on in zip(parts, self.has, strict=True))
 
     def biases(self) -> tuple[int, int, int, int]:
         """Bias elements of Q, K, V and O."""
         shared = (False, False, self.kv_shared, False)
         return tuple(  # type: ignore[return-value]
-            w if (on and b and not s) else 0
+            w * self.streams if (on and b and not s) else 0
             for w, on, b, s in zip(self.widths(), self.has, self.bias, shared, strict=True)
         )
 
@@ -79,9 +84,23 @@ def actual_shape(layout: Layout) -> _Shape:
         has=tuple(p is not None for p in roles),  # type: ignore[arg-type]
         bias=tuple(p is not None and p.bias_params > 0 for p in roles),  # type: ignore[arg-type]
         kv_shared=layout.kv_shared,
-        o_extra=layout.o.in_features - layout.num_heads * layout.v_head_dim if layout.o else 0,
+        o_extra=(layout.o.in_features - layout.num_heads * layout.v_head_dim
+                 if layout.o else 0),
         low_rank=tuple(p.params if p is not None and p.low_rank_width else None for p in roles),  # type: ignore[arg-type]
+        streams=layout.streams,
+        maps=_maps(layout),
     )
+
+
+def _maps(layout: Layout) -> int:
+    """Softmax maps per head when Q and K are each that many times h·d_k wide, else 1."""
+    q, k, h, h_kv, d_k = layout.q, layout.k, layout.num_heads, layout.num_kv_heads, layout.head_dim
+    if q is None or k is None or not h * d_k or not h_kv * d_k:
+        return 1
+    q_width, k_width = q.out_features // layout.streams, k.out_features // layout.streams
+    maps = q_width // (h * d_k)
+    exact = q_width == maps * h * d_k and k_width == maps * h_kv * d_k
+    return maps if maps > 1 and exact else 1
 
 
 def textbook_params(d_model: int, num_biases: int) -> int:
@@ -96,7 +115,7 @@ def count(layout: Layout) -> ParamBreakdown:
     biases = [p.bias_params if p else 0 for p in (layout.q, layout.k, layout.v, layout.o)]
     d = layout.d_model
     textbook = textbook_params(d, sum(actual.bias))
-    deviations = _deviations(actual, d)
+    deviations = _deviations(actual, d) + _notes(layout)
     explained = textbook + sum(x.params for x in deviations)
     total = sum(measured)
     if total != explained:
@@ -160,6 +179,12 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
     steps.append((replace(steps[-1][0], low_rank=actual.low_rank),
                   f"low-rank factorised projections ({_low_rank_text(actual)}) instead of "
                   "full d_model × h·d matrices"))
+    steps.append((replace(steps[-1][0], maps=actual.maps),
+                  f"{actual.maps} softmax maps per head, each from its own {actual.d_k}-wide "
+                  "share of Q and K (their difference is applied to V)"))
+    steps.append((replace(steps[-1][0], streams=actual.streams),
+                  f"joint attention over {actual.streams} token streams, each with its own "
+                  "W_Q, W_K, W_V and W_O"))
     result: list[Deviation] = []
     previous = textbook_params(d, sum(actual.bias))
     for step, reason in steps:
@@ -169,6 +194,25 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
             result.append(Deviation(f"{reason}: {verb} {abs(now - previous):,}", now - previous))
         previous = now
     return result
+
+
+def _notes(layout: Layout) -> list[Deviation]:
+    """What the layout computes differently without changing W_Q, W_K, W_V and W_O."""
+    h = layout.num_heads
+    notes: list[str] = []
+    if layout.sinks:
+        notes.append(f"attention sinks: {layout.sinks} extra logit column(s) per head join "
+                     f"the softmax ({layout.sinks * h:,} learned logits outside W_Q/W_K/W_V/W_O)")
+    if layout.head_mixing:
+        notes.append(f"head mixing: learned {h}×{h} maps across heads on the logits "
+                     "(weights outside W_Q/W_K/W_V/W_O)")
+    if layout.padded_head_dim:
+        notes.append(f"head dim {layout.head_dim} is zero-padded to {layout.padded_head_dim} "
+                     "for the kernel (no parameters)")
+    if layout.windowed:
+        notes.append(f"one attention over windows of {layout.windowed} tokens: the same "
+                     "projections run once per window and are counted once")
+    return [Deviation(f"{note}: adds 0", 0) for note in notes]
 
 
 def _low_rank_text(shape: _Shape) -> str:
@@ -187,14 +231,15 @@ def formula_text(shape: _Shape) -> str:
     h, kv, dk, dv = shape.heads, shape.kv_heads, shape.d_k, shape.d_v
     low = shape.low_rank
     has_q, has_k, has_v, has_o = (on and lr is None for on, lr in zip(shape.has, low, strict=True))
+    dk_text = f"{shape.maps}·{dk}" if shape.maps > 1 else f"{dk}"
     if has_q:
-        terms.append(f"{q_in}·{h}·{dk}")
+        terms.append(f"{q_in}·{h}·{dk_text}")
     v_on = has_v and not shape.kv_shared
-    if has_k and v_on and k_in == v_in and dk == dv:
+    if has_k and v_on and k_in == v_in and dk == dv and shape.maps == 1:
         terms.append(f"2·{k_in}·{kv}·{dk}")
     else:
         if has_k:
-            terms.append(f"{k_in}·{kv}·{dk}")
+            terms.append(f"{k_in}·{kv}·{dk_text}")
         if v_on:
             terms.append(f"{v_in}·{kv}·{dv}")
     if has_o and shape.o_extra:
@@ -206,4 +251,5 @@ def formula_text(shape: _Shape) -> str:
     bias = sum(b for b, lr in zip(shape.biases(), low, strict=True) if lr is None)
     if bias:
         terms.append(f"{bias:,} (biases)")
-    return " + ".join(terms) if terms else "0"
+    text = " + ".join(terms) if terms else "0"
+    return f"{shape.streams}·({text})" if shape.streams > 1 else text

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import cast
 
 from torch import fx
 
-from mhaudit.trace.graphs import (
-    PROJECTION_OPS,
-    VIEW_OPS,
-    numel,
-    op_name,
-    param_root,
-    shape,
-    val,
-)
+from mhaudit.detect.ranges import Range, bias_ranges, overlap
+from mhaudit.trace.einsum import EinsumError, expand_einsum
+from mhaudit.trace.graphs import numel, param_root, shape, val
+from mhaudit.trace.ops import EXPAND_OPS, NORM_OPS, PROJECTION_OPS, VIEW_OPS, op_name
 
 
 @dataclass(frozen=True)
@@ -33,6 +30,19 @@ class ProjectionOp:
     out_width: int
     matmul: fx.Node
     """The matmul-like op itself (``node`` is its bias add when the bias is separate)."""
+    bias_ranges: tuple[Range, ...] = ()
+    """Output features with a learned bias when the bias is a ``cat`` of learned and
+    constant parts; empty when the bias (if any) covers every feature."""
+
+    feature_axes: tuple[int, ...] = ()
+    """Output axes holding the projected features when there are several (an einsum with a
+    (d_model, h, d_k) weight gives (…, h, …, d_k)); empty for the last axis alone."""
+
+    def bias_of(self, span: Range | None, width: int) -> int:
+        """Bias elements of the ``width`` features a role reads (``span``, when known)."""
+        if self.bias_ranges and span is not None:
+            return overlap(span, self.bias_ranges)
+        return self.bias_numel * width // self.out_width if self.out_width else 0
 
     @property
     def in_width(self) -> int:
@@ -42,8 +52,7 @@ class ProjectionOp:
     @property
     def rows(self) -> int:
         """Token rows the projection processes."""
-        dims = shape(self.node)
-        return numel(self.node) // dims[-1] if dims and dims[-1] else 0
+        return numel(self.node) // self.out_width if self.out_width else 0
 
 
 def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
@@ -69,20 +78,73 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     if not isinstance(x, fx.Node) or not isinstance(w, fx.Node):
         return None
     weight = param_root(w, params)
-    if weight is None or param_root(x, params) is not None or val(x) is None:
+    if weight is None or val(x) is None:
         return None
-    out_width = shape(node)[-1]
+    if param_root(x, params) is not None and not _learned_input(name, x):
+        return None
+    out_width, axes = shape(node)[-1], cast(tuple[int, ...], ())
+    if name == "einsum":
+        found = _einsum_features(node, w)
+        if found is None:
+            return None
+        out_width, axes = found
     bias_name = param_root(bias, params) if isinstance(bias, fx.Node) else None
     bias_numel = numel(bias) if bias_name else 0
+    covered: tuple[Range, ...] = ()
+    if bias_name is None and isinstance(bias, fx.Node):
+        bias_name, covered = bias_ranges(bias, params)
+        bias_numel = sum(b - a for a, b in covered)
     result = node
     if bias_name is None and len(node.users) == 1:
-        user = next(iter(node.users))
-        other = [a for a in user.args if isinstance(a, fx.Node) and a is not node]
+        user, before = next(iter(node.users)), node
+        if op_name(user) in _UNFLATTEN_OPS and len(user.users) == 1:
+            # A decomposed linear: mm on flattened rows, a view back, then the bias add.
+            user, before = next(iter(user.users)), user
+        other = [a for a in user.args if isinstance(a, fx.Node) and a is not before]
         if op_name(user) == "add" and other and param_root(other[0], params):
             bias_name = param_root(other[0], params)
             bias_numel = numel(other[0])
             result = user
-    return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node)
+    return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
+                        covered, axes)
+
+
+def _einsum_features(node: fx.Node, weight: fx.Node) -> tuple[int, tuple[int, ...]] | None:
+    """Projected features of an einsum with a weight: their count and output axes.
+
+    They are the weight's letters kept in the output and absent from the activation
+    (``bnd,dhk->bhnk``: h·k features on axes 1 and 3).
+    """
+    operands = node.args[1]
+    assert isinstance(operands, (list, tuple))
+    try:
+        inputs, output, sizes = expand_einsum(str(node.args[0]),
+                                              [shape(o) for o in operands])
+    except EinsumError:
+        return None
+    if "->" not in str(node.args[0]) or len(inputs) != 2:
+        return None
+    w_term = inputs[list(operands).index(weight)]
+    x_term = inputs[1 - list(operands).index(weight)]
+    letters = [c for c in output if c in w_term and c not in x_term]
+    if not letters:
+        return None
+    width = math.prod(sizes[c] for c in letters)
+    axes = tuple(output.index(c) for c in letters)
+    return width, () if axes == (len(output) - 1,) else axes
+
+
+_UNFLATTEN_OPS = frozenset({"view", "_unsafe_view", "reshape"})
+
+
+def _learned_input(name: str, x: fx.Node) -> bool:
+    """A projection of a learned parameter (Perceiver's latent queries, a learned query).
+
+    Only ops whose arguments fix which operand is the weight (``linear``, ``addmm``),
+    and only a parameter broadcast over a batch (its value has more axes than a matrix
+    or was expanded), so two weights multiplied together are never read as one.
+    """
+    return name in ("linear", "addmm") and (len(shape(x)) >= 3 or op_name(x) in EXPAND_OPS)
 
 
 _OUT_PASSTHROUGH = VIEW_OPS | {"cat", "stack", "mul", "div", "getitem"}
@@ -115,12 +177,16 @@ def find_output_projection(
 
 
 def _in_head_layout_add(node: fx.Node) -> bool:
-    """An add or subtract on a tensor still split into heads (rank 4 or more).
+    """An add, subtract or norm on a tensor still split into heads (rank 4 or more).
 
     The residual stream is (B, n, d); a sum in head layout (context plus a
-    convolution of V, say) is still part of the block.
+    convolution of V, say, or two maps' difference) and a per-head norm of the
+    context are still part of the block.
     """
-    return op_name(node) in ("add", "sub") and len(shape(node)) >= 4
+    return op_name(node) in _HEAD_LAYOUT_OPS and len(shape(node)) >= 4
+
+
+_HEAD_LAYOUT_OPS = NORM_OPS | {"add", "sub"}
 
 
 def canonical_input(node: fx.Node) -> fx.Node:

@@ -7,22 +7,25 @@ from dataclasses import dataclass
 from torch import fx
 
 from mhaudit.detect.cores import is_activation_matmul
-from mhaudit.detect.features import backward_axis, carried_width
+from mhaudit.detect.features import backward_axis, carried, carried_width
 from mhaudit.detect.projections import ProjectionOp, as_projection
+from mhaudit.detect.ranges import Range, read_range
 from mhaudit.trace.graphs import (
+    in_place_writes,
+    innermost_module,
+    numel,
+    param_root,
+    shape,
+    tensor_inputs,
+)
+from mhaudit.trace.ops import (
     EXPAND_OPS,
     FRESH_OPS,
     NORM_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     VIEW_OPS,
-    in_place_writes,
-    innermost_module,
-    numel,
     op_name,
-    param_root,
-    shape,
-    tensor_inputs,
 )
 
 _MAX_VISITS = 400
@@ -47,6 +50,14 @@ class Source:
     upstream: tuple[Source, ...] = ()
     """The down-projection feeding ``projection`` through norms and views (a low-rank
     factorised projection such as q_b(norm(q_a(x)))); empty for one matrix."""
+    span: Range | None = None
+    """The projection's output features this source reads, when the path shows them."""
+    cuts: frozenset[fx.Node] = frozenset()
+    """The ops that cut this source's features out of the projection's (a fused split, a
+    chunk of each head): two reads with different cuts read different features."""
+    stream: int = 0
+    """1, 2, … for a stream joined with others along the sequence (joint attention over
+    two projected streams); 0 when the operand has one stream."""
 
     @property
     def chain_input(self) -> fx.Node:
@@ -68,8 +79,9 @@ class Source:
         return self.width // self.part_dim if self.part_dim else 0
 
 
-_Part = tuple[ProjectionOp, tuple[fx.Node, ...], int]
-"""A projection, the path from the walked node back to it, and its head-dim share (0: all)."""
+_Part = tuple[ProjectionOp, tuple[fx.Node, ...], int, int]
+"""A projection, the path from the walked node back to it, its head-dim share (0: all)
+and its stream (0: the only one)."""
 
 _BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS | {"embedding"}
 _CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
@@ -89,8 +101,25 @@ def _is_barrier(node: fx.Node) -> bool:
     if name not in _BARRIERS:
         return False
     if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
-        return len(shape(node.args[0])) < 4
+        return len(shape(node.args[0])) < 4 and not _one_head(node.args[0])
     return True
+
+
+def _one_head(node: fx.Node) -> bool:
+    """A slice of one head of a tensor split into heads (rank 4 or more), through views.
+
+    A per-head module (one LayerNorm per head) normalises such a slice.
+    """
+    current = node
+    for _ in range(4):
+        name = op_name(current)
+        if name not in VIEW_OPS or not current.args or not isinstance(current.args[0], fx.Node):
+            return False
+        source = current.args[0]
+        if name in ("select", "getitem", "slice") and len(shape(source)) >= 4:
+            return True
+        current = source
+    return False
 
 
 def _rank(parts: tuple[_Part, ...]) -> tuple[int, int]:
@@ -131,21 +160,24 @@ class SourceWalker:
         parts = walk.parts(operand, start, 0)
         if not parts:
             return (self._fallback(operand),)
-        grouped: dict[fx.Node, list[_Part]] = {}
+        grouped: dict[tuple[fx.Node, int], list[_Part]] = {}
         for part in parts:
-            grouped.setdefault(part[0].node, []).append(part)
+            grouped.setdefault((part[0].node, part[3]), []).append(part)
         return tuple(self._source(group) for group in grouped.values())
 
     def _source(self, group: list[_Part]) -> Source:
         proj = group[0][0]
-        width = sum(self._width(path, proj) for _, path, _ in group)
-        dims = [dim for _, _, dim in group]
-        bias = sum(_added_bias(list(path), self.params, proj) for _, path, _ in group)
+        width = sum(self._width(path, proj) for _, path, _, _ in group)
+        dims = [dim for _, _, dim, _ in group]
+        bias = sum(_added_bias(list(path), self.params, proj) for _, path, _, _ in group)
+        spans = {read_range(path, proj.out_width) for _, path, _, _ in group}
+        span = spans.pop() if len(spans) == 1 else None
+        cuts = frozenset().union(*(_cuts(path, proj) for _, path, _, _ in group))
         return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
-                      self._upstream(proj, 0))
+                      self._upstream(proj, 0), span, cuts, group[0][3])
 
     def _width(self, path: tuple[fx.Node, ...], proj: ProjectionOp) -> int:
-        carried = carried_width(list(path))
+        carried = carried_width(list(path), proj.feature_axes)
         return carried if carried is not None else _numel_width(path[0], list(path), proj.rows)
 
     def _fallback(self, operand: fx.Node) -> Source:
@@ -249,12 +281,12 @@ class _Walk:
         self, node: fx.Node, child: fx.Node, axis: int | None, depth: int, dim: int = 0
     ) -> tuple[_Part, ...]:
         sub = self.parts(child, backward_axis(node, child, axis), depth + 1)
-        return tuple((p, (node, *path), d or dim) for p, path, d in sub)
+        return tuple((p, (node, *path), d or dim, s) for p, path, d, s in sub)
 
     def _compute(self, node: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
         proj = self.w.projection(node)
         if proj is not None:
-            return ((proj, (node,), 0),)
+            return ((proj, (node,), 0, 0),)
         if node.op == "placeholder" or _is_barrier(node):
             return ()
         if is_activation_matmul(node, self.w.params) and node is not self.operand:
@@ -264,6 +296,10 @@ class _Walk:
             return self._written(node, axis, depth)
         inputs = [i for i in tensor_inputs(node)
                   if param_root(i, self.w.params) is None and i.op != "get_attr"]
+        if name == "stack":
+            stacked = self._stacked(node, inputs, axis, depth)
+            if stacked:
+                return stacked
         if name == "cat" and axis is not None and _cat_dim(node) == axis:
             joined: list[_Part] = []
             for child in inputs:
@@ -271,12 +307,45 @@ class _Walk:
                 if size:  # an empty part (a zero-width pass-through slice) adds nothing
                     joined.extend(self._child(node, child, axis, depth, size))
             return tuple(joined)
+        if name == "cat":
+            streams = self._streams(node, inputs, axis, depth)
+            if streams:
+                return streams
         best: tuple[_Part, ...] = ()
         for child in inputs:
             sub = self._child(node, child, axis, depth)
             if sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return best
+
+    def _streams(
+        self, node: fx.Node, inputs: list[fx.Node], axis: int | None, depth: int
+    ) -> tuple[_Part, ...]:
+        """Joint attention: a join along the sequence of streams from distinct projections.
+
+        Each joined part reads projections no other part reads; a cache update (past
+        keys, with no projection, joined to new ones) has one projected part and is not one.
+        """
+        branches = [b for b in (self._child(node, c, axis, depth) for c in inputs) if b]
+        owners = [frozenset(p[0].node for p in branch) for branch in branches]
+        if len(branches) < 2 or len(frozenset().union(*owners)) != sum(map(len, owners)):
+            return ()
+        return tuple((p, path, d, s or index) for index, branch in enumerate(branches, 1)
+                     for p, path, d, s in branch)
+
+    def _stacked(
+        self, node: fx.Node, inputs: list[fx.Node], axis: int | None, depth: int
+    ) -> tuple[_Part, ...]:
+        """Per-head modules: stacked branches that each carry a slice of one projection.
+
+        Joined only when every branch reads the same projection (one head each);
+        a stack of different projections (K and V into one cache) keeps one branch.
+        """
+        branches = [self._child(node, child, axis, depth) for child in dict.fromkeys(inputs)]
+        owners = {frozenset(p[0].node for p in branch) for branch in branches}
+        if len(branches) < 2 or len(owners) != 1 or not next(iter(owners)):
+            return ()
+        return tuple(part for branch in branches for part in branch)
 
     def _written(self, buffer: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
         """Parts of a fresh buffer filled by ``copy_`` into its slices (a cat written in place)."""
@@ -287,12 +356,17 @@ class _Walk:
             whole = shape(buffer)
             split = [a for a in range(len(size)) if len(size) == len(whole) and size[a] != whole[a]]
             sub = self.parts(value, axis, depth + 1)
-            sub = tuple((p, (buffer, *path), d) for p, path, d in sub)
+            sub = tuple((p, (buffer, *path), d, s) for p, path, d, s in sub)
             if axis is not None and split == [axis]:
-                joined.extend((p, path, d or size[axis]) for p, path, d in sub)
+                joined.extend((p, path, d or size[axis], s) for p, path, d, s in sub)
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
+
+
+def _cuts(path: tuple[fx.Node, ...], proj: ProjectionOp) -> frozenset[fx.Node]:
+    found = carried(list(path), proj.feature_axes)
+    return found[1] if found is not None else frozenset()
 
 
 def _cat_dim(node: fx.Node) -> int | None:

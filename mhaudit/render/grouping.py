@@ -52,24 +52,45 @@ def group_blocks(blocks: Sequence[AttentionBlock]) -> tuple[BlockGroup, ...]:
     return tuple(groups)
 
 
+_MAX_PATTERN = 80
+"""Longer patterns are harder to read than a count."""
+
+
 def fold_names(names: Sequence[str]) -> str:
-    """``layers.{0..31}.self_attn`` for names that differ only in layer indices."""
+    """``layers.{0..31}.self_attn`` for names that differ only in layer indices.
+
+    A pattern is used only when it expands to exactly these names; otherwise the names
+    are listed (``a, b`` or ``a (+n more)``).
+    """
     if len(names) == 1:
         return names[0]
     split = [n.split(".") for n in names]
     if len({len(s) for s in split}) != 1:
-        return f"{names[0]} (+{len(names) - 1} more)"
+        return _listed(names)
     parts = []
+    expansion = 1
     for column in zip(*split, strict=True):
         values = list(dict.fromkeys(column))
-        if len(values) == 1:
-            parts.append(values[0])
-        elif all(v.isdigit() for v in values):
-            ints = sorted(int(v) for v in values)
+        expansion *= len(values)
+        parts.append(values[0] if len(values) == 1 else _column(values))
+    pattern = ".".join(parts)
+    if expansion != len(set(names)) or len(pattern) > _MAX_PATTERN:
+        return _listed(names)
+    return pattern
+
+
+def _column(values: list[str]) -> str:
+    """``{0..3}``, ``{0,2}``, ``layer_{0..3}`` or ``{a,b}`` for one varying name part."""
+    stems = {v.rstrip("0123456789") for v in values}
+    if len(stems) == 1 and all(v != next(iter(stems)) for v in values):
+        stem = stems.pop()
+        ints = sorted(int(v[len(stem):]) for v in values)
+        if all(v == f"{stem}{int(v[len(stem):])}" for v in values):
             if ints == list(range(ints[0], ints[-1] + 1)):
-                parts.append(f"{{{ints[0]}..{ints[-1]}}}")
-            else:
-                parts.append("{" + ",".join(str(i) for i in ints) + "}")
-        else:
-            parts.append("{" + ",".join(values) + "}")
-    return ".".join(parts)
+                return f"{stem}{{{ints[0]}..{ints[-1]}}}"
+            return stem + "{" + ",".join(str(i) for i in ints) + "}"
+    return "{" + ",".join(values) + "}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} (+{len(names) - 1} more)"

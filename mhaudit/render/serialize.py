@@ -74,6 +74,11 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         "kv_shared": lay.kv_shared,
         "core_count": lay.core_count,
         "cached_width": lay.cached_width,
+        "sinks": lay.sinks,
+        "head_mixing": lay.head_mixing,
+        "padded_head_dim": lay.padded_head_dim,
+        "windowed": lay.windowed,
+        "streams": lay.streams,
         "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
         "params": {
             "q": par.q,

@@ -5,46 +5,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import nn
 
 from mhaudit.errors import TraceError, first_line
-from mhaudit.trace.graphs import innermost_module
+from mhaudit.trace.guards import move_stray_tensors, plain_autocast
+from mhaudit.trace.recorder import record
+from mhaudit.trace.traced import TracedGraph, output_tensors, strip_wrapper
 
-_WRAPPER = "m"
-
-
-@dataclass(frozen=True)
-class TracedGraph:
-    """An fx graph with the facts detection needs about its placeholders."""
-
-    graph: fx.Graph
-    method: str
-    """Name of the tracer that produced it."""
-    params: dict[str, str]
-    """Placeholder name to parameter qualified name."""
-    buffers: dict[str, str]
-    """Placeholder name to buffer qualified name."""
-    user_inputs: tuple[str, ...]
-    """Placeholder names of the user's inputs."""
-
-    def module_path(self, node: fx.Node) -> str:
-        """Qualified name of the innermost module that ran ``node`` (``""`` for the root)."""
-        return strip_wrapper(innermost_module(node))
-
-
-def strip_wrapper(path: str) -> str:
-    """Drop the tracing wrapper's attribute from a qualified name."""
-    if path == _WRAPPER:
-        return ""
-    if path.startswith(_WRAPPER + "."):
-        return path[len(_WRAPPER) + 1 :]
-    return path
-
+__all__ = ["TRACERS", "TracedGraph", "output_tensors", "strip_wrapper", "trace"]
 
 Tracer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], "TracedGraph"]
 
@@ -64,20 +36,6 @@ class _FlatOutputs(nn.Module):
         return tuple(output_tensors(self.m(*args, **kwargs)))
 
 
-def output_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a model output (nested tuples, lists, mappings); caches dropped."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from output_tensors(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from output_tensors(item)
-    elif hasattr(value, "to_tuple"):
-        yield from output_tensors(value.to_tuple())
-
-
 def _export(strict: bool) -> Tracer:
     def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
         program = torch.export.export(_FlatOutputs(model), args, kwargs, strict=strict)
@@ -93,11 +51,24 @@ def _export(strict: bool) -> Tracer:
     return run
 
 
+def _dispatch(fake: bool) -> Tracer:
+    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
+        on_meta = any(p.device.type == "meta" for p in model.parameters())
+        if not fake and on_meta:
+            raise TraceError("a real forward needs real weights", "Build with --device cpu.")
+        return record(model, args, kwargs, fake=fake, guess=on_meta)
+
+    return run
+
+
 TRACERS: tuple[tuple[str, Tracer], ...] = (
     ("torch.export", _export(strict=False)),
     ("torch.export-strict", _export(strict=True)),
+    ("dispatch-fake", _dispatch(fake=True)),
+    ("dispatch-real", _dispatch(fake=False)),
 )
-"""The ladder, tried in order until one succeeds."""
+"""The ladder, tried in order until one succeeds: export, strict export, a dispatch
+recorder over fake tensors, and (with real weights only) one over a real forward."""
 
 
 @contextlib.contextmanager
@@ -116,12 +87,13 @@ def _quiet() -> Iterator[None]:
 
 
 def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
-    """Run the tracer ladder; raise TraceError naming the first tracer's cause."""
+    """Run the tracer ladder; raise TraceError naming each rung's first cause."""
     was_training = model.training
     model.eval()
+    move_stray_tensors(model, (args, kwargs))
     failures: list[tuple[str, BaseException]] = []
     try:
-        with _quiet():
+        with _quiet(), plain_autocast():
             for name, tracer in TRACERS:
                 try:
                     return tracer(model, args, kwargs)
@@ -129,9 +101,9 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tr
                     failures.append((name, exc))
     finally:
         model.train(was_training)
-    name, first = failures[0]
+    causes = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failures)
     raise TraceError(
-        f"could not trace {type(model).__name__}: {name} failed with {first_line(first)}",
+        f"could not trace {type(model).__name__} ({causes})",
         "Check that example_inputs() match forward() and that forward has no "
         "data-dependent Python control flow on tensor values.",
-    ) from first
+    ) from failures[0][1]

@@ -18,6 +18,8 @@ from typing import Any
 from torch import nn
 
 from mhaudit.data import Layout, Projection
+from mhaudit.trace.export import trace
+from mhaudit.trace.traced import TracedGraph
 
 MIN_LAYERS = 4
 """Lists shorter than this are traced as they are."""
@@ -35,6 +37,12 @@ class FoldedList:
     """Original indices of the representatives, in list order."""
     members: tuple[tuple[int, ...], ...]
     """For each representative, every original index it stands for."""
+    names: tuple[str, ...] = ()
+    """The list's child names in order (``0``, ``1``, … or a Sequential's own names)."""
+
+    def name_of(self, index: int) -> str:
+        """The child name of original layer ``index``."""
+        return self.names[index] if self.names else str(index)
 
     @property
     def length(self) -> int:
@@ -113,7 +121,8 @@ def _plan(path: str, layers: nn.Module) -> FoldedList | None:
     members = tuple(tuple(m) for m in groups.values())
     order = sorted(range(len(members)), key=lambda g: members[g][0])
     members = tuple(members[g] for g in order)
-    return FoldedList(path, tuple(m[0] for m in members), members)
+    names = tuple(name for name, _ in layers.named_children())
+    return FoldedList(path, tuple(m[0] for m in members), members, names)
 
 
 def find_lists(model: nn.Module) -> list[FoldedList]:
@@ -130,21 +139,57 @@ def find_lists(model: nn.Module) -> list[FoldedList]:
     return plans
 
 
+class _Short:
+    """Marks a shortened list read by position: the forward indexes its own layers.
+
+    The short list keeps the representatives under their own names, so traced names
+    are real module paths; a positional read (``layers[i]``) is answered from the full
+    list and recorded, and the model is then traced unfolded.
+    """
+
+    indexed = False
+
+    def __init__(self, original: nn.Module) -> None:
+        self.original = original
+
+    def get(self, short: nn.Module, index: object) -> Any:
+        """``short[index]``: the whole short list for a slice over every layer (HF's
+        ``layers[: config.num_hidden_layers]``), else the full list's answer; reading a
+        layer that is not a representative is recorded."""
+        length = len(self.original)  # type: ignore[arg-type]
+        if isinstance(index, slice) and range(length)[index] == range(length):
+            return short
+        found = self.original[index]  # type: ignore[index]
+        if not any(found is kept for kept in short.children()):
+            _Short.indexed = True  # a layer the folded trace would not account for
+        return found
+
+
+def _shortened(original: nn.Module, plan: FoldedList) -> nn.Module:
+    """A list of the same kind holding the representatives under their original names."""
+    reader = _Short(original)
+    base = nn.Sequential if isinstance(original, nn.Sequential) else nn.ModuleList
+    short_type = type(f"Folded{base.__name__}", (base,),
+                      {"__getitem__": lambda self, index: reader.get(self, index)})
+    short: nn.Module = short_type()
+    for index in plan.kept:
+        short.add_module(plan.name_of(index), original.get_submodule(plan.name_of(index)))
+    return short
+
+
 @contextlib.contextmanager
 def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
     """Shorten every foldable layer list to its representatives; restore on exit."""
     plans = [p for p in find_lists(model) if p.path]
     swapped: list[tuple[nn.Module, str, nn.Module]] = []
+    _Short.indexed = False
     try:
         for plan in plans:
             parent_name, _, attr = plan.path.rpartition(".")
             parent = model.get_submodule(parent_name)
             original = parent._modules[attr]
             assert original is not None
-            children = list(original.children())
-            short = type(original)(*[children[i] for i in plan.kept]) if isinstance(
-                original, nn.Sequential) else nn.ModuleList([children[i] for i in plan.kept])
-            parent._modules[attr] = short
+            parent._modules[attr] = _shortened(original, plan)
             swapped.append((parent, attr, original))
         yield tuple(plans)
     finally:
@@ -152,20 +197,48 @@ def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
             parent._modules[attr] = original
 
 
-def _position_pattern(path: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(path)}\.(\d+)(?=\.|$)")
+def read_by_position() -> bool:
+    """True when the last folded trace read a shortened list by position."""
+    return _Short.indexed
+
+
+@contextlib.contextmanager
+def traced_folded(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True
+) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
+    """Trace with repeated layers folded, or unfolded when folding would change what the
+    forward sees (it indexes its own layer list by position); yields the plans used."""
+    if fold and find_lists(model):
+        with folded(model) as plans:
+            traced = trace(model, args, kwargs)
+            if not read_by_position():
+                yield traced, plans
+                return
+    yield trace(model, args, kwargs), ()
+
+
+def _child_pattern(path: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(path)}\.([^.]+)(?=\.|$)")
 
 
 def rep_position(name: str, plan: FoldedList) -> int | None:
-    """The representative position a traced name falls under, if any."""
-    match = _position_pattern(plan.path).match(name)
-    return int(match.group(1)) if match else None
+    """The representative (its position in ``plan.members``) a traced name falls under."""
+    match = _child_pattern(plan.path).match(name)
+    if not match:
+        return None
+    child = match.group(1)
+    for position, index in enumerate(plan.kept):
+        if plan.name_of(index) == child:
+            return position
+    return None
 
 
 def rename(name: str, plan: FoldedList, position: int, index: int) -> str:
     """Move a traced name from representative ``position`` to original layer ``index``."""
-    return _position_pattern(plan.path).sub(f"{plan.path}.{index}", name, count=1) if (
-        rep_position(name, plan) == position) else name
+    if rep_position(name, plan) != position:
+        return name
+    child = plan.name_of(index)
+    return _child_pattern(plan.path).sub(lambda _: f"{plan.path}.{child}", name, count=1)
 
 
 def _rename_projection(p: Projection | None, plan: FoldedList, pos: int, index: int

@@ -1,60 +1,34 @@
-"""Small helpers for reading aten-level fx graphs: op names, shapes, parameter roots."""
+"""Small helpers for reading aten-level fx graphs: shapes, parameter roots, in-place writes.
+
+Op names and op tables live in :mod:`mhaudit.trace.ops`."""
 
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import fx
 
-SDPA_IS_CAUSAL_INDEX: dict[str, int] = {
-    "scaled_dot_product_attention": 5,
-    "_scaled_dot_product_flash_attention": 4,
-    "_scaled_dot_product_flash_attention_for_cpu": 4,
-    "_scaled_dot_product_efficient_attention": 6,
-    "_scaled_dot_product_cudnn_attention": 6,
-    "_scaled_dot_product_fused_attention_overrideable": 5,
-}
-"""The SDPA op variants, each with the position of ``is_causal`` in its arguments."""
-SDPA_OPS = frozenset(SDPA_IS_CAUSAL_INDEX)
-SOFTMAX_OPS = frozenset({"softmax", "_softmax", "_safe_softmax"})
-MATMUL_OPS = frozenset({"matmul", "bmm", "mm", "einsum", "baddbmm"})
-PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"})
-NORM_OPS = frozenset(
-    {"layer_norm", "native_layer_norm", "rms_norm", "group_norm", "native_group_norm",
-     "batch_norm",
-     "_native_batch_norm_legit_no_training"}
+from mhaudit.trace.ops import (
+    EXPAND_OPS,
+    FRESH_OPS,
+    MATMUL_OPS,
+    NORM_OPS,
+    PROJECTION_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+    VIEW_OPS,
+    op_name,
 )
-"""Normalisations: they act on each position's features without mixing positions."""
-VIEW_OPS = frozenset(
-    {
-        "view", "_unsafe_view", "reshape", "transpose", "t", "permute", "contiguous", "clone",
-        "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "alias", "detach",
-        "to", "_to_copy", "type_as", "slice", "select", "narrow", "getitem", "split",
-        "split_with_sizes", "chunk", "unbind", "lift_fresh_copy", "_assert_tensor_metadata",
-        "repeat_interleave", "repeat", "tile", "broadcast_to", "expand_as", "movedim",
-        "swapaxes", "dropout", "native_dropout",
-    }
-)
-"""Ops that move, cast or select data without mixing features."""
-EXPAND_OPS = frozenset({"expand", "expand_as", "broadcast_to", "repeat_interleave", "repeat",
-                        "tile"})
 
-
-def op_name(node: fx.Node) -> str:
-    """``linear`` for ``aten.linear.default``; ``getitem`` for operator.getitem."""
-    if node.op != "call_function":
-        return node.op
-    target = node.target
-    if target is operator.getitem:
-        return "getitem"
-    packet = getattr(target, "overloadpacket", None)
-    name = str(packet.__name__) if packet is not None else str(getattr(target, "__name__", target))
-    # In-place variants (div_, mul_, detach_) compute what their out-of-place op does.
-    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+# The op tables are re-exported for modules that read them beside these helpers.
+__all__ = [
+    "EXPAND_OPS", "FRESH_OPS", "MATMUL_OPS", "NORM_OPS", "PROJECTION_OPS", "SDPA_OPS",
+    "SOFTMAX_OPS", "VIEW_OPS", "arg", "in_place_writes", "innermost_module", "numel", "op_name",
+    "param_root", "shape", "tensor_inputs", "tokens", "val",
+]
 
 
 def innermost_module(node: fx.Node) -> str:
@@ -140,11 +114,6 @@ def tokens(node: fx.Node) -> int:
     return math.prod(dims[:-1]) if dims else 0
 
 
-FRESH_OPS = frozenset(
-    {"new_empty", "new_zeros", "new_ones", "new_full", "empty_like", "zeros_like", "ones_like",
-     "full_like", "empty", "zeros", "ones", "full", "empty_strided", "new_empty_strided"}
-)
-"""Ops that allocate a buffer: its contents come from later in-place writes, not its inputs."""
 _WRITE_VIEWS = frozenset({"slice", "narrow", "select", "view", "alias"})
 
 

@@ -70,3 +70,58 @@ def test_folding_restores_the_model() -> None:
     with pytest.raises(RuntimeError), folded(model):
         raise RuntimeError("boom")
     assert list(model.layers) == original
+
+
+def test_a_forward_that_indexes_its_layers_by_position_is_traced_unfolded() -> None:
+    from fixtures.zoo_legacy import ByPosition
+
+    with torch.device("meta"):
+        model = ByPosition(layers=4).eval()
+        x = torch.zeros(2, 6, 32)
+    report = audit(model, (x,))
+    assert "folded_layers" not in report.extras
+    assert [b.name for b in report.blocks] == [f"layers.{i}.self_attn" for i in range(4)]
+    assert len(model.layers) == 4
+
+
+def test_named_sequential_children_keep_their_real_names() -> None:
+    from fixtures.zoo_legacy import NamedSequential
+
+    with torch.device("meta"):
+        model = NamedSequential(layers=4).eval()
+        x = torch.zeros(2, 6, 32)
+    _compare(model, (x,))
+    report = audit(model, (x,))
+    real = {name for name, _ in model.named_modules()}
+    assert [b.name for b in report.blocks] == [
+        f"layers.encoder_layer_{i}.self_attn" for i in range(4)]
+    assert all(b.name in real for b in report.blocks)
+    assert report.groups[0].pattern == "layers.encoder_layer_{0..3}.self_attn"
+    assert report.coverage.untraced_modules == ()
+
+
+def test_hf_slice_over_every_layer_still_folds() -> None:
+    # Llama iterates ``self.layers[: config.num_hidden_layers]``: a slice over all of them.
+    with torch.device("meta"):
+        config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+        model = LlamaModel(config)
+        ids = torch.zeros(1, 16, dtype=torch.long)
+    assert audit(model, (ids,)).extras["folded_layers"] == [
+        {"list": "layers", "layers": 4, "traced": 1}]
+
+
+@pytest.mark.parametrize(("names", "folded_name"), [
+    (["layers.0.a", "layers.1.a", "layers.2.a"], "layers.{0..2}.a"),
+    (["l.0.a", "l.2.a"], "l.{0,2}.a"),
+    (["e.layer_0.sa", "e.layer_1.sa"], "e.layer_{0..1}.sa"),
+    (["a.0.x", "a.1.x", "b.0.x", "b.1.x"], "{a,b}.{0..1}.x"),
+    # Three of the four names a pattern would make: listed, never over-expanded.
+    (["d.0.t.0.x", "d.0.t.1.x", "u.1.t.0.x"], "d.0.t.0.x, d.0.t.1.x, u.1.t.0.x"),
+    ([f"m.{i}.{j}.x" for i in range(3) for j in range(2)][:5], "m.0.0.x (+4 more)"),
+])
+def test_group_patterns_expand_to_exactly_their_members(names: list[str],
+                                                         folded_name: str) -> None:
+    from mhaudit.render.grouping import fold_names
+
+    assert fold_names(names) == folded_name

@@ -1,0 +1,50 @@
+"""Rule of thumb for spatial-reduction attention: K/V read a reduced copy of Q's input.
+
+PVT-style blocks shrink the tokens before K and V (a strided convolution or a pooling
+of the same feature map, then a norm). The attention is still over one sequence: it is
+self-attention with fewer key positions, not cross-attention.
+"""
+
+from __future__ import annotations
+
+from torch import fx
+
+from mhaudit.trace.graphs import param_root, shape
+from mhaudit.trace.ops import NORM_OPS, VIEW_OPS, op_name
+
+_REDUCE_OPS = frozenset(
+    {"conv1d", "conv2d", "conv3d", "convolution", "avg_pool1d", "avg_pool2d", "max_pool1d",
+     "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "max_pool2d_with_indices",
+     "add", "mul", "gelu"}
+)
+"""Token-reducing ops and what follows them inside a reduction (bias, activation)."""
+_ALLOWED = _REDUCE_OPS | NORM_OPS | VIEW_OPS
+_LIMIT = 48
+
+
+def reduced_copy(node: fx.Node, source: fx.Node, params: dict[str, str]) -> bool:
+    """True when ``node`` is computed from ``source`` alone through a token reduction.
+
+    Every op on the way is a view, a norm or a token-reducing op (a convolution or
+    pool), at least one reduces, the only activation it reads is ``source``, and the
+    features per token end as wide as ``source``'s.
+    """
+    width = (shape(source) or (0,))[-1]
+    if node is source or (shape(node) or (0,))[-1] != width:
+        return False
+    stack, seen, reduced, reached = [node], set(), False, False
+    while stack:
+        current = stack.pop()
+        if current is source:
+            reached = True
+            continue
+        if current in seen:
+            continue
+        seen.add(current)
+        name = op_name(current)
+        if len(seen) > _LIMIT or current.op != "call_function" or name not in _ALLOWED:
+            return False
+        reduced = reduced or name in _REDUCE_OPS - {"add", "mul", "gelu"}
+        stack.extend(i for i in current.all_input_nodes
+                     if param_root(i, params) is None and i.op != "get_attr")
+    return reached and reduced

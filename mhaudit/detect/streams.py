@@ -1,0 +1,39 @@
+"""Rule of thumb for joint attention: streams projected apart, joined along the sequence.
+
+MM-DiT blocks project image and text tokens with their own Q/K/V weights, join each of
+Q, K and V along the sequence, run one attention over both, then split the context
+back and give each stream its own output projection.
+"""
+
+from __future__ import annotations
+
+from torch import fx
+
+from mhaudit.detect.projections import ProjectionOp, as_projection
+from mhaudit.trace.ops import VIEW_OPS, op_name
+
+_SPLIT_OPS = VIEW_OPS | {"split", "split_with_sizes", "chunk", "getitem", "slice"}
+
+
+def stream_outputs(
+    output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None]
+) -> list[ProjectionOp]:
+    """Every projection that reads a slice of the context along views and splits only."""
+    found: list[ProjectionOp] = []
+    frontier, seen = [output], {output}
+    for _ in range(16):
+        nxt: list[fx.Node] = []
+        for node in frontier:
+            for user in node.users:
+                if user in seen:
+                    continue
+                seen.add(user)
+                if user not in cache:
+                    cache[user] = as_projection(user, params)
+                proj = cache[user]
+                if proj is not None and proj.activation in seen:
+                    found.append(proj)
+                elif op_name(user) in _SPLIT_OPS:
+                    nxt.append(user)
+        frontier = nxt
+    return found

@@ -1,0 +1,192 @@
+"""The last rungs of the tracer ladder: record every dispatched op while the model runs.
+
+A ``TorchDispatchMode`` writes each aten call into an fx graph shaped like an exported
+one (placeholders for parameters, buffers and inputs; ``meta["val"]`` and
+``meta["nn_module_stack"]`` on every node), while global module hooks keep the stack of
+modules that are running. It runs over fake tensors (no memory, no compute) or, as the
+last resort on a real device, over a real forward. Composite ops arrive decomposed
+(``linear`` as ``t`` + ``addmm``); detection reads those too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
+
+_IGNORED = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.prim.device.default})
+
+
+class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
+    """Appends one node per dispatched op; tensors are matched to nodes by identity."""
+
+    def __init__(self, graph: fx.Graph, stack: list[tuple[str, str]], guess: bool) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.graph = graph
+        self.guess = guess
+        """Read data-dependent scalars (``.item()``, ``bool(t)``) as 0: fake tensors hold none."""
+        self.guesses = 0
+        self.stack = stack
+        self.nodes: dict[int, tuple[torch.Tensor, fx.Node]] = {}
+        self.constants = 0
+        self.paused = 0
+        """Above zero while a composite op recorded whole runs its pieces."""
+
+    def bind(self, tensor: torch.Tensor, node: fx.Node) -> None:
+        """``tensor`` is now what ``node`` computes (kept alive so ids stay unique)."""
+        self.nodes[id(tensor)] = (tensor, node)
+        node.meta["val"] = tensor
+
+    def node_of(self, value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        held = self.nodes.get(id(value))
+        if held is not None and held[0] is value:
+            return held[1]
+        self.constants += 1  # a tensor made outside any op we saw (a literal, a constant)
+        node = self.graph.create_node("get_attr", f"_constant_{self.constants}")
+        self.bind(value, node)
+        return node
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default and self.guess:
+            self.guesses += 1
+            dtype = args[0].dtype
+            return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
+        out = func(*args, **kwargs)
+        if func in _IGNORED or self.paused:
+            return out
+        self.add(func, tuple(args), dict(kwargs), out)
+        return out
+
+    def add(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """One node for ``func(*args, **kwargs) -> out``; its tensors become its values."""
+        node = self.graph.call_function(func, tree_map(self.node_of, args),
+                                        tree_map(self.node_of, kwargs))
+        node.meta["nn_module_stack"] = {
+            f"L__{i}": (path, kind) for i, (path, kind) in enumerate(self.stack)
+        }
+        if isinstance(out, torch.Tensor):
+            self.bind(out, node)
+        elif isinstance(out, (list, tuple)):
+            node.meta["val"] = out
+            for index, item in enumerate(out):
+                if isinstance(item, torch.Tensor):
+                    pick = self.graph.call_function(operator.getitem, (node, index))
+                    pick.meta["nn_module_stack"] = node.meta["nn_module_stack"]
+                    self.bind(item, pick)
+
+
+_WHOLE = frozenset({"linear", "scaled_dot_product_attention", "einsum", "matmul", "__matmul__",
+                    "softmax", "pad"})
+"""Composite ops recorded as one node, as export keeps them, instead of their pieces."""
+
+
+class _Composites(TorchFunctionMode):
+    """Records the composite ops of ``_WHOLE`` whole and hides their pieces."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name not in _WHOLE or self.recorder.paused:
+            return func(*args, **kwargs)
+        self.recorder.paused += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.recorder.paused -= 1
+        if not isinstance(out, torch.Tensor):
+            return out
+        aten_args = tuple(args)
+        if name == "einsum":  # torch.einsum(eq, a, b) -> aten.einsum(eq, [a, b])
+            packed = len(args) == 2 and isinstance(args[1], (list, tuple))
+            operands = args[1] if packed else args[1:]
+            aten_args = (args[0], list(operands))
+        if name == "softmax":  # F.softmax's keyword-only extras are not aten arguments
+            kwargs = {k: v for k, v in kwargs.items() if k in ("dim", "dtype")}
+        target = torch.ops.aten.matmul if name == "__matmul__" else getattr(torch.ops.aten, name)
+        self.recorder.add(target.default if name != "softmax" else target.int, aten_args,
+                          kwargs, out)
+        return out
+
+
+@contextlib.contextmanager
+def _module_stack(model: nn.Module, stack: list[tuple[str, str]]) -> Iterator[None]:
+    """Keep ``stack`` equal to the (path, class) of the modules running, outermost first."""
+    names: dict[int, str] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        names.setdefault(id(module), f"{WRAPPER}.{name}" if name else WRAPPER)
+
+    def push(module: nn.Module, _args: Any) -> None:
+        path = names.get(id(module))
+        if path is not None:
+            stack.append((path, type(module).__qualname__))
+
+    def pop(module: nn.Module, _args: Any, _out: Any) -> None:
+        if id(module) in names and stack:
+            stack.pop()
+
+    pre = nn.modules.module.register_module_forward_pre_hook(push)
+    post = nn.modules.module.register_module_forward_hook(pop)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+
+
+def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, fake: bool,
+           guess: bool = False) -> TracedGraph:
+    """Run ``model`` once (over fake tensors when ``fake``) and return the recorded graph.
+
+    With ``guess`` (a model on meta, which can never run for real), data-dependent
+    scalars read as 0 instead of failing; the method says how many were read.
+    """
+    graph = fx.Graph()
+    stack: list[tuple[str, str]] = []
+    recorder = _Recorder(graph, stack, guess=fake and guess)
+    params: dict[str, str] = {}
+    buffers: dict[str, str] = {}
+    for kind, table, items in (("p", params, model.named_parameters()),
+                               ("b", buffers, model.named_buffers())):
+        for name, tensor in items:
+            node = graph.placeholder(f"{kind}_{name.replace('.', '_')}")
+            table[node.name] = name
+            recorder.bind(tensor, node)
+    leaves, _ = tree_flatten((args, kwargs))
+    inputs: list[str] = []
+    for index, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            node = graph.placeholder(f"input_{index}")
+            inputs.append(node.name)
+            recorder.bind(leaf, node)
+    modes: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        modes = FakeTensorMode(allow_non_fake_inputs=True)
+    with torch.no_grad(), modes, _module_stack(model, stack), recorder, _Composites(recorder):
+        result = model(*args, **kwargs)
+    outputs = [recorder.node_of(t) for t in output_tensors(result)]
+    graph.output(tuple(outputs))
+    method = "dispatch-fake" if fake else "dispatch-real"
+    if recorder.guesses:
+        method += f" ({recorder.guesses} data-dependent value(s) read as 0)"
+    return TracedGraph(graph=graph, method=method,
+                       params=params, buffers=buffers, user_inputs=tuple(inputs))

@@ -1,0 +1,103 @@
+"""The tracer ladder: export, strict export, a fake-tensor recorder, a real forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fixtures.zoo import POSITIVE_CASES
+from fixtures.zoo_legacy import DataDependent, LegacyEinsum
+from fixtures.zoo_patterns import PATTERNS
+
+from mhaudit.detect.blocks import detect
+from mhaudit.detect.params import count
+from mhaudit.errors import TraceError
+from mhaudit.load.target import normalize_inputs
+from mhaudit.trace.export import trace
+from mhaudit.trace.guards import move_stray_tensors, plain_autocast, stray_tensors
+from mhaudit.trace.recorder import record
+
+_SAMPLE = [*POSITIVE_CASES, *PATTERNS]
+
+
+def _summary(layouts: list) -> list[tuple[object, ...]]:
+    return [(lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.v_head_dim, lay.kind,
+             count(lay).total) for lay in layouts]
+
+
+@pytest.mark.parametrize("case", _SAMPLE, ids=[c.id for c in _SAMPLE])
+def test_fake_recorder_reads_what_export_reads(case: object) -> None:
+    with torch.device("meta"):
+        model = case.build().eval()  # type: ignore[attr-defined]
+        args, kwargs = normalize_inputs(case.inputs())  # type: ignore[attr-defined]
+    exported = detect(trace(model, args, kwargs), model)
+    recorded = record(model, args, kwargs, fake=True)
+    assert recorded.method == "dispatch-fake"
+    assert _summary(detect(recorded, model)) == _summary(exported)
+    # Module paths come from the hook stack: block names match export's.
+    assert [lay.name for lay in detect(recorded, model)] == [lay.name for lay in exported]
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_legacy_constructors_and_autocast_trace_exactly(device: str) -> None:
+    with torch.device(device):
+        model = LegacyEinsum().eval()
+        x = torch.randn(2, 6, 32)
+    traced = trace(model, (x,), {})
+    (layout,) = detect(traced, model)
+    # h = 4, d_k = 8 from the (32, 4, 8) weights; 4 weights of 32·4·8 = 4,096 in all.
+    assert (layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
+            layout.kind, bool(layout.causal), count(layout).total) == (
+        4, 4, 8, 8, "self", False, 4 * 32 * 4 * 8)
+    assert traced.method == "torch.export"
+
+
+def test_stray_cpu_parameters_move_to_meta() -> None:
+    with torch.device("meta"):
+        model = LegacyEinsum()
+        x = torch.randn(2, 6, 32)
+    assert sorted(stray_tensors(model, (x,))) == ["wk", "wo", "wq", "wv"]
+    assert move_stray_tensors(model, (x,)) == ["wk", "wo", "wq", "wv"]
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    cpu = LegacyEinsum()
+    assert stray_tensors(cpu, (torch.randn(2, 6, 32),)) == []
+
+
+def test_autocast_on_meta_runs_as_plain_code() -> None:
+    x = torch.randn(2, 3, device="meta")
+    with pytest.raises(RuntimeError), torch.autocast("meta"):
+        pass
+    with plain_autocast(), torch.autocast(x.device.type):
+        y = x * 2
+    assert y.device.type == "meta"
+    with torch.autocast("cpu", enabled=False):  # restored afterwards
+        pass
+
+
+def test_data_dependent_branch_traces_on_cpu_through_a_real_forward() -> None:
+    model = DataDependent().eval()
+    traced = trace(model, (torch.randn(2, 6, 32),), {})
+    (layout,) = detect(traced, model)
+    assert traced.method in ("torch.export", "torch.export-strict", "dispatch-real")
+    assert (layout.num_heads, layout.head_dim, count(layout).total) == (4, 8, 4 * (32 * 32 + 32))
+
+
+def test_every_rung_failing_names_each_cause() -> None:
+    class Broken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("no forward here")
+
+    with pytest.raises(TraceError) as info:
+        trace(Broken(), (torch.randn(2, 3),), {})
+    message = str(info.value)
+    for rung in ("torch.export:", "torch.export-strict:", "dispatch-fake:", "dispatch-real:"):
+        assert rung in message
+
+
+def test_data_dependent_branch_on_meta_reads_the_value_as_zero() -> None:
+    with torch.device("meta"):
+        model = DataDependent().eval()
+        x = torch.randn(2, 6, 32)
+    traced = trace(model, (x,), {})
+    (layout,) = detect(traced, model)
+    assert traced.method == "dispatch-fake (1 data-dependent value(s) read as 0)"
+    assert (layout.num_heads, layout.head_dim, count(layout).total) == (4, 8, 4 * (32 * 32 + 32))
