@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,10 +16,12 @@ from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_
 from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import Progress, measure
+from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
 from mhaudit.cost.scaling import project
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
+    ExpertLayer,
     ModelInfo,
     Report,
     Totals,
@@ -205,18 +207,22 @@ def build_report(
         inputs_inferred=loaded.inputs_inferred,
     )
     attention_params = _attention_params(blocks)
+    weights = _node_weights(traced, plans)
+    experts = routed_experts(traced.graph, traced.params, traced.module_path)
     totals = Totals(
         num_blocks=len(blocks),
         attention_params=attention_params,
         params_total=params_total,
         attention_params_share=attention_params / params_total if params_total else 0.0,
-        flops=_weighted_flops(traced, costs.node_flops, plans),
+        flops=sum(f * weights(name) for name, f in costs.node_flops.items()),
         attention_flops=sum(b.flops.total for b in blocks),
         kv_cache_bytes_per_token=sum(b.memory.kv_cache_bytes_per_token for b in blocks),
         param_bytes=param_bytes,
         peak_activation_bytes=_scale_bytes(
             peak_activation_bytes(traced.graph, excluded), traced, dtype
         ),
+        flops_by_family=costs.by_family(weights),
+        params_active=params_total - _inactive_params(model, experts, plans),
     )
     flags = tuple(f for b in blocks for f in b.findings)
     coverage = Coverage(
@@ -225,23 +231,31 @@ def build_report(
     )
     extras = {"folded_layers": describe(plans)} if plans else {}
     return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
-                  extras=extras)
+                  experts=experts, extras=extras)
 
 
-def _weighted_flops(
-    traced: TracedGraph, node_flops: dict[str, int], plans: tuple[FoldedList, ...]
-) -> int:
-    """Graph FLOPs with each folded layer's nodes counted once per layer it stands for."""
-    if not plans:
-        return sum(node_flops.values())
+def _node_weights(traced: TracedGraph, plans: tuple[FoldedList, ...]) -> Callable[[str], int]:
+    """Node name to how many layers it stands for (folded layers count once per layer)."""
     weights: dict[str, int] = {}
-    for node in traced.graph.nodes:
+    for node in traced.graph.nodes if plans else ():
         weight = node_weight(traced.module_path(node), plans)
         weights[node.name] = weight
         for arg in node.args:  # a wrapped submodule graph is costed under its get_attr name
             if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
                 weights[arg.name] = weight
-    return sum(f * weights.get(name.split(".")[0], 1) for name, f in node_flops.items())
+    return lambda name: weights.get(name.split(".")[0], 1)
+
+
+def _inactive_params(
+    model: nn.Module, experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]
+) -> int:
+    """Expert parameters a token does not touch, (E − k)/E of each layer, every layer."""
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    return sum(
+        round(expert_tensor_numel(shapes, layer) * inactive_fraction(layer))
+        * node_weight(layer.module, plans)
+        for layer in experts
+    )
 
 
 def untraced_modules(

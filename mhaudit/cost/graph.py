@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
 from mhaudit.cost.formulas import (
+    FAMILIES,
     FormulaInputError,
     OpCall,
     TensorArg,
@@ -52,8 +53,22 @@ class GraphFlops:
     """Node name to FLOPs, for nodes with a formula (wrapped graphs: ``outer.inner``)."""
     family_flops: dict[str, int] = field(default_factory=dict)
     """Formula family (``matmul``, ``attention``, ``softmax``, ...) to FLOPs."""
+    node_families: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Node name to its FLOPs over the reported ``FAMILIES`` (summing to ``node_flops``)."""
     ops_without_formula: dict[str, int] = field(default_factory=dict)
     """Op name to calls that no formula covers (or whose shapes it could not read)."""
+
+    def by_family(self, weights: Callable[[str], int] | None = None) -> dict[str, int]:
+        """FLOPs over every reported family (``FAMILIES``), each node times ``weights(name)``.
+
+        Sums exactly to ``flops`` (to the weighted total with ``weights``).
+        """
+        totals = dict.fromkeys(FAMILIES, 0)
+        for name, parts in self.node_families.items():
+            weight = 1 if weights is None else weights(name)
+            for family, flops in parts.items():
+                totals[family] += flops * weight
+        return totals
 
     def coverage(self) -> Coverage:
         """The coverage gaps as the data model records them."""
@@ -134,6 +149,7 @@ def graph_flops(graph: Graph) -> GraphFlops:
     """
     total = 0
     node_flops: dict[str, int] = {}
+    node_families: dict[str, dict[str, int]] = {}
     families: Counter[str] = Counter()
     missing: Counter[str] = Counter()
     for node in graph.nodes:
@@ -150,6 +166,9 @@ def graph_flops(graph: Graph) -> GraphFlops:
                 inner = graph_flops(sub)
                 total += inner.flops
                 node_flops.update({f"{prefix}.{k}": v for k, v in inner.node_flops.items()})
+                node_families.update(
+                    {f"{prefix}.{k}": v for k, v in inner.node_families.items()}
+                )
                 families.update(inner.family_flops)
                 missing.update(inner.ops_without_formula)
             continue
@@ -168,13 +187,15 @@ def graph_flops(graph: Graph) -> GraphFlops:
                 out=_formula_value(node.meta.get("val")),
             )
             flops = entry.formula(call)
+            parts = entry.by_family(call, flops)
         except (FormulaInputError, IndexError, TypeError, ValueError):
             missing[name] += 1
             continue
         total += flops
         node_flops[node.name] = flops
+        node_families[node.name] = parts
         families[entry.family] += flops
-    return GraphFlops(total, node_flops, dict(families), dict(missing))
+    return GraphFlops(total, node_flops, dict(families), node_families, dict(missing))
 
 
 def exported_param_names(program: ExportedProgram) -> frozenset[str]:

@@ -83,6 +83,16 @@ class Layout:
     cached_width: int | None = None
     """Elements per position the code writes to its KV cache (K and V, or the latent
     they are expanded from); None when the traced forward wrote no cache."""
+    window: int | None = None
+    """Sliding-window length: each query sees at most this many keys; None when unbounded."""
+    causal_alignment: str = "top-left"
+    """Where a causal mask puts its diagonal when n_q ≠ n_kv: ``top-left`` (query i sees
+    keys 0..i, torch's ``is_causal``) or ``bottom-right`` (query i sees keys up to
+    i + n_kv − n_q, as masks built from cache positions do)."""
+    latent_width: int | None = None
+    """Elements per position of the latent that K and V are expanded from (multi-head
+    latent attention: the K/V down-projection's output, rope key included); None when
+    K and V are projected directly."""
 
 
 @dataclass(frozen=True)
