@@ -58,7 +58,8 @@ def routed_experts(
         module = qualified.rpartition(".")[0]
         num_experts = int(weight.shape[0])
         router = _router(innermost_module(node), num_experts, topks)
-        top_k = int(router.args[1]) if router is not None and len(router.args) > 1 else 0
+        k_arg = router.args[1] if router is not None and len(router.args) > 1 else 0
+        top_k = k_arg if isinstance(k_arg, int) else 0
         rows = shape(node.args[0])[0] if shape(node.args[0]) else 0
         previous = found.get(module)
         weights = (*(previous.weights if previous else ()), qualified)
