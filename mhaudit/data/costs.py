@@ -140,7 +140,8 @@ class ScalingPoint:
     scores_bytes: int
     """Sum of b·h·n_q·n_kv·element size over blocks, materialised or not."""
     kv_cache_bytes: int
-    """KV cache of all self-attention blocks for the batch at this length."""
+    """KV cache held at this length for the batch: causal self-attention up to its window,
+    plus cross-attention's static cache; encoders hold none."""
     block_flops: dict[str, int]
     """Block name to its FLOPs at this length."""
 

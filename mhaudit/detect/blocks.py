@@ -10,7 +10,8 @@ from torch import fx, nn
 from mhaudit.data import Layout, Projection
 from mhaudit.detect.cores import Core, find_cores
 from mhaudit.detect.features import same_tokens_source
-from mhaudit.detect.kv_cache import cached_elements_per_position
+from mhaudit.detect.kv_cache import cached_elements_per_position, latent_elements_per_position
+from mhaudit.detect.masks import core_mask
 from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.sources import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
@@ -71,6 +72,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     batch = max(1, rows // first.seq_len_q) if first.seq_len_q else 1
     owners = [p.module for p in (*roles.values(), o_role) if p is not None]
     name = _common_module(owners) if owners else traced.module_path(first.output)
+    window, alignment = core_mask(first.output, first.masks, first.seq_len_q, first.seq_len_kv)
     return Layout(
         name=name,
         module_type=_module_type(model, name),
@@ -94,6 +96,11 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         kv_shared=kv_shared,
         core_count=len(drafts),
         cached_width=cached_elements_per_position(
+            (first.k, first.v), traced.params, batch * first.seq_len_kv
+        ),
+        window=window,
+        causal_alignment=alignment,
+        latent_width=latent_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv
         ),
     )
