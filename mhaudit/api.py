@@ -17,6 +17,7 @@ from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import Progress, measure
 from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
+from mhaudit.cost.peak import fake_forward_peak
 from mhaudit.cost.scaling import project
 from mhaudit.data import (
     AttentionBlock,
@@ -140,12 +141,13 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     with folding as plans:
         traced = trace(loaded.module, loaded.args, loaded.kwargs)
         layouts = expand_layouts(detect(traced, loaded.module), plans)
+        peak = _fake_peak(loaded, plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
-    report = build_report(loaded, traced, blocks, dtype, opts, plans)
+    report = build_report(loaded, traced, blocks, dtype, opts, plans, peak)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == "fvcore":
@@ -153,6 +155,15 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
     return report
+
+
+def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None:
+    """The activation peak of the eager forward on fake tensors; None when it cannot run
+    there (the graph's lifetime estimate is used instead)."""
+    try:
+        return fake_forward_peak(loaded.module, loaded.args, loaded.kwargs, plans).activation_bytes
+    except Exception:  # any failure of user code on fake tensors: fall back to the graph
+        return None
 
 
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
@@ -171,7 +182,7 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
     """Run the model for real and put latency and peak memory on the report."""
     result = measure(
         loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
-        device=opts.device, repeats=opts.repeats, progress=opts.progress,
+        device=opts.device, repeats=opts.repeats, progress=opts.progress, dtype=opts.dtype,
     )
     totals = replace(
         report.totals,
@@ -188,8 +199,13 @@ def build_report(
     dtype: str,
     opts: AuditOptions,
     plans: tuple[FoldedList, ...] = (),
+    activation_peak: int | None = None,
 ) -> Report:
-    """Put the model facts, blocks, totals and coverage together."""
+    """Put the model facts, blocks, totals and coverage together.
+
+    ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
+    it the graph's tensor-lifetime estimate is used.
+    """
     model = loaded.module
     params_total = sum(p.numel() for p in model.parameters())
     param_bytes = params_total * dtype_bytes(dtype)
@@ -208,6 +224,14 @@ def build_report(
     )
     attention_params = _attention_params(blocks)
     weights = _node_weights(traced, plans)
+    graph_peak = peak_activation_bytes(traced.graph, excluded)
+    activations = _scale_bytes(
+        activation_peak if activation_peak is not None else graph_peak, traced, dtype
+    )
+    buffer_bytes = sum(
+        b.numel() * (dtype_bytes(dtype) if b.is_floating_point() else b.element_size())
+        for b in model.buffers()
+    )
     experts = routed_experts(traced.graph, traced.params, traced.module_path)
     totals = Totals(
         num_blocks=len(blocks),
@@ -218,9 +242,9 @@ def build_report(
         attention_flops=sum(b.flops.total for b in blocks),
         kv_cache_bytes_per_token=sum(b.memory.kv_cache_bytes_per_token for b in blocks),
         param_bytes=param_bytes,
-        peak_activation_bytes=_scale_bytes(
-            peak_activation_bytes(traced.graph, excluded), traced, dtype
-        ),
+        peak_activation_bytes=activations,
+        buffer_bytes=buffer_bytes,
+        peak_memory_bytes=param_bytes + buffer_bytes + activations,
         flops_by_family=costs.by_family(weights),
         params_active=params_total - _inactive_params(model, experts, plans),
     )
