@@ -197,11 +197,23 @@ def _is_blocking(value: object) -> bool:
     return isinstance(value, (int, float)) and value < -1e4
 
 
+@dataclass(frozen=True)
+class _Not:
+    """The complement of a conjunction of several constraints (kept only to be negated back)."""
+
+    mask: _Mask
+
+
 def _negate(mask: object) -> object:
-    """The complement of a single constraint (a·i + b·j + c ≥ 0 → −a·i − b·j − c − 1 ≥ 0)."""
+    """The complement: of one constraint (a·i + b·j + c ≥ 0 → −a·i − b·j − c − 1 ≥ 0), of
+    a complement (the mask itself), else a ``_Not`` to undo later."""
+    if isinstance(mask, _Not):
+        return mask.mask
     if isinstance(mask, _Mask) and len(mask.constraints) == 1:
         a, b, c = mask.constraints[0]
         return _Mask(((-a, -b, -c - 1),))
+    if isinstance(mask, _Mask) and mask.constraints:
+        return _Not(mask)
     return None
 
 
@@ -225,14 +237,14 @@ def _reading(mask: _Mask) -> MaskReading:
 def _kept(mask: fx.Node) -> _Mask | None:
     """What a mask node keeps: masked_fill's mask marks what it removes."""
     value = _Reader().value(mask)
-    if not isinstance(value, _Mask):
+    if not isinstance(value, (_Mask, _Not)):
         return None
     removes = any(op_name(u) == "masked_fill" and len(u.args) > 1 and u.args[1] is mask
                   for u in mask.users)
     if removes:
         flipped = _negate(value)
         return flipped if isinstance(flipped, _Mask) else None
-    return value
+    return value if isinstance(value, _Mask) else None
 
 
 def read_masks(masks: tuple[fx.Node, ...]) -> MaskReading:
