@@ -14,6 +14,7 @@ With folded layer lists only the representatives run: the bytes each layer leave
 from __future__ import annotations
 
 import contextlib
+import logging
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -159,12 +160,16 @@ def fake_forward_peak(
     mode = LiveStorages(known)
     was_training = model.training
     model.eval()
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # an op without a fake kernel is reported by the caller
     try:
         with torch.no_grad(), fake, mode, _layer_leftovers(model, plans, mode):
             out = model(*fake_args, **fake_kwargs)
             retained = mode.live + mode.extra
             del out
     finally:
+        quiet.setLevel(level)
         model.train(was_training)
     return PeakEstimate(mode.peak, retained)
 
