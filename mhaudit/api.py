@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,10 +18,13 @@ from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_
 from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import Progress, measure
+from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
+from mhaudit.cost.peak import fake_forward_peak
 from mhaudit.cost.scaling import project
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
+    ExpertLayer,
     ModelInfo,
     Report,
     Totals,
@@ -177,12 +180,13 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
                 traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold))
         stop_timer()
         layouts = expand_layouts(detect(traced, loaded.module), plans)
+        peak = _fake_peak(loaded, plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
-    report = build_report(loaded, traced, blocks, dtype, opts, plans)
+    report = build_report(loaded, traced, blocks, dtype, opts, plans, peak)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == "fvcore":
@@ -190,6 +194,15 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
     return report
+
+
+def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None:
+    """The activation peak of the eager forward on fake tensors; None when it cannot run
+    there (the graph's lifetime estimate is used instead)."""
+    try:
+        return fake_forward_peak(loaded.module, loaded.args, loaded.kwargs, plans).activation_bytes
+    except Exception:  # any failure of user code on fake tensors: fall back to the graph
+        return None
 
 
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
@@ -210,7 +223,7 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
     with contained("forward() while measuring", loaded.source, trace=True):
         result = measure(
             loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
-            device=opts.device, repeats=opts.repeats, progress=opts.progress,
+            device=opts.device, repeats=opts.repeats, progress=opts.progress, dtype=opts.dtype,
         )
     totals = replace(
         report.totals,
@@ -227,8 +240,13 @@ def build_report(
     dtype: str,
     opts: AuditOptions,
     plans: tuple[FoldedList, ...] = (),
+    activation_peak: int | None = None,
 ) -> Report:
-    """Put the model facts, blocks, totals and coverage together."""
+    """Put the model facts, blocks, totals and coverage together.
+
+    ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
+    it the graph's tensor-lifetime estimate is used.
+    """
     model = loaded.module
     params_total = sum(p.numel() for p in model.parameters())
     param_bytes = params_total * dtype_bytes(dtype)
@@ -246,18 +264,30 @@ def build_report(
         inputs_inferred=loaded.inputs_inferred,
     )
     attention_params = _attention_params(blocks)
+    weights = _node_weights(traced, plans)
+    graph_peak = peak_activation_bytes(traced.graph, excluded)
+    activations = _scale_bytes(
+        activation_peak if activation_peak is not None else graph_peak, traced, dtype
+    )
+    buffer_bytes = sum(
+        b.numel() * (dtype_bytes(dtype) if b.is_floating_point() else b.element_size())
+        for b in model.buffers()
+    )
+    experts = routed_experts(traced.graph, traced.params, traced.module_path)
     totals = Totals(
         num_blocks=len(blocks),
         attention_params=attention_params,
         params_total=params_total,
         attention_params_share=attention_params / params_total if params_total else 0.0,
-        flops=_weighted_flops(traced, costs.node_flops, plans),
+        flops=sum(f * weights(name) for name, f in costs.node_flops.items()),
         attention_flops=sum(b.flops.total for b in blocks),
         kv_cache_bytes_per_token=sum(b.memory.kv_cache_bytes_per_token for b in blocks),
         param_bytes=param_bytes,
-        peak_activation_bytes=_scale_bytes(
-            peak_activation_bytes(traced.graph, excluded), traced, dtype
-        ),
+        peak_activation_bytes=activations,
+        buffer_bytes=buffer_bytes,
+        peak_memory_bytes=param_bytes + buffer_bytes + activations,
+        flops_by_family=costs.by_family(weights),
+        params_active=params_total - _inactive_params(model, experts, plans),
     )
     flags = tuple(f for b in blocks for f in b.findings)
     coverage = Coverage(
@@ -266,23 +296,31 @@ def build_report(
     )
     extras = {"folded_layers": describe(plans)} if plans else {}
     return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
-                  extras=extras)
+                  experts=experts, extras=extras)
 
 
-def _weighted_flops(
-    traced: TracedGraph, node_flops: dict[str, int], plans: tuple[FoldedList, ...]
-) -> int:
-    """Graph FLOPs with each folded layer's nodes counted once per layer it stands for."""
-    if not plans:
-        return sum(node_flops.values())
+def _node_weights(traced: TracedGraph, plans: tuple[FoldedList, ...]) -> Callable[[str], int]:
+    """Node name to how many layers it stands for (folded layers count once per layer)."""
     weights: dict[str, int] = {}
-    for node in traced.graph.nodes:
+    for node in traced.graph.nodes if plans else ():
         weight = node_weight(traced.module_path(node), plans)
         weights[node.name] = weight
         for arg in node.args:  # a wrapped submodule graph is costed under its get_attr name
             if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
                 weights[arg.name] = weight
-    return sum(f * weights.get(name.split(".")[0], 1) for name, f in node_flops.items())
+    return lambda name: weights.get(name.split(".")[0], 1)
+
+
+def _inactive_params(
+    model: nn.Module, experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]
+) -> int:
+    """Expert parameters a token does not touch, (E − k)/E of each layer, every layer."""
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    return sum(
+        round(expert_tensor_numel(shapes, layer) * inactive_fraction(layer))
+        * node_weight(layer.module, plans)
+        for layer in experts
+    )
 
 
 def untraced_modules(

@@ -10,17 +10,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mhaudit.cost.block import (
-    block_bytes_moved,
-    block_flops,
-    block_memory,
-    causal_pairs,
-    roofline,
-)
+from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.cost.kernels import block_kernel, padding_waste, target_flash_kernel
 from mhaudit.data import AttentionBlock, Layout, Projection
-from mhaudit.detect.params import count
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
 from mhaudit.rules.base import RuleContext
@@ -103,12 +95,13 @@ class WhatIfRow:
     kv_cache_bytes_per_token: int
     backend: str
     """Attention kernel on the target (cudnn, flash, mem_efficient, math, eager)."""
-    flash_kernel_dim: int | None
-    """Compiled FlashAttention head dim on the target; None without one."""
+    kernel_head_dim: int | None
+    """Compiled head dim the chosen kernel runs; None when it has no fixed sizes."""
     padding_waste: float
-    """Fraction of the flash kernel's head-dim work that is padding."""
+    """Fraction of that kernel's head-dim work that is padding."""
     est_time_s: float
-    """Roofline time on the profile: padded kernel FLOPs included, masked tiles skipped by
+    """Roofline time on the profile, the block's ``target.roofline`` (see
+    ``ROOFLINE_CONVENTION``): padded kernel FLOPs included, masked 128×128 tiles skipped by
     fused causal kernels."""
     arithmetic_intensity: float | None
     bound: str
@@ -175,31 +168,19 @@ def layout_for(spec: LayoutSpec, heads: int, kv_heads: int) -> Layout:
 
 def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
          kv_heads: int) -> WhatIfRow:
-    lay = layout_for(spec, heads, kv_heads)
-    e = dtype_bytes(spec.dtype)
-    choice = block_kernel(lay, spec.dtype, ctx.profile)
-    flops = block_flops(lay)
-    memory = block_memory(lay, e, choice.materializes_scores, choice.score_element_bytes)
-    block = AttentionBlock(lay, count(lay), flops, memory)
-    core = flops.scores + flops.context
-    work, kept = flops.total, 1.0
-    if flops.causal_total is not None and not choice.materializes_scores:
-        work = flops.causal_total
-        kept = causal_pairs(lay.seq_len_q, lay.seq_len_kv) / (lay.seq_len_q * lay.seq_len_kv)
-    kernel_dim = choice.kernel_head_dim
-    padded = core * kept * (kernel_dim / lay.head_dim - 1) if kernel_dim else 0
-    moved = block_bytes_moved(lay, e, choice.materializes_scores, choice.score_element_bytes)
-    roof = roofline(work + int(padded), moved, ctx.profile)
-    flash = target_flash_kernel(lay.head_dim, ctx.profile)
-    kernel = flash[1] if flash else None
+    block = build_block(layout_for(spec, heads, kv_heads), spec.dtype, ctx.profile)
+    lay, flops, memory, target = block.layout, block.flops, block.memory, block.target
+    assert target is not None
+    roof = target.roofline
     return WhatIfRow(
         heads=heads, kv_heads=kv_heads, head_dim=lay.head_dim,
         current=(heads, kv_heads) == (spec.heads, spec.kv_heads),
         params=block.params.total, textbook_params=block.params.textbook, flops=flops.total,
-        attention_flops=core + flops.softmax, scores_bytes=memory.scores_bytes_if_materialized,
-        materializes_scores=choice.materializes_scores,
-        kv_cache_bytes_per_token=memory.kv_cache_bytes_per_token, backend=choice.backend,
-        flash_kernel_dim=kernel, padding_waste=padding_waste(lay.head_dim, kernel),
+        attention_flops=flops.scores + flops.context + flops.softmax,
+        scores_bytes=memory.scores_bytes_if_materialized,
+        materializes_scores=target.materializes_scores,
+        kv_cache_bytes_per_token=memory.kv_cache_bytes_per_token, backend=target.kernel,
+        kernel_head_dim=target.kernel_head_dim, padding_waste=target.padding_waste,
         est_time_s=roof.time_s, arithmetic_intensity=roof.arithmetic_intensity,
         bound=roof.bound, flags=tuple(f.code for f in check_block(block, ctx, config)),
     )

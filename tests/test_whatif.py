@@ -58,13 +58,19 @@ def test_kv_sweep_and_current_row() -> None:
 
 
 def test_kernel_columns() -> None:
-    result = whatif(LayoutSpec(d_model=1280, heads=16, kv_heads=16, seq_len=512), H100,
-                    try_heads=[4, 16, 40])
+    # on an A100 SDPA runs FlashAttention 2: d_k = 80 in its 96 kernel
+    result = whatif(LayoutSpec(d_model=1280, heads=16, kv_heads=16, seq_len=512),
+                    get_profile("a100"), try_heads=[4, 16, 40])
     by_h = {r.heads: r for r in result.by_heads}
-    assert (by_h[16].head_dim, by_h[16].flash_kernel_dim) == (80, 96)
+    assert (by_h[16].head_dim, by_h[16].kernel_head_dim, by_h[16].backend) == (80, 96, "flash")
     assert by_h[16].padding_waste == pytest.approx(1 / 6)
-    assert by_h[4].flash_kernel_dim is None and "MHA003" in by_h[4].flags
-    assert by_h[40].head_dim == 32 and "MHA002" in by_h[40].flags
+    assert by_h[4].kernel_head_dim is None and "MHA003" in by_h[4].flags
+    assert by_h[4].backend == "mem_efficient"
+    assert by_h[40].head_dim == 32 and "MHA002" not in by_h[40].flags  # FA2 has a 32 kernel
+    # on H100 SDPA runs cuDNN, which has no head-dim table: the columns say so
+    hopper = whatif(LayoutSpec(d_model=1280, heads=16, kv_heads=16, seq_len=512), H100,
+                    try_heads=[16])
+    assert hopper.by_heads[0].backend == "cudnn" and hopper.by_heads[0].kernel_head_dim is None
     eager = whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=16,
                               implementation="eager"), H100)
     assert all(r.materializes_scores and "MHA005" in r.flags for r in eager.rows)
@@ -211,3 +217,14 @@ def test_rules_unknown_code_exits_2() -> None:
     assert done.stderr == (
         "mhaudit: error: unknown rule 'MHA999'. Run `mhaudit rules` to list them.\n"
     )
+
+
+def test_report_and_whatif_give_one_time_for_one_block() -> None:
+    from mhaudit.cost.builder import build_block
+
+    spec = LayoutSpec(d_model=512, heads=8, kv_heads=8, seq_len=2048)
+    row = next(r for r in whatif(spec, H100).rows if r.current)
+    block = build_block(layout_for(spec, 8, 8), spec.dtype, H100)
+    assert block.target is not None
+    assert row.est_time_s == block.target.roofline.time_s
+    assert row.backend == block.target.kernel

@@ -46,7 +46,7 @@ def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
     cells: list[Any] = [
         "*" if row.current else "", row.heads, row.kv_heads, row.head_dim, f"{row.params:,}",
         fmt_si(row.flops), fmt_bytes(row.scores_bytes), fmt_bytes(row.kv_cache_bytes_per_token),
-        kernel, row.flash_kernel_dim or "-", f"{row.padding_waste:.1%}",
+        kernel, row.kernel_head_dim or "-", f"{row.padding_waste:.1%}",
         f"{seconds(row.est_time_s)} ({row.bound})",
     ]
     if measured:
@@ -60,7 +60,8 @@ def render_table(result: WhatIf) -> str:
     spec = result.spec
     measured = any(r.measured_ms is not None for r in result.rows)
     headers = ["", "h", "h_kv", "d_k", "params", "FLOPs", "scores", "KV/token", "kernel",
-               "flash d", "pad", "est. time"] + (["measured"] if measured else []) + ["flags"]
+               "kernel d", "pad", "est. time (tiles)"]
+    headers += (["measured"] if measured else []) + ["flags"]
     head = (f"what-if for {spec.name}: d_model {spec.d_model}, width h·d_k {spec.inner_width}, "
             f"b {spec.batch_size}, n {spec.seq_len}, {spec.dtype}, {spec.implementation}, "
             f"on {result.gpu}")

@@ -25,18 +25,71 @@ def _projection_flops(projection: Projection | None, rows: int) -> int:
     return matmul_flops(rows, projection.in_features, projection.out_features)
 
 
-def causal_pairs(n_q: int, n_kv: int) -> int:
-    """Query/key pairs a bottom-right aligned causal mask keeps (FlashAttention's convention).
+TILE = 128
+"""Query and key tile edge of the tile-skipping kernel ``causal_tiles_total`` models."""
 
-    Query i (0-based) sees keys j ≤ i + n_kv − n_q, so row i keeps
-    min(n_kv, max(0, i + n_kv − n_q + 1)) keys. For n_q ≤ n_kv that sums to
-    n_q·(n_kv − n_q) + n_q(n_q + 1)/2 (n(n + 1)/2 when n_q = n_kv = n; n_kv for one
-    decoded token); for n_q > n_kv the first n_q − n_kv rows see nothing and the
-    sum is n_kv(n_kv + 1)/2. Exact count of unmasked scores.
+
+def diagonal_offset(layout: Layout) -> int:
+    """Keys past the query index that query i may see: 0 top-left, n_kv − n_q bottom-right."""
+    if layout.causal_alignment == "bottom-right":
+        return layout.seq_len_kv - layout.seq_len_q
+    return 0
+
+
+def _keys_up_to(n_q: int, n_kv: int, offset: int) -> int:
+    """Σ over query rows i < n_q of #{keys j < n_kv : j ≤ i + offset}.
+
+    Row i counts clamp(i + offset + 1, 0, n_kv); the sum over x = c .. c + n_q − 1 of
+    clamp(x, 0, n_kv) with c = offset + 1 is F(c + n_q) − F(c), where F(m) sums
+    clamp(x, 0, n_kv) over 0 ≤ x < m: m(m − 1)/2 up to m = n_kv + 1, then n_kv a step.
     """
-    if n_q <= n_kv:
-        return n_q * (n_kv - n_q) + n_q * (n_q + 1) // 2
-    return n_kv * (n_kv + 1) // 2
+
+    def prefix(m: int) -> int:
+        if m <= 0:
+            return 0
+        if m <= n_kv + 1:
+            return m * (m - 1) // 2
+        return n_kv * (n_kv + 1) // 2 + (m - n_kv - 1) * n_kv
+
+    start = offset + 1
+    return prefix(start + n_q) - prefix(start)
+
+
+def causal_pairs(n_q: int, n_kv: int, offset: int = 0, window: int | None = None) -> int:
+    """Query/key pairs a causal mask keeps: query i sees keys j with i + offset − window < j
+    ≤ i + offset (no lower limit without a window). Exact count of unmasked scores.
+
+    ``offset`` 0 is torch's ``is_causal`` (top-left: row i sees i + 1 keys; 64 queries over
+    256 keys keep 64·65/2 = 2,080 pairs); n_kv − n_q is bottom-right (the same shape keeps
+    64·192 + 2,080 = 14,368). A window w subtracts the pairs with j ≤ i + offset − w.
+    """
+    kept = _keys_up_to(n_q, n_kv, offset)
+    if window is not None:
+        kept -= _keys_up_to(n_q, n_kv, offset - window)
+    return kept
+
+
+def causal_tile_pairs(
+    n_q: int, n_kv: int, offset: int = 0, window: int | None = None, tile: int = TILE
+) -> int:
+    """Score elements a tile-skipping kernel computes: every ``tile``×``tile`` tile that holds
+    an unmasked pair is computed in full, the others are skipped.
+
+    For each query tile of rows r0..r1, keys run from the tile holding the first key row r0
+    sees (r0 + offset − window + 1, or 0) to the tile holding the last key row r1 sees
+    (r1 + offset), clipped to n_kv. An upper bound of the unmasked pairs, exact for
+    FlashAttention's block skipping at that tile size.
+    """
+    total = 0
+    for r0 in range(0, n_q, tile):
+        r1 = min(n_q, r0 + tile) - 1
+        hi = min(n_kv - 1, r1 + offset)
+        lo = 0 if window is None else max(0, r0 + offset - window + 1)
+        if hi < lo:
+            continue
+        first, last = lo // tile * tile, min(n_kv, (hi // tile + 1) * tile)
+        total += (r1 - r0 + 1) * (last - first)
+    return total
 
 
 def block_flops(layout: Layout) -> FlopBreakdown:
@@ -50,10 +103,10 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
     causal block.
 
-    ``causal_total`` (only when ``layout.causal`` is True): the projections plus the
-    core counted over ``causal_pairs(n_q, n_kv)`` instead of n_q·n_kv. That is the
-    element-level count; a kernel that skips masked tiles still computes the
-    diagonal tiles in full, so this is a lower bound of what it executes.
+    Only when ``layout.causal`` is True: ``causal_total`` counts the core over the
+    unmasked pairs (``causal_pairs`` with the layout's alignment and window), a lower
+    bound of what any kernel executes; ``causal_tiles_total`` over the pairs of every
+    128×128 tile holding one (``causal_tile_pairs``), what a tile-skipping kernel runs.
     """
     b, h = layout.batch_size, layout.num_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
@@ -65,11 +118,15 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     scores = matmul_flops(n_q, d_k, n_kv, b * h)  # (b·h, n_q, d_k) @ (b·h, d_k, n_kv)
     softmax = softmax_flops(b * h * n_q * n_kv)
     context = matmul_flops(n_q, n_kv, d_v, b * h)  # (b·h, n_q, n_kv) @ (b·h, n_kv, d_v)
-    causal_total = None
+    causal_total = tiles_total = None
     if layout.causal is True:
-        pairs = b * h * causal_pairs(n_q, n_kv)
-        core = 2 * pairs * d_k + SOFTMAX_FLOPS_PER_ELEMENT * pairs + 2 * pairs * d_v
-        causal_total = q_proj + k_proj + v_proj + o_proj + core
+        per_pair = 2 * d_k + SOFTMAX_FLOPS_PER_ELEMENT + 2 * d_v
+        offset = diagonal_offset(layout)
+        projections = q_proj + k_proj + v_proj + o_proj
+        pairs = b * h * causal_pairs(n_q, n_kv, offset, layout.window)
+        causal_total = projections + per_pair * pairs
+        tiles = b * h * causal_tile_pairs(n_q, n_kv, offset, layout.window)
+        tiles_total = projections + per_pair * tiles
     return FlopBreakdown(
         q_proj=q_proj,
         k_proj=k_proj,
@@ -79,6 +136,7 @@ def block_flops(layout: Layout) -> FlopBreakdown:
         context=context,
         o_proj=o_proj,
         causal_total=causal_total,
+        causal_tiles_total=tiles_total,
     )
 
 
@@ -86,15 +144,28 @@ def kv_bytes_per_position(layout: Layout, element_bytes: int) -> int:
     """K and V bytes for one key/value position: (h_kv·d_k + h_kv·d_v)·element_bytes.
 
     Holds for self- and cross-attention alike (for cross-attention, per encoder
-    token). With ``kv_shared`` only K is stored: h_kv·d_k·element_bytes. When the
-    graph shows what the code writes to its cache (``cached_width``, e.g. a
-    compressed latent), that width is used instead.
+    token). With ``kv_shared`` only K is stored: h_kv·d_k·element_bytes. Latent
+    attention caches its latent (``latent_width``, e.g. kv_lora_rank + rope dims =
+    576 elements for DeepSeek-V3) whether or not the forward writes a cache; otherwise
+    the width the code writes to its cache (``cached_width``), when the graph shows one.
     """
+    if layout.latent_width is not None:
+        return layout.latent_width * element_bytes
     if layout.cached_width is not None:
         return layout.cached_width * element_bytes
     k = layout.num_kv_heads * layout.head_dim
     v = 0 if layout.kv_shared else layout.num_kv_heads * layout.v_head_dim
     return (k + v) * element_bytes
+
+
+def grows_with_tokens(layout: Layout) -> bool:
+    """True when generating a token appends to this block's cache: causal self-attention."""
+    return layout.kind == "self" and layout.causal is True
+
+
+def cached_positions(layout: Layout, seq_len_kv: int) -> int:
+    """Key positions a decoder keeps at ``seq_len_kv``: capped at the sliding window."""
+    return seq_len_kv if layout.window is None else min(seq_len_kv, layout.window)
 
 
 def block_memory(
@@ -109,11 +180,10 @@ def block_memory(
     and b·n_kv·h_kv·d_v elements (V counted even when it aliases K). The score matrix
     is b·h·n_q·n_kv elements of ``scores_element_bytes`` (default ``element_bytes``;
     pass 4 for the SDPA math fallback on fp16/bf16 inputs, which computes scores in
-    fp32). ``kv_cache_bytes_per_token`` is ``kv_bytes_per_position`` for
-    self-attention and 0 for cross-attention, whose cache is built once from the
-    encoder and does not grow per generated token; ``kv_cache_bytes`` is the
-    per-position figure times b·n_kv for both kinds (for cross-attention: the whole
-    encoder cache).
+    fp32). The cache, with p = ``kv_bytes_per_position``: causal self-attention (a
+    decoder) adds p per generated token and holds p·b·min(n_kv, window); cross-attention
+    holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``) and adds nothing
+    per token; non-causal self-attention (an encoder) caches nothing.
     """
     b, h, h_kv = layout.batch_size, layout.num_heads, layout.num_kv_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
@@ -121,14 +191,17 @@ def block_memory(
     scores_e = element_bytes if scores_element_bytes is None else scores_element_bytes
     scores_bytes = b * h * n_q * n_kv * scores_e  # (b, h, n_q, n_kv)
     per_position = kv_bytes_per_position(layout, element_bytes)
+    per_token = per_position if grows_with_tokens(layout) else 0
+    static = per_position * b * n_kv if layout.kind == "cross" else 0
     return BlockMemory(
         q_bytes=b * n_q * h * layout.head_dim * e,  # (b, h, n_q, d_k)
         k_bytes=b * n_kv * h_kv * layout.head_dim * e,  # (b, h_kv, n_kv, d_k)
         v_bytes=b * n_kv * h_kv * layout.v_head_dim * e,  # (b, h_kv, n_kv, d_v)
         scores_bytes=scores_bytes if materializes_scores else None,
         scores_bytes_if_materialized=scores_bytes,
-        kv_cache_bytes_per_token=per_position if layout.kind == "self" else 0,
-        kv_cache_bytes=per_position * b * n_kv,
+        kv_cache_bytes_per_token=per_token,
+        kv_cache_bytes=per_token * b * cached_positions(layout, n_kv) + static,
+        kv_cache_bytes_static=static,
     )
 
 

@@ -80,6 +80,18 @@ class OpCall:
 
 
 Formula = Callable[[OpCall], int]
+Parts = Callable[[OpCall], dict[str, int]]
+
+FAMILIES: tuple[str, ...] = ("matmul", "conv", "softmax", "norm", "elementwise", "other")
+"""The families ``totals.flops_by_family`` reports: every matrix product (QKᵀ and PV inside
+SDPA and routed experts included) is ``matmul``; reductions and the rest are ``other``.
+``matmul + conv`` is what torch's FlopCounterMode counts."""
+
+REGISTRY_FAMILIES: frozenset[str] = frozenset(
+    {"matmul", "conv", "attention", "softmax", "norm", "elementwise", "reduction"}
+)
+"""The families a formula may be registered under; ``attention`` splits into matmul and
+softmax, ``reduction`` reports as ``other``."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +101,19 @@ class FormulaEntry:
     op: str
     """Op name, ``namespace.packet`` (e.g. ``aten.mm``), covering every overload."""
     family: str
-    """One of ``matmul conv attention softmax norm elementwise reduction``."""
+    """One of ``REGISTRY_FAMILIES``."""
     formula: Formula
+    parts: Parts | None = None
+    """The formula split over ``FAMILIES`` (summing to it); None when it is all one family."""
+
+    def by_family(self, call: OpCall, flops: int) -> dict[str, int]:
+        """``flops`` of this call over the reported ``FAMILIES``."""
+        if self.parts is not None:
+            return self.parts(call)
+        return {_REPORTED.get(self.family, self.family): flops}
+
+
+_REPORTED = {"reduction": "other", "attention": "matmul"}
 
 
 def op_names(namespace: str, names: str) -> list[str]:
@@ -127,15 +150,19 @@ REGISTRY: Mapping[str, FormulaEntry] = MappingProxyType(_REGISTRY)
 """Op name to formula entry (read-only view)."""
 
 
-def register(*ops: str, family: str) -> Callable[[Formula], Formula]:
+def register(
+    *ops: str, family: str, parts: Parts | None = None
+) -> Callable[[Formula], Formula]:
     """Register a formula for each op name; a name already registered (or known to do
-    no arithmetic) raises ValueError and nothing is registered."""
+    no arithmetic), or an undeclared family, raises ValueError and nothing is registered."""
 
     def decorate(formula: Formula) -> Formula:
         taken = [op for op in ops if op in _REGISTRY or op in ZERO_FLOP_OPS]
         if taken or len(set(ops)) != len(ops):
             raise ValueError(f"a FLOP formula for {taken or ops} is already registered")
-        _REGISTRY.update({op: FormulaEntry(op, family, formula) for op in ops})
+        if family not in REGISTRY_FAMILIES:
+            raise ValueError(f"unknown formula family {family!r}")
+        _REGISTRY.update({op: FormulaEntry(op, family, formula, parts) for op in ops})
         return formula
 
     return decorate
@@ -282,16 +309,40 @@ register("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3
          family="conv")(_conv(True, "2·input_numel·out/groups·kernel; bias ignored. Exact."))
 
 
-@register(*sorted(qualified(SDPA_OPS)), family="attention")
+def _sdpa_parts(call: OpCall) -> dict[str, int]:
+    """QKᵀ and probs·V as ``matmul``, the softmax over the scores as ``softmax``."""
+    q, k, v = call.tensor(0, "query"), call.tensor(1, "key"), call.tensor(2, "value")
+    bh, n_q, n_kv = math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2]
+    products = attention_flops(bh, n_q, n_kv, q.shape[-1], v.shape[-1], with_softmax=False)
+    return {"matmul": products, "softmax": softmax_flops(bh * n_q * n_kv)}
+
+
+@register(*sorted(qualified(SDPA_OPS)), family="attention", parts=_sdpa_parts)
 def _sdpa(call: OpCall) -> int:
     """QKᵀ + softmax + probs·V for q (..., h, n_q, d_k), k (..., h_kv, n_kv, d_k), v (.., d_v).
 
     Counts all q heads (GQA repeats K/V, it does not shrink the work). Dense: an
     upper bound for causal masks; scale, mask add and dropout ignored.
     """
-    q, k, v = call.tensor(0, "query"), call.tensor(1, "key"), call.tensor(2, "value")
-    return attention_flops(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1],
-                           v.shape[-1])
+    return sum(_sdpa_parts(call).values())
+
+
+@register("aten._grouped_mm", "transformers.grouped_mm_fallback", family="matmul")
+def _grouped_mm(call: OpCall) -> int:
+    """Grouped GEMM of routed experts: x (rows, k) by stacked W (E, k, n) at offsets.
+
+    Each of the ``rows`` dispatched token copies (tokens · top-k) meets one expert's
+    (k, n) weight: 2·rows·k·n, whatever the routing. Both 3-D: E batched products;
+    both 2-D (groups along k): 2·m·k·n. Exact for the products.
+    """
+    a, b = call.tensor(0, "input"), call.tensor(1, "weight")
+    if len(a.shape) == 2 and len(b.shape) == 3:
+        return matmul_flops(a.shape[0], a.shape[1], b.shape[2])
+    if len(a.shape) == 3 and len(b.shape) == 3:
+        return matmul_flops(a.shape[1], a.shape[2], b.shape[2], a.shape[0])
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        return matmul_flops(a.shape[0], a.shape[1], b.shape[1])
+    raise FormulaInputError(f"grouped mm shapes do not fit: {a.shape} @ {b.shape}")
 
 
 @register("aten.softmax", "aten._softmax", "aten._safe_softmax", "aten.log_softmax",

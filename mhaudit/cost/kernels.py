@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from mhaudit.cost.devices import HALF_DTYPES, GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import Layout
@@ -68,6 +69,101 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+@dataclass(frozen=True)
+class KernelQuery:
+    """What SDPA's backend choice depends on for one call."""
+
+    head_dim: int
+    v_head_dim: int
+    dtype: str
+    """Canonical dtype name."""
+    profile: GpuProfile
+    has_arbitrary_mask: bool = False
+
+    @property
+    def half(self) -> bool:
+        """fp16 or bf16."""
+        return self.dtype in HALF_DTYPES
+
+    @property
+    def nvidia(self) -> bool:
+        """An NVIDIA profile (cuDNN and the FlashAttention head-dim table apply)."""
+        return self.profile.vendor == "nvidia"
+
+    @property
+    def sm(self) -> str:
+        """``sm90`` for compute capability 9.0."""
+        major, minor = self.profile.compute_capability
+        return f"sm{major}{minor}"
+
+
+Candidate = Callable[[KernelQuery], "KernelChoice | str | None"]
+"""A backend check: its KernelChoice when it runs the query, a reason when it refuses,
+None when it does not apply on the profile at all."""
+
+
+def _fused(backend: str, query: KernelQuery, reason: str, kernel_dim: int | None = None,
+           waste: float = 0.0) -> KernelChoice:
+    return KernelChoice(backend, kernel_dim, waste, False, dtype_bytes(query.dtype), reason)
+
+
+def _cudnn(q: KernelQuery) -> KernelChoice | str | None:
+    """cuDNN fused attention: sm90+, fp16/bf16, no arbitrary mask, equal d ≤ 128, × 8."""
+    if not q.nvidia or q.profile.compute_capability < (9, 0):
+        return None
+    if not q.half:
+        return f"cuDNN needs fp16/bf16, not {q.dtype}"
+    if q.has_arbitrary_mask:
+        return "cuDNN is not used with an arbitrary mask"
+    if q.head_dim % 8 or q.head_dim > CUDNN_MAX_HEAD_DIM or q.head_dim != q.v_head_dim:
+        return f"cuDNN needs equal q/k/v head dims, a multiple of 8, ≤ {CUDNN_MAX_HEAD_DIM}"
+    return _fused("cudnn", q, f"cuDNN fused attention on {q.sm} (d_k = {q.head_dim})")
+
+
+def _flash(q: KernelQuery) -> KernelChoice | str | None:
+    """PyTorch's FlashAttention-2: sm80+ (or ROCm), fp16/bf16, no mask, equal d ≤ 256."""
+    if q.nvidia and q.profile.flash_attention_version is None:
+        return f"flash needs sm80+, {q.profile.name} is {q.sm}"
+    if not q.half:
+        return f"flash needs fp16/bf16, not {q.dtype}"
+    if q.has_arbitrary_mask:
+        return "flash does not take an arbitrary mask"
+    if q.head_dim != q.v_head_dim:
+        return f"flash needs equal q/k/v head dims ({q.head_dim} ≠ {q.v_head_dim})"
+    if q.head_dim > FLASH_MAX_HEAD_DIM:
+        return f"flash needs d_k ≤ {FLASH_MAX_HEAD_DIM}, got {q.head_dim}"
+    if not q.nvidia:
+        return _fused("flash", q, f"ROCm flash kernel on {q.profile.name} (padding not modelled)")
+    kernel = flash_kernel_dim(q.head_dim, 2)
+    assert kernel is not None
+    waste = padding_waste(q.head_dim, kernel)
+    return _fused(
+        "flash", q,
+        f"PyTorch's FlashAttention-2 kernel runs d_k = {q.head_dim} in its {kernel} kernel"
+        + (f" ({waste:.1%} padding)" if waste else ""),
+        kernel, waste,
+    )
+
+
+def _mem_efficient(q: KernelQuery) -> KernelChoice | str | None:
+    """Memory-efficient attention: fp16/bf16 (head dims × 8) or fp32 (× 4)."""
+    if not (q.half or q.dtype == "float32"):
+        return f"mem-efficient needs fp16, bf16 or fp32, not {q.dtype}"
+    align = 8 if q.half else 4
+    if q.head_dim % align or q.v_head_dim % align:
+        return f"mem-efficient needs head dims in multiples of {align} for {q.dtype}"
+    return _fused("mem_efficient", q, "memory-efficient kernel")
+
+
+SDPA_BACKENDS: tuple[tuple[str, Candidate], ...] = (
+    ("cudnn", _cudnn),
+    ("flash", _flash),
+    ("mem_efficient", _mem_efficient),
+)
+"""PyTorch SDPA's backend order (sdp_utils.cpp): the first candidate that accepts runs;
+when none does, the math fallback materialises the scores."""
+
+
 def _math(reasons: list[str], dtype: str) -> KernelChoice:
     score_bytes = 4 if dtype in HALF_DTYPES else dtype_bytes(dtype)
     return KernelChoice(
@@ -82,71 +178,25 @@ def sdpa_backend(
     profile: GpuProfile,
     has_arbitrary_mask: bool = False,
 ) -> KernelChoice:
-    """The backend PyTorch SDPA picks on ``profile``: cuDNN (sm90), flash, mem-efficient, math.
+    """The backend PyTorch SDPA picks on ``profile``: the first of ``SDPA_BACKENDS`` that
+    accepts the layout, else math (scores in fp32 for half inputs).
 
-    Follows sdp_utils.cpp as summarised in DESIGN.md. Ignores run-time limits this
-    model cannot see (stride layouts, dropout on some backends, nested tensors).
+    Follows sdp_utils.cpp as summarised in DESIGN.md. The reason names what ruled out
+    each faster backend. Ignores run-time limits this model cannot see (stride
+    layouts, dropout on some backends, nested tensors).
     """
-    dtype = canonical_dtype(dtype_name)
-    half = dtype in HALF_DTYPES
-    same_dim = head_dim == v_head_dim
+    query = KernelQuery(head_dim, v_head_dim, canonical_dtype(dtype_name), profile,
+                        has_arbitrary_mask)
     reasons: list[str] = []
-    nvidia = profile.vendor == "nvidia"
-
-    if nvidia and profile.compute_capability >= (9, 0):
-        if not half:
-            reasons.append(f"cuDNN needs fp16/bf16, not {dtype}")
-        elif has_arbitrary_mask:
-            reasons.append("cuDNN is not used with an arbitrary mask")
-        elif head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM or not same_dim:
-            reasons.append("cuDNN needs equal q/k/v head dims, a multiple of 8, "
-                           f"≤ {CUDNN_MAX_HEAD_DIM}")
-        else:
-            return KernelChoice(
-                "cudnn", None, 0.0, False, dtype_bytes(dtype),
-                f"cuDNN fused attention on sm{profile.compute_capability[0]}"
-                f"{profile.compute_capability[1]} (d_k = {head_dim})",
-            )
-
-    flash_ok = profile.flash_attention_version is not None or not nvidia
-    if not flash_ok:
-        reasons.append(f"flash needs sm80+, {profile.name} is sm"
-                       f"{profile.compute_capability[0]}{profile.compute_capability[1]}")
-    elif not half:
-        reasons.append(f"flash needs fp16/bf16, not {dtype}")
-    elif has_arbitrary_mask:
-        reasons.append("flash does not take an arbitrary mask")
-    elif not same_dim:
-        reasons.append(f"flash needs equal q/k/v head dims ({head_dim} ≠ {v_head_dim})")
-    elif head_dim > FLASH_MAX_HEAD_DIM:
-        reasons.append(f"flash needs d_k ≤ {FLASH_MAX_HEAD_DIM}, got {head_dim}")
-    elif not nvidia:
-        return KernelChoice(
-            "flash", None, 0.0, False, dtype_bytes(dtype),
-            f"ROCm flash kernel on {profile.name} (padding not modelled)",
-        )
-    else:
-        kernel = flash_kernel_dim(head_dim, 2)
-        assert kernel is not None
-        waste = padding_waste(head_dim, kernel)
-        return KernelChoice(
-            "flash", kernel, waste, False, dtype_bytes(dtype),
-            f"PyTorch's FlashAttention-2 kernel runs d_k = {head_dim} in its {kernel} kernel"
-            + (f" ({waste:.1%} padding)" if waste else ""),
-        )
-
-    if dtype in HALF_DTYPES or dtype == "float32":
-        align = 8 if half else 4
-        if head_dim % align or v_head_dim % align:
-            reasons.append(f"mem-efficient needs head dims in multiples of {align} for {dtype}")
-        else:
-            return KernelChoice(
-                "mem_efficient", None, 0.0, False, dtype_bytes(dtype),
-                "memory-efficient kernel (" + "; ".join(reasons) + ")",
-            )
-    else:
-        reasons.append(f"mem-efficient needs fp16, bf16 or fp32, not {dtype}")
-    return _math(reasons, dtype)
+    for _, candidate in SDPA_BACKENDS:
+        outcome = candidate(query)
+        if isinstance(outcome, KernelChoice):
+            if reasons and outcome.backend == "mem_efficient":
+                return replace(outcome, reason=f"{outcome.reason} ({'; '.join(reasons)})")
+            return outcome
+        if outcome is not None:
+            reasons.append(outcome)
+    return _math(reasons, query.dtype)
 
 
 def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile) -> KernelChoice:

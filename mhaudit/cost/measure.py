@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from mhaudit.cost.devices import canonical_dtype
+from mhaudit.cost.peak import LiveStorages
 from mhaudit.data import Measurement, Timing
 from mhaudit.errors import ConfigError
 
@@ -30,6 +31,34 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(torch.device(device))
 
 
+def at_dtype(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dtype: str | None
+) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """The model and inputs with floating tensors at ``dtype`` (a cast copy; the caller's
+    model is left as it is). Unchanged when ``dtype`` is None or already the model's."""
+    if dtype is None:
+        return model, args, kwargs
+    target = getattr(torch, canonical_dtype(dtype))
+    floats = [p for p in model.parameters() if p.is_floating_point()]
+    if all(p.dtype == target for p in floats):
+        return model, args, kwargs
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.to(target)
+        return value
+
+    copy = copy_module(model).to(target)
+    return copy, pytree.tree_map(cast, args), pytree.tree_map(cast, kwargs)
+
+
+def copy_module(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` (its weights are copied too)."""
+    import copy
+
+    return copy.deepcopy(model)
+
+
 def measure(
     model: nn.Module,
     args: tuple[Any, ...],
@@ -40,39 +69,42 @@ def measure(
     warmup: int = 2,
     repeats: int = 10,
     progress: Progress | None = None,
+    dtype: str | None = None,
 ) -> Measurement:
-    """Time the forward and each attention block; measure peak memory of one forward."""
+    """Time the forward and each attention block; measure peak memory of one forward.
+
+    With ``dtype`` the model and its floating inputs are cast to it first (on a copy),
+    so the measurement is at the dtype the estimates are costed at.
+    """
     if device == "meta":
         raise ConfigError("cannot measure on the meta device", "Pass --device cpu or cuda.")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"{device} requested but CUDA is not available",
                           "Use --device cpu, or run on a machine with a GPU.")
+    model, args, kwargs = at_dtype(model, args, kwargs, dtype)
     block_samples: dict[str, list[float]] = {name: [] for name in block_names}
-    handles = _install_block_timers(model, block_names, block_samples, device)
     forward_samples: list[float] = []
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
-            for _ in range(warmup):
-                model(*args, **kwargs)
-            for samples in block_samples.values():
-                samples.clear()
-            for index in range(repeats):
-                _sync(device)
-                start = time.perf_counter()
-                model(*args, **kwargs)
-                _sync(device)
-                forward_samples.append(time.perf_counter() - start)
-                if progress is not None:
-                    progress(index + 1, repeats)
-        for handle in handles:
-            handle.remove()
-        handles = []
+        with contextlib.ExitStack() as hooks:
+            for handle in _install_block_timers(model, block_names, block_samples, device):
+                hooks.callback(handle.remove)
+            with torch.inference_mode():
+                for _ in range(warmup):
+                    model(*args, **kwargs)
+                for samples in block_samples.values():
+                    samples.clear()
+                for index in range(repeats):
+                    _sync(device)
+                    start = time.perf_counter()
+                    model(*args, **kwargs)
+                    _sync(device)
+                    forward_samples.append(time.perf_counter() - start)
+                    if progress is not None:
+                        progress(index + 1, repeats)
         peak, method = _peak_memory(model, args, kwargs, device)
     finally:
-        for handle in handles:
-            handle.remove()
         model.train(was_training)
     blocks = {name: _timing(s) for name, s in block_samples.items() if s}
     return Measurement(device, _timing(forward_samples), blocks, peak, method)
@@ -125,47 +157,7 @@ def _cpu_peak(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[int | None, str]:
     """Peak bytes of live tensor storage allocated during one forward on the CPU."""
-    tracker = _AllocationTracker()
+    tracker = LiveStorages()
     with torch.inference_mode(), tracker:
         model(*args, **kwargs)
-    return tracker.peak_bytes, "tracked tensor allocations"
-
-
-class _AllocationTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts the storage each op allocates and frees it when its last tensor dies."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.live_bytes = 0
-        self.peak_bytes = 0
-        self._owners: dict[int, int] = {}
-        """Storage address to the number of live tensors holding it."""
-
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-    ) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for tensor in pytree.tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
-                self._track(tensor)
-        return out
-
-    def _track(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
-        address, size = storage.data_ptr(), storage.nbytes()
-        if address == 0:
-            return
-        if address not in self._owners:
-            self._owners[address] = 0
-            self.live_bytes += size
-            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
-        self._owners[address] += 1
-        weakref.finalize(tensor, self._release, address, size)
-
-    def _release(self, address: int, size: int) -> None:
-        count = self._owners.get(address, 0) - 1
-        if count <= 0:
-            self._owners.pop(address, None)
-            self.live_bytes -= size
-        else:
-            self._owners[address] = count
+    return tracker.peak, "tracked tensor allocations"

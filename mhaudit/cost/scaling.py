@@ -15,10 +15,24 @@ def at_length(layout: Layout, seq_len: int) -> Layout:
     return replace(layout, seq_len_q=seq_len, seq_len_kv=kv)
 
 
+def score_element_bytes(block: AttentionBlock, element_bytes: int) -> int:
+    """Bytes per score as the block was costed: 4 for the math fallback on half inputs."""
+    lay = block.layout
+    elements = lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv
+    if not elements:
+        return element_bytes
+    return block.memory.scores_bytes_if_materialized // elements
+
+
 def project(
     blocks: Sequence[AttentionBlock], seq_lens: Sequence[int], element_bytes: int
 ) -> tuple[ScalingPoint, ...]:
-    """One point per length: FLOPs, score bytes and KV cache summed over blocks."""
+    """One point per length: FLOPs, score bytes and KV cache summed over blocks.
+
+    Score bytes keep each block's score width (fp32 for the SDPA math fallback on half
+    inputs). The KV cache is what the block holds at that length: causal self-attention
+    up to its sliding window, cross-attention its static per-source cache, encoders none.
+    """
     points = []
     for n in seq_lens:
         flops: dict[str, int] = {}
@@ -26,9 +40,9 @@ def project(
         for block in blocks:
             layout = at_length(block.layout, n)
             flops[block.name] = block_flops(layout).total
-            memory = block_memory(layout, element_bytes, materializes_scores=True)
+            memory = block_memory(layout, element_bytes, materializes_scores=True,
+                                  scores_element_bytes=score_element_bytes(block, element_bytes))
             scores += memory.scores_bytes_if_materialized
-            if layout.kind == "self":
-                kv += memory.kv_cache_bytes
+            kv += memory.kv_cache_bytes
         points.append(ScalingPoint(n, sum(flops.values()), scores, kv, flops))
     return tuple(points)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from mhaudit.data.costs import (
     BlockMemory,
+    ExpertLayer,
     FlopBreakdown,
     Measurement,
     Roofline,
@@ -39,6 +40,7 @@ __all__ = [
     "BudgetResult",
     "Coverage",
     "Deviation",
+    "ExpertLayer",
     "Finding",
     "FlopBreakdown",
     "GateOutcome",

@@ -20,7 +20,12 @@ class FlopBreakdown:
     """probs·V: 2·b·h·n_q·n_kv·d_v."""
     o_proj: int
     causal_total: int | None = None
-    """What a causal kernel that skips masked tiles does; None when not causal."""
+    """Projections plus the core over the unmasked query/key pairs only (the mask as the
+    code applies it, windows included): a lower bound of any masked kernel's work; None
+    when the block is not causal."""
+    causal_tiles_total: int | None = None
+    """Projections plus the core over every 128×128 score tile holding an unmasked pair:
+    what a tile-skipping kernel (FlashAttention) computes; None when not causal."""
 
     @property
     def total(self) -> int:
@@ -43,9 +48,16 @@ class BlockMemory:
     scores_bytes_if_materialized: int
     """The same figure whether or not the layout materialises it."""
     kv_cache_bytes_per_token: int
-    """2·h_kv·d_k·bytes (K and V) for one position; 0 for cross-attention caches."""
+    """Cache bytes each generated token adds: K and V per KV head (or the latent of
+    latent attention) for causal self-attention; 0 for encoder (non-causal) and
+    cross-attention, whose K/V do not grow with generated tokens."""
     kv_cache_bytes: int
-    """KV cache for the audited batch and n_kv."""
+    """K/V cache held at the audited batch and n_kv: per-token bytes · b · min(n_kv,
+    window) for causal self-attention, ``kv_cache_bytes_static`` for cross-attention,
+    0 for encoders."""
+    kv_cache_bytes_static: int = 0
+    """Cross-attention K/V computed once per source sequence (b · n_kv positions) and
+    reused for every generated token; 0 for self-attention."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,25 @@ class ScalingPoint:
     scores_bytes: int
     """Sum of b·h·n_q·n_kv·element size over blocks, materialised or not."""
     kv_cache_bytes: int
-    """KV cache of all self-attention blocks for the batch at this length."""
+    """KV cache held at this length for the batch: causal self-attention up to its window,
+    plus cross-attention's static cache; encoders hold none."""
     block_flops: dict[str, int]
     """Block name to its FLOPs at this length."""
+
+
+@dataclass(frozen=True)
+class ExpertLayer:
+    """A layer of routed experts as the graph runs them: top-k of E per token."""
+
+    module: str
+    """Qualified name of the module holding the stacked expert weights."""
+    router: str
+    """Module that picks the experts (its ``topk`` over E scores); ``""`` when unseen."""
+    num_experts: int
+    """Experts E (leading dim of the stacked weights)."""
+    top_k: int
+    """Experts each token is dispatched to (0 when no router was found)."""
+    tokens: int
+    """Tokens routed at the audited shape: dispatched rows / top_k."""
+    weights: tuple[str, ...]
+    """Qualified names of the stacked expert weights the grouped GEMMs read."""

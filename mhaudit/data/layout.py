@@ -98,6 +98,16 @@ class Layout:
     streams: int = 1
     """Token streams projected apart and joined along the sequence (2 for joint
     attention over text and image tokens); 1 otherwise."""
+    window: int | None = None
+    """Sliding-window length: each query sees at most this many keys; None when unbounded."""
+    causal_alignment: str = "top-left"
+    """Where a causal mask puts its diagonal when n_q ≠ n_kv: ``top-left`` (query i sees
+    keys 0..i, torch's ``is_causal``) or ``bottom-right`` (query i sees keys up to
+    i + n_kv − n_q, as masks built from cache positions do)."""
+    latent_width: int | None = None
+    """Elements per position of the latent that K and V are expanded from (multi-head
+    latent attention: the K/V down-projection's output, rope key included); None when
+    K and V are projected directly."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from mhaudit.data.costs import (
     BlockMemory,
+    ExpertLayer,
     FlopBreakdown,
     Measurement,
     ScalingPoint,
@@ -88,6 +89,17 @@ class Totals:
     """Peak memory measured on a real device (``--device cpu|cuda``)."""
     latency_ms: float | None = None
     """Median measured forward latency in milliseconds."""
+    flops_by_family: dict[str, int] = field(default_factory=dict)
+    """``flops`` split into matmul, conv, softmax, norm, elementwise and other; sums to
+    ``flops``. matmul + conv is what torch's FlopCounterMode counts."""
+    params_active: int | None = None
+    """Parameters one token touches: all of them, less (E − k)/E of each routed expert
+    layer's stacked tensors (top-k dispatch)."""
+    buffer_bytes: int = 0
+    """Buffer bytes (rotary tables, masks, running stats) at the audited dtype."""
+    peak_memory_bytes: int | None = None
+    """Estimated inference peak: ``param_bytes`` + ``buffer_bytes`` +
+    ``peak_activation_bytes``."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,8 @@ class Report:
     """Costs at other sequence lengths (``--seq-len 512,2048,8192``)."""
     measurement: Measurement | None = None
     """Real timings and memory when built on cpu or cuda."""
+    experts: tuple[ExpertLayer, ...] = ()
+    """Routed-expert layers, costed at top-k dispatch."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Optional named sections (``folded_layers``, ``fvcore``) merged into the JSON."""
 

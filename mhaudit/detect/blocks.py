@@ -10,7 +10,8 @@ from torch import fx, nn
 from mhaudit.data import Layout, Projection
 from mhaudit.detect.cores import Core, find_cores
 from mhaudit.detect.features import same_tokens_source
-from mhaudit.detect.kv_cache import cached_elements_per_position
+from mhaudit.detect.kv_cache import cached_elements_per_position, latent_elements_per_position
+from mhaudit.detect.masks import core_mask
 from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.reduction import reduced_copy
 from mhaudit.detect.sources import Source, SourceWalker
@@ -87,6 +88,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     streams = max(len({s.stream for s in d.sources[r]}) for d in drafts for r in _ROLES)
     owners = [p.module for p in (*roles.values(), o_role) if p is not None]
     name = _common_module(owners) if owners else traced.module_path(first.output)
+    window, alignment = core_mask(first.output, first.masks, first.seq_len_q, first.seq_len_kv)
     return Layout(
         name=name,
         module_type=_module_type(model, name),
@@ -117,6 +119,11 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         padded_head_dim=first.padded_head_dim,
         windowed=first.seq_len_q if windows > 1 else None,
         streams=streams,
+        window=window,
+        causal_alignment=alignment,
+        latent_width=latent_elements_per_position(
+            (first.k, first.v), traced.params, batch * first.seq_len_kv
+        ),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torch import fx
 
 from mhaudit.detect.logits import LOGIT_MOVE_OPS, extra_columns, head_mix_input
+from mhaudit.detect.masks import looks_causal
 from mhaudit.detect.padding import head_dims
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs, val
@@ -54,7 +55,6 @@ _PROB_OPS = frozenset(
      "view", "reshape", "_unsafe_view", "type_as", "contiguous", "clone", "nan_to_num",
      "_assert_tensor_metadata", "expand"}
 )
-_CAUSAL_OPS = frozenset({"tril", "triu", "le", "lt", "ge", "gt"})
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
@@ -121,7 +121,7 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         seq_len_q=shape(q)[-2],
         seq_len_kv=shape(k)[-2],
         implementation="sdpa",
-        causal=is_causal or any(_looks_causal(m) for m in masks),
+        causal=is_causal or any(looks_causal(m) for m in masks),
         scale=float(scale) if isinstance(scale, (int, float)) else 1.0 / math.sqrt(
             padded or d_k),
         masks=masks,
@@ -155,7 +155,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         seq_len_q=dims[-2],
         seq_len_kv=dims[-1] - sinks,
         implementation="eager",
-        causal=any(_looks_causal(m) for m in masks),
+        causal=any(looks_causal(m) for m in masks),
         scale=scale,
         masks=tuple(masks),
         axes=(*qk_axes, v_axis),
@@ -308,37 +308,3 @@ def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]
     except EinsumError:
         return None, [], ""
     return sizes, inputs, output
-
-
-def _looks_causal(mask: fx.Node) -> bool:
-    """True when a mask is built from tril/triu or a comparison of position ranges."""
-    seen: set[fx.Node] = set()
-    stack = [mask]
-    while stack and len(seen) < 64:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        name = op_name(node)
-        if name in ("tril", "triu"):
-            return True
-        if name in _CAUSAL_OPS and _from_arange(node):
-            return True
-        stack.extend(a for a in node.all_input_nodes if a.op == "call_function")
-    return False
-
-
-def _from_arange(node: fx.Node) -> bool:
-    """Both compared operands derive from position ranges (arange), through any ops."""
-    found = 0
-    for operand in node.all_input_nodes[:2]:
-        probe: fx.Node | None = operand
-        for _ in range(12):
-            if probe is None or probe.op != "call_function":
-                break
-            if op_name(probe) == "arange":
-                found += 1
-                break
-            ins = probe.all_input_nodes
-            probe = ins[0] if ins else None
-    return found == 2

@@ -1,4 +1,5 @@
-"""Find what traced code writes to its KV cache: the tensors concatenated onto an empty cache."""
+"""KV-cache semantics from the graph: what the code writes to its cache, and the latent of
+latent attention."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ from torch import fx
 
 from mhaudit.trace.graphs import (
     FRESH_OPS,
+    PROJECTION_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     in_place_writes,
     numel,
     op_name,
     param_root,
+    shape,
+    val,
 )
 
 _MAX_VISITS = 300
@@ -58,3 +62,84 @@ def cached_elements_per_position(
     if not writes or not positions:
         return None
     return sum(numel(w) for w in writes) // positions
+
+
+_RESIDUAL_OPS = frozenset({"add", "sub", "cat"})
+_LEAF_OPS = frozenset({"embedding", "placeholder", "get_attr"})
+
+
+def _activation_inputs(node: fx.Node, params: dict[str, str]) -> list[fx.Node]:
+    return [i for i in node.all_input_nodes if param_root(i, params) is None]
+
+
+def _is_projection(node: fx.Node, params: dict[str, str]) -> bool:
+    """A matmul-family op that reads a parameter weight."""
+    return op_name(node) in PROJECTION_OPS and any(
+        param_root(i, params) is not None for i in node.all_input_nodes
+    )
+
+
+def _projections_behind(
+    starts: list[fx.Node], params: dict[str, str], through_residuals: bool
+) -> tuple[set[fx.Node], bool]:
+    """The parameter projections nearest behind ``starts``, and whether the walk met a
+    residual (an add, sub or cat of two activations) before reaching one."""
+    found: set[fx.Node] = set()
+    seen: set[fx.Node] = set()
+    stack, blocked = list(starts), False
+    while stack and len(seen) < _MAX_VISITS:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if _is_projection(node, params):
+            found.add(node)
+            continue
+        name = op_name(node)
+        if node.op != "call_function" or name in _STOP or name in _LEAF_OPS:
+            continue
+        if name in FRESH_OPS:  # a buffer filled in place: its contents are what was copied in
+            stack.extend(source for _, source in in_place_writes(node))
+            continue
+        inputs = [i for i in _activation_inputs(node, params) if numel(i) or val(i) is None]
+        if not through_residuals and name in _RESIDUAL_OPS and len(inputs) >= 2:
+            blocked = True
+            continue
+        stack.extend(inputs)
+    return found, blocked
+
+
+def latent_elements_per_position(
+    operands: tuple[fx.Node, ...], params: dict[str, str], positions: int
+) -> int | None:
+    """Elements per position of the latent K and V are expanded from, if they are.
+
+    Walks back from K and V to the projections that make them. A projection that
+    widens its input (an up-projection) and reads, through norms, splits and views
+    only (no residual add), the output of another projection stands for that
+    down-projection's output: multi-head latent attention caches the down-projection
+    (kv_lora_rank + the decoupled rope key, which reads it directly). None when K and
+    V come from projections of the residual stream (nothing latent to cache).
+    """
+    first, _ = _projections_behind(list(operands), params, through_residuals=True)
+    if not first or not positions:
+        return None
+    frontier: set[fx.Node] = set()
+    for projection in first:
+        widens = tokens_width(projection.all_input_nodes, params) < numel(projection) // positions
+        downs, blocked = _projections_behind(
+            _activation_inputs(projection, params), params, through_residuals=False
+        )
+        frontier |= downs if widens and downs and not blocked else {projection}
+    if frontier == first:
+        return None
+    return sum(numel(p) for p in frontier) // positions
+
+
+def tokens_width(inputs: list[fx.Node], params: dict[str, str]) -> int:
+    """Feature width (last dim) of the activation a projection reads."""
+    for node in inputs:
+        if param_root(node, params) is None:
+            dims = shape(node)
+            return dims[-1] if dims else 0
+    return 0

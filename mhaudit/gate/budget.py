@@ -24,6 +24,7 @@ METRIC_KEYS: dict[str, str] = {
     "max_attention_params": "attention_params",
     "max_flops": "flops",
     "max_kv_cache_bytes_per_token": "kv_cache_bytes_per_token",
+    "max_peak_activation_bytes": "peak_activation_bytes",
     "max_peak_memory_bytes": "peak_memory_bytes",
     "max_latency_ms": "latency_ms",
 }
@@ -272,9 +273,15 @@ def find_pyproject_budget(start: str | Path | None = None) -> Budget | None:
 
 
 def metrics_from(get: Callable[[str], float | None]) -> dict[str, float | None]:
-    """Metrics from a field getter; every metric but peak memory is a Totals field."""
-    peak = get("measured_peak_memory_bytes")
+    """Metrics from a field getter; every metric but peak memory is a Totals field.
+
+    Peak memory is the report's estimate (parameters + buffers + activations); reports
+    made before it existed give the measured peak, else activations plus parameters.
+    """
+    peak = get("peak_memory_bytes")
     activations = get("peak_activation_bytes")
+    if peak is None:
+        peak = get("measured_peak_memory_bytes")
     if peak is None and activations is not None:
         peak = activations + (get("param_bytes") or 0)
     return {m: peak if m == "peak_memory_bytes" else get(m) for m in METRICS}

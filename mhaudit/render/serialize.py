@@ -21,6 +21,14 @@ SCHEMA_VERSION = 1
 FLOPS_CONVENTION = (
     "flops count 2 per multiply-add of the dense computation; bias adds are excluded"
 )
+EXPERTS_CONVENTION = (
+    "routed experts are costed at top-k dispatch: tokens x k x one expert's FLOPs "
+    "(routing is data-dependent; on meta tensors every token is assumed routed to k experts)"
+)
+CAUSAL_CONVENTION = (
+    "flops.total is dense; causal_total counts unmasked query/key pairs only (a lower "
+    "bound); causal_tiles_total counts every 128x128 tile holding one (a tile-skipping kernel)"
+)
 
 
 def finding_to_dict(finding: Finding) -> dict[str, Any]:
@@ -79,6 +87,9 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         "padded_head_dim": lay.padded_head_dim,
         "windowed": lay.windowed,
         "streams": lay.streams,
+        "latent_width": lay.latent_width,
+        "window": lay.window,
+        "causal_alignment": lay.causal_alignment,
         "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
         "params": {
             "q": par.q,
@@ -102,6 +113,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
             "o_proj": fl.o_proj,
             "total": fl.total,
             "causal_total": fl.causal_total,
+            "causal_tiles_total": fl.causal_tiles_total,
         },
         "memory": {
             "q_bytes": mem.q_bytes,
@@ -111,6 +123,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
             "scores_bytes_if_materialized": mem.scores_bytes_if_materialized,
             "kv_cache_bytes_per_token": mem.kv_cache_bytes_per_token,
             "kv_cache_bytes": mem.kv_cache_bytes,
+            "kv_cache_bytes_static": mem.kv_cache_bytes_static,
         },
         "flags": [finding_to_dict(f) for f in block.findings],
         "target": None if block.target is None else target_to_dict(block.target),
@@ -180,7 +193,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "mhaudit", "version": __version__},
-        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype"},
+        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
+                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
         "model": {
             "source": info.source,
             "class": info.class_name,
@@ -203,10 +217,14 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "attention_params": totals.attention_params,
             "attention_params_share": totals.attention_params_share,
             "flops": totals.flops,
+            "flops_by_family": dict(totals.flops_by_family),
+            "params_active": totals.params_active,
             "attention_flops": totals.attention_flops,
             "kv_cache_bytes_per_token": totals.kv_cache_bytes_per_token,
             "param_bytes": totals.param_bytes,
             "peak_activation_bytes": totals.peak_activation_bytes,
+            "buffer_bytes": totals.buffer_bytes,
+            "peak_memory_bytes": totals.peak_memory_bytes,
             "measured_peak_memory_bytes": totals.measured_peak_memory_bytes,
             "latency_ms": totals.latency_ms,
         },
@@ -216,6 +234,12 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "untraced_modules": list(report.coverage.untraced_modules),
         },
     }
+    if report.experts:
+        data["experts"] = [
+            {"module": e.module, "router": e.router, "num_experts": e.num_experts,
+             "top_k": e.top_k, "tokens": e.tokens, "weights": list(e.weights)}
+            for e in report.experts
+        ]
     if report.scaling:
         data["scaling"] = [scaling_to_dict(p) for p in report.scaling]
     if report.measurement is not None:

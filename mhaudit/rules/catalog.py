@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+from mhaudit.cost.builder import build_block
 from mhaudit.cost.kernels import (
     FA2_HEAD_DIMS,
-    block_kernel,
     flash_head_dims,
     padding_waste,
     round_up,
     sdpa_backend,
-    target_flash_kernel,
 )
-from mhaudit.data import AttentionBlock, Finding, Severity
+from mhaudit.data import AttentionBlock, Finding, Severity, TargetEstimate
 from mhaudit.rules.base import REGISTRY, RuleContext, Threshold
 from mhaudit.rules.heads import divisors, fmt_bytes, fmt_si, heads_hint, reduced_kv_heads
 
@@ -23,6 +22,27 @@ def _hint(block: AttentionBlock, ctx: RuleContext) -> str:
     version = ctx.profile.flash_attention_version
     dims = flash_head_dims(version) if version else FA2_HEAD_DIMS
     return heads_hint(block.layout.num_heads * block.layout.head_dim, dims)
+
+
+def _on_target(block: AttentionBlock, ctx: RuleContext) -> AttentionBlock:
+    """The block as costed on the context's GPU and dtype: itself, or rebuilt for them."""
+    target = block.target
+    if target is None or target.gpu != ctx.profile.key or target.dtype != ctx.dtype:
+        return build_block(block.layout, ctx.dtype, ctx.profile)
+    return block
+
+
+def _target(block: AttentionBlock, ctx: RuleContext) -> TargetEstimate:
+    """The kernel the block really gets on the context's GPU and dtype."""
+    target = _on_target(block, ctx).target
+    assert target is not None
+    return target
+
+
+def _score_element_bytes(block: AttentionBlock) -> int:
+    """Bytes per materialised score, from the block's memory figures."""
+    elements = _score_elements(block)
+    return block.memory.scores_bytes_if_materialized // elements if elements else 0
 
 
 def _score_elements(block: AttentionBlock) -> int:
@@ -66,8 +86,8 @@ def head_dim_not_multiple_of_8(block: AttentionBlock, ctx: RuleContext) -> Findi
 
 @REGISTRY.rule(
     code="MHA002", name="head-dim-kernel-padding", severity=Severity.WARNING,
-    summary="d_k is not a compiled FlashAttention kernel size on the target "
-            "(FA2 32/64/96/128/192/256; FA3 64/96/128/192/256; d_k < 32 is MHA004's).",
+    summary="The attention kernel the block gets on the target runs d_k in a larger "
+            "compiled size (FA2 32/64/96/128/192/256; d_k < 32 is MHA004's).",
     why="FlashAttention compiles kernels for a few head dims only and runs any other d_k "
         "in the next one up: d_k = 80 runs as 96, d_k = 136 as 192, and on Hopper every "
         "d_k ≤ 64 pays for 64. The padded part of QKᵀ and PV is computed and thrown away.",
@@ -77,20 +97,17 @@ def head_dim_not_multiple_of_8(block: AttentionBlock, ctx: RuleContext) -> Findi
 )
 def head_dim_kernel_padding(block: AttentionBlock, ctx: RuleContext) -> Finding | None:
     lay = block.layout
-    flash = target_flash_kernel(lay.head_dim, ctx.profile)
-    if flash is None or lay.head_dim < FA2_HEAD_DIMS[0]:
-        return None
-    version, kernel = flash
-    waste = padding_waste(lay.head_dim, kernel)
-    if kernel is None or waste <= ctx.threshold("min_waste"):
+    target = _target(block, ctx)
+    kernel, waste = target.kernel_head_dim, target.padding_waste
+    if kernel is None or lay.head_dim < FA2_HEAD_DIMS[0] or waste <= ctx.threshold("min_waste"):
         return None
     wasted = (block.flops.scores + block.flops.context) * (kernel / lay.head_dim - 1)
     return head_dim_kernel_padding.finding(
         block,
-        f"FlashAttention {version} on {ctx.profile.name} runs d_k = {lay.head_dim} in its "
-        f"{kernel} kernel: {waste:.1%} of the QKᵀ and PV work "
+        f"the {target.kernel} kernel on {ctx.profile.name} at {ctx.dtype} runs "
+        f"d_k = {lay.head_dim} in its {kernel} kernel: {waste:.1%} of the QKᵀ and PV work "
         f"({fmt_si(wasted, 'FLOP')} at this shape) is padding",
-        {"head_dim": lay.head_dim, "kernel_head_dim": kernel, "flash_version": version,
+        {"head_dim": lay.head_dim, "kernel_head_dim": kernel,
          "padding_waste_fraction": waste, "wasted_flops": wasted},
         fix=f"Pick a compiled head dim; {_hint(block, ctx)}.",
     )
@@ -111,11 +128,11 @@ def head_dim_above_kernel_limit(block: AttentionBlock, ctx: RuleContext) -> Find
     limit = int(ctx.threshold("max_head_dim"))
     if lay.head_dim <= limit:
         return None
-    choice = sdpa_backend(lay.head_dim, lay.v_head_dim, ctx.dtype, ctx.profile)
+    target = _target(block, ctx)
     numbers: dict[str, float] = {"head_dim": lay.head_dim, "max_head_dim": limit}
-    cost = f"SDPA on {ctx.profile.name} runs the {choice.backend} kernel"
-    if choice.materializes_scores:
-        scores = _score_elements(block) * choice.score_element_bytes
+    cost = f"on {ctx.profile.name} it runs the {target.kernel} kernel"
+    if target.materializes_scores:
+        scores = _on_target(block, ctx).memory.scores_bytes_if_materialized
         numbers["scores_bytes"] = scores
         cost += f", materialising {fmt_bytes(scores)} of scores"
     return head_dim_above_kernel_limit.finding(
@@ -155,11 +172,12 @@ def head_dim_too_small(block: AttentionBlock, ctx: RuleContext) -> Finding | Non
     text = (f"d_k = {lay.head_dim} < {limit}: each {ctx.element_bytes}-byte score carries "
             f"{flops_per_score} FLOPs of QKᵀ and PV ({intensity:.0f} FLOP/B against the "
             f"{ridge:.0f} FLOP/B ridge of {ctx.profile.name})")
-    flash = target_flash_kernel(lay.head_dim, ctx.profile)
-    if flash is not None and flash[1] is not None:
-        waste = padding_waste(lay.head_dim, flash[1])
-        numbers.update(kernel_head_dim=flash[1], padding_waste_fraction=waste)
-        text += f", FlashAttention {flash[0]} pads it to {flash[1]} ({waste:.1%} wasted)"
+    target = _target(block, ctx)
+    if target.kernel_head_dim is not None and target.padding_waste:
+        waste = target.padding_waste
+        numbers.update(kernel_head_dim=target.kernel_head_dim, padding_waste_fraction=waste)
+        text += (f", the {target.kernel} kernel pads it to {target.kernel_head_dim} "
+                 f"({waste:.1%} wasted)")
     if lay.head_dim < lay.seq_len_kv:
         text += (f", and each head's scores have rank ≤ {lay.head_dim} over "
                  f"{lay.seq_len_kv} positions")
@@ -183,15 +201,16 @@ def head_dim_too_small(block: AttentionBlock, ctx: RuleContext) -> Finding | Non
 )
 def materialized_attention_scores(block: AttentionBlock, ctx: RuleContext) -> Finding | None:
     lay = block.layout
-    choice = block_kernel(lay, ctx.dtype, ctx.profile)
+    choice = _target(block, ctx)
     if not choice.materializes_scores:
         return None
-    scores = _score_elements(block) * choice.score_element_bytes
+    scores = _on_target(block, ctx).memory.scores_bytes_if_materialized
+    element_bytes = _score_element_bytes(_on_target(block, ctx))
     if scores <= ctx.threshold("min_scores_bytes"):
         return None
     share = scores / ctx.profile.memory_bytes
     shape = f"{lay.batch_size}×{lay.num_heads}×{lay.seq_len_q}×{lay.seq_len_kv}"
-    if choice.backend == "eager":
+    if choice.kernel == "eager":
         how = "eager softmax(QKᵀ) materialises"
         alt = sdpa_backend(lay.head_dim, lay.v_head_dim, ctx.dtype, ctx.profile)
         fix = (f"Call F.scaled_dot_product_attention(q, k, v, is_causal=...); on "
@@ -205,9 +224,9 @@ def materialized_attention_scores(block: AttentionBlock, ctx: RuleContext) -> Fi
     return materialized_attention_scores.finding(
         block,
         f"{how} the {shape} score matrix: {fmt_bytes(scores)} "
-        f"({choice.score_element_bytes} B per score{of_memory}), growing with h and n²",
+        f"({element_bytes} B per score{of_memory}), growing with h and n²",
         {"scores_bytes": scores, "score_elements": _score_elements(block),
-         "score_element_bytes": choice.score_element_bytes, "device_memory_fraction": share},
+         "score_element_bytes": element_bytes, "device_memory_fraction": share},
         fix=fix,
     )
 
@@ -239,8 +258,8 @@ def kv_heads_do_not_divide_heads(block: AttentionBlock, ctx: RuleContext) -> Fin
 
 @REGISTRY.rule(
     code="MHA007", name="kv-cache-heavy", severity=Severity.WARNING,
-    summary="Decoder (causal) self-attention without GQA/MQA whose KV cache per token "
-            "crosses a threshold.",
+    summary="Decoder (causal) self-attention without GQA/MQA (nor a cached latent) whose "
+            "KV cache per token crosses a threshold.",
     why="Generation keeps K and V of every past position: 2·h_kv·d_k bytes per token per "
         "layer. With h_kv = h the cache, not the weights, caps batch size and context; "
         "grouped-query attention with h_kv = h/8 cuts it 8× at a small quality cost "
@@ -254,7 +273,7 @@ def kv_cache_heavy(block: AttentionBlock, ctx: RuleContext) -> Finding | None:
     lay = block.layout
     per_token = block.memory.kv_cache_bytes_per_token
     if (lay.kind != "self" or lay.causal is not True or lay.num_heads < 2
-            or lay.num_kv_heads != lay.num_heads
+            or lay.num_kv_heads != lay.num_heads or lay.latent_width is not None
             or per_token < ctx.threshold("min_bytes_per_token")):
         return None
     h = lay.num_heads

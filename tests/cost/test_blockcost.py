@@ -12,6 +12,7 @@ from mhaudit.cost.block import (
     block_flops,
     block_memory,
     causal_pairs,
+    causal_tile_pairs,
     kv_bytes_per_position,
     roofline,
 )
@@ -98,18 +99,47 @@ def test_absent_and_shared_projections_cost_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("n_q", "n_kv", "pairs"),
+    ("n_q", "n_kv", "offset", "window", "pairs"),
     [
-        (4, 4, 10),  # 4·5/2
-        (1, 5, 5),  # one decoded token sees all 5 keys
-        (2, 5, 9),  # rows keep 4 and 5 keys (bottom-right aligned)
-        (5, 2, 3),  # rows 0-2 keep none, rows 3, 4 keep 1 and 2
+        (4, 4, 0, None, 10),  # 4·5/2
+        (1, 5, 0, None, 1),  # top-left (is_causal): row 0 sees key 0 only
+        (1, 5, 4, None, 5),  # bottom-right: one decoded token sees all 5 keys
+        (2, 5, 3, None, 9),  # bottom-right rows keep 4 and 5 keys
+        (64, 256, 0, None, 2_080),  # top-left: 1 + 2 + ... + 64 = 64·65/2
+        (64, 256, 192, None, 14_368),  # bottom-right: 64·192 + 2,080
+        (5, 2, -3, None, 3),  # bottom-right, n_q > n_kv: rows 0-2 none, rows 3, 4 keep 1, 2
+        (8, 8, 0, 3, 21),  # window 3: rows keep 1, 2, 3, 3, 3, 3, 3, 3
     ],
 )
-def test_causal_pairs(n_q: int, n_kv: int, pairs: int) -> None:
-    assert causal_pairs(n_q, n_kv) == pairs
-    brute = sum(min(n_kv, max(0, i + n_kv - n_q + 1)) for i in range(n_q))
+def test_causal_pairs(n_q: int, n_kv: int, offset: int, window: int | None, pairs: int) -> None:
+    assert causal_pairs(n_q, n_kv, offset, window) == pairs
+    brute = sum(1 for i in range(n_q) for j in range(n_kv)
+                if j <= i + offset and (window is None or j > i + offset - window))
     assert brute == pairs
+
+
+@pytest.mark.parametrize(
+    ("n_q", "n_kv", "offset", "window", "pairs"),
+    [
+        (256, 256, 0, None, 49_152),  # tiles (0,0), (1,0), (1,1): 3·128·128
+        (100, 100, 0, None, 10_000),  # one partial tile computed in full
+        (384, 384, 0, 128, 5 * 16_384),  # window 128: (0,0) (1,0) (1,1) (2,1) (2,2)
+        (64, 256, 192, None, 64 * 256),  # bottom-right: one query tile reaches every key tile
+    ],
+)
+def test_causal_tile_pairs(
+    n_q: int, n_kv: int, offset: int, window: int | None, pairs: int
+) -> None:
+    assert causal_tile_pairs(n_q, n_kv, offset, window) == pairs
+    assert causal_tile_pairs(n_q, n_kv, offset, window) >= causal_pairs(n_q, n_kv, offset, window)
+
+    def kept(i: int, j: int) -> bool:
+        return j <= i + offset and (window is None or j > i + offset - window)
+
+    tiles = [(r, c) for r in range(0, n_q, 128) for c in range(0, n_kv, 128)
+             if any(kept(i, j) for i in range(r, min(n_q, r + 128))
+                    for j in range(c, min(n_kv, c + 128)))]
+    assert sum((min(n_q, r + 128) - r) * (min(n_kv, c + 128) - c) for r, c in tiles) == pairs
 
 
 def test_block_memory_gqa_bf16() -> None:

@@ -36,6 +36,12 @@ CASES: list[tuple[str, OpCall, int]] = [
     ("aten.mm", call(T(3, 4), T(4, 5)), 120),
     # 2 · 2 batches · 3 · 4 · 5 = 240
     ("aten.bmm", call(T(2, 3, 4), T(2, 4, 5)), 240),
+    # 6 dispatched rows (3 tokens · top-2) through (4 experts, 8, 5): 2·6·8·5 = 480
+    ("transformers.grouped_mm_fallback", call(T(6, 8), T(4, 8, 5), T(4)), 480),
+    ("aten._grouped_mm", call(T(6, 8), T(4, 8, 5), T(4)), 480),
+    # both 3-D: 4 batched (3, 8) @ (8, 5): 2·4·3·8·5 = 960; both 2-D: 2·3·8·5 = 240
+    ("aten._grouped_mm", call(T(4, 3, 8), T(4, 8, 5)), 960),
+    ("aten._grouped_mm", call(T(3, 8), T(8, 5), T(2)), 240),
     # batch (2, 1) × (5,) broadcasts to (2, 5): 2 · 10 · 3 · 4 · 6 = 1,440
     ("aten.matmul", call(T(2, 1, 3, 4), T(5, 4, 6)), 1_440),
     # 2 · 7 = 14

@@ -123,6 +123,7 @@ def test_full_budget_parses() -> None:
             "max_attention_params": 40_000_000,
             "max_flops": {"limit": "2G", "severity": "warning"},
             "max_kv_cache_bytes_per_token": "320KiB",
+            "max_peak_activation_bytes": "1GiB",
             "max_peak_memory_bytes": "2GiB",
             "max_latency_ms": 12.5,
             "fail_on": "warning",
@@ -318,6 +319,11 @@ def test_metric_values_from_report() -> None:
     measured = metric_values(_report(peak_activation_bytes=1_000, measured_peak_memory_bytes=5))
     assert measured["peak_memory_bytes"] == 5
     assert metric_values(_report())["peak_memory_bytes"] is None
+    # the report's own estimate, parameters + buffers + activations, is what the gate bounds
+    estimated = metric_values(_report(peak_activation_bytes=1_000, peak_memory_bytes=34_400,
+                                      measured_peak_memory_bytes=5))
+    assert estimated["peak_memory_bytes"] == 34_400
+    assert estimated["peak_activation_bytes"] == 1_000
 
 
 def test_report_findings_counts_each_flag_once() -> None:
@@ -343,9 +349,11 @@ def test_baseline_round_trip_is_atomic(tmp_path: Path) -> None:
     values = load_baseline(path)
     assert values == {
         "params_total": 16_640, "attention_params": 16_640, "flops": 11_000_000,
-        "kv_cache_bytes_per_token": 256, "peak_memory_bytes": 34_280, "latency_ms": None,
+        "kv_cache_bytes_per_token": 256, "peak_activation_bytes": 1_000,
+        "peak_memory_bytes": 34_280, "latency_ms": None,
     }
-    outcome = evaluate_metrics({**TEXTBOOK, "peak_memory_bytes": 34_280},
+    current = {**TEXTBOOK, "peak_activation_bytes": 1_000, "peak_memory_bytes": 34_280}
+    outcome = evaluate_metrics(current,
                                parse_budget({"max_increase_percent": 0}), values)
     assert outcome.passed
 

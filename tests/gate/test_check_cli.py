@@ -93,12 +93,12 @@ def test_textbook_params_budget(models: dict[int, Path], tmp_path: Path, limit: 
 
 def test_every_breach_is_listed(models: dict[int, Path], tmp_path: Path) -> None:
     path = budget(tmp_path, 'max_params = "10k"\nmax_attention_params = 10000\n'
-                            "max_kv_cache_bytes_per_token = 100")
+                            "max_peak_activation_bytes = 100")
     result = run(models[64], "--budget", path)
     assert result.exit_code == 1
     for line in ("params_total 16,640 exceeds budget 10,000 (+6,640, +66.4%)",
                  "attention_params 16,640 exceeds budget 10,000",
-                 "kv_cache_bytes_per_token 256 B exceeds budget 100 B"):
+                 "peak_activation_bytes 26,752 exceeds budget 100 "):
         assert line in result.stdout
 
 

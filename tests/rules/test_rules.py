@@ -9,6 +9,7 @@ from mhaudit.data import AttentionBlock, Finding, Severity
 from mhaudit.rules import REGISTRY, RuleConfig, RuleContext, check_block, evaluate
 
 H100 = RuleContext.for_target("h100", "bfloat16")
+A100 = RuleContext.for_target("a100", "bfloat16")
 
 
 def codes(block: AttentionBlock, ctx: RuleContext = H100,
@@ -82,10 +83,11 @@ def test_llama_sdpa_gqa_layout_is_clean() -> None:
 
 
 EXPECTED = {
-    # d_k: (codes with SDPA, codes eager), on H100 in bf16, MHA, fused QKV
+    # d_k: (codes with SDPA, codes eager), on A100 in bf16 (SDPA runs FlashAttention 2),
+    # MHA, fused QKV; eager code runs no flash kernel, so it pays no flash padding
     8: ({"MHA004"}, {"MHA004", "MHA005"}),
     20: ({"MHA001", "MHA004"}, {"MHA001", "MHA004", "MHA005"}),
-    80: ({"MHA002"}, {"MHA002", "MHA005"}),
+    80: ({"MHA002"}, {"MHA005"}),
     128: (set(), {"MHA005"}),
     320: ({"MHA003"}, {"MHA003", "MHA005"}),
 }
@@ -94,13 +96,13 @@ EXPECTED = {
 @pytest.mark.parametrize("d_k", sorted(EXPECTED))
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 def test_known_head_dims(d_k: int, implementation: str) -> None:
-    block = make_block(heads=8, head_dim=d_k, implementation=implementation)
-    assert codes(block) == EXPECTED[d_k][implementation == "eager"]
+    block = make_block(heads=8, head_dim=d_k, implementation=implementation, gpu="a100")
+    assert codes(block, A100) == EXPECTED[d_k][implementation == "eager"]
 
 
 def test_math_fallback_on_t4_is_flagged() -> None:
     ctx = RuleContext.for_target("t4", "float16")
-    block = make_block(heads=32, head_dim=20, seq=1024)
+    block = make_block(heads=32, head_dim=20, seq=1024, gpu="t4", dtype="float16")
     found = finding("MHA005", block, ctx)
     # 1·32·1024·1024 scores · 4 B (fp32 in the math fallback) = 134,217,728 B
     assert found.numbers["scores_bytes"] == 134_217_728
@@ -119,22 +121,23 @@ def test_mha001() -> None:
 
 
 def test_mha002() -> None:
-    found = finding("MHA002", make_block(head_dim=80))
+    found = finding("MHA002", make_block(head_dim=80, gpu="a100"), A100)
     assert found.numbers["kernel_head_dim"] == 96
     assert found.numbers["padding_waste_fraction"] == pytest.approx(1 / 6)
     # (scores + context) = 2·(2·1·8·128·128·80) = 41,943,040; padding adds 16/80 of it
     assert found.numbers["wasted_flops"] == pytest.approx(41_943_040 * 0.2)
-    assert "16.7%" in found.message and "96" in found.message
-    # the hint names head counts whose d_k is a compiled size on the target: FA3 has no 32
-    assert "h = 5 (d_k = 128), h = 10 (d_k = 64)" in found.fix and "d_k = 32" not in found.fix
-    assert "MHA002" not in codes(make_block(head_dim=128))
+    assert "16.7%" in found.message and "96" in found.message and "flash" in found.message
+    # the hint names head counts whose d_k is a compiled FA2 size: 640 = 5·128 = 10·64
+    assert "h = 5 (d_k = 128), h = 10 (d_k = 64)" in found.fix
+    assert "MHA002" not in codes(make_block(head_dim=128, gpu="a100"), A100)
     assert "MHA002" not in codes(make_block(head_dim=80), RuleContext.for_target("t4", "fp16"))
 
 
-def test_mha002_fa3_pays_for_64() -> None:
-    # on Hopper a 32-wide head runs FA3's 64 kernel; on an A100 FA2 has a 32 kernel
-    assert "MHA002" in codes(make_block(head_dim=32))
-    assert "MHA002" not in codes(make_block(head_dim=32), RuleContext.for_target("a100", "bf16"))
+def test_mha002_speaks_of_the_kernel_the_block_gets() -> None:
+    # H100 bf16: SDPA runs cuDNN (no head-dim table); fp32 on A100: mem-efficient, no flash
+    assert "MHA002" not in codes(make_block(head_dim=80))
+    fp32 = RuleContext.for_target("a100", "float32")
+    assert "MHA002" not in codes(make_block(head_dim=80, gpu="a100", dtype="float32"), fp32)
 
 
 def test_mha003() -> None:
@@ -150,8 +153,10 @@ def test_mha004() -> None:
     assert found.numbers["flops_per_score"] == 32
     assert found.numbers["flops_per_score_byte"] == 16
     assert found.numbers["ridge_flops_per_byte"] == pytest.approx(295.2, abs=0.1)
-    assert found.numbers["kernel_head_dim"] == 64
-    assert "rank ≤ 8" in found.message
+    assert "rank ≤ 8" in found.message and "pads" not in found.message  # cuDNN on H100
+    # A100: FlashAttention 2 runs d_k = 8 in its 32 kernel, 75% padding
+    on_a100 = finding("MHA004", make_block(head_dim=8, gpu="a100"), A100)
+    assert on_a100.numbers["kernel_head_dim"] == 32 and "75.0% wasted" in on_a100.message
     assert "MHA004" not in codes(make_block(head_dim=32))
 
 
@@ -217,11 +222,13 @@ def test_mha010() -> None:
 
 
 def test_every_finding_has_numbers_and_a_fix() -> None:
-    blocks = [make_block(head_dim=d, implementation=i) for d in (8, 20, 80, 320) for i in
-              ("sdpa", "eager")]
-    blocks += [make_block(heads=12, kv_heads=5), make_block(heads=16, head_dim=256, d_model=3072),
-               make_block(heads=32, head_dim=128, causal=True), make_block(fused=False)]
-    ctx = RuleContext.for_target("h100", "bf16", tensor_parallel=8)
+    blocks = [make_block(head_dim=d, implementation=i, gpu="a100") for d in (8, 20, 80, 320)
+              for i in ("sdpa", "eager")]
+    blocks += [make_block(heads=12, kv_heads=5, gpu="a100"),
+               make_block(heads=16, head_dim=256, d_model=3072, gpu="a100"),
+               make_block(heads=32, head_dim=128, causal=True, gpu="a100"),
+               make_block(fused=False, gpu="a100")]
+    ctx = RuleContext.for_target("a100", "bf16", tensor_parallel=8)
     seen = set()
     for block in evaluate(blocks, ctx):
         for flag in block.findings:

@@ -1,0 +1,91 @@
+"""Routed experts from the graph: grouped expert GEMMs, their router, top-k and expert count."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from torch import fx
+
+from mhaudit.data import ExpertLayer
+from mhaudit.trace.graphs import innermost_module, op_name, param_root, shape, val
+
+GROUPED_MM_OPS = frozenset({"_grouped_mm", "grouped_mm_fallback"})
+"""Ops that run each dispatched token copy through one expert of a stacked weight."""
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Number of leading dotted components two module paths share."""
+    count = 0
+    for x, y in zip(a.split("."), b.split("."), strict=False):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def _router(experts_path: str, num_experts: int, topks: list[fx.Node]) -> fx.Node | None:
+    """The top-k over ``num_experts`` scores nearest to the experts in the module tree."""
+    fits = [t for t in topks if shape(t.args[0])[-1:] == (num_experts,)]
+    if not fits:
+        return None
+    return max(fits, key=lambda t: _common_prefix(innermost_module(t), experts_path))
+
+
+def routed_experts(
+    graph: fx.Graph,
+    params: dict[str, str],
+    path_of: Callable[[fx.Node], str],
+) -> tuple[ExpertLayer, ...]:
+    """One :class:`ExpertLayer` per module whose grouped GEMMs read stacked expert weights.
+
+    A grouped GEMM's second operand is a (E, k, n) parameter (through transposes and
+    casts); its first has one row per dispatched token copy, tokens · top-k. top-k is
+    read from the ``topk`` over E router scores nearest to the experts in the module
+    tree, so tokens = rows / top-k. ``path_of`` maps a node to its module path without
+    the tracing wrapper. Expert FLOPs themselves come from the grouped-mm formula.
+    """
+    topks = [n for n in graph.nodes if op_name(n) == "topk"]
+    found: dict[str, ExpertLayer] = {}
+    for node in graph.nodes:
+        if op_name(node) not in GROUPED_MM_OPS or len(node.args) < 2:
+            continue
+        root = param_root(node.args[1], params)
+        weight = val(node.args[1])
+        if root is None or weight is None or weight.dim() != 3:
+            continue
+        qualified = params[root]
+        module = qualified.rpartition(".")[0]
+        num_experts = int(weight.shape[0])
+        router = _router(innermost_module(node), num_experts, topks)
+        k_arg = router.args[1] if router is not None and len(router.args) > 1 else 0
+        top_k = k_arg if isinstance(k_arg, int) else 0
+        rows = shape(node.args[0])[0] if shape(node.args[0]) else 0
+        previous = found.get(module)
+        weights = (*(previous.weights if previous else ()), qualified)
+        found[module] = ExpertLayer(
+            module=module,
+            router=path_of(router) if router is not None else "",
+            num_experts=num_experts,
+            top_k=top_k,
+            tokens=rows // top_k if top_k else 0,
+            weights=tuple(dict.fromkeys(weights)),
+        )
+    return tuple(found.values())
+
+
+def inactive_fraction(layer: ExpertLayer) -> float:
+    """Share of an expert tensor one token does not touch: (E − k) / E."""
+    if not layer.num_experts or not layer.top_k:
+        return 0.0
+    return (layer.num_experts - layer.top_k) / layer.num_experts
+
+
+def expert_tensor_numel(shapes: dict[str, tuple[int, ...]], layer: ExpertLayer) -> int:
+    """Elements of every tensor of the experts module with a leading dim of E (weights, biases)."""
+    prefix = layer.module + "."
+    return sum(
+        math.prod(s) for name, s in shapes.items()
+        if name.startswith(prefix) and "." not in name[len(prefix):]
+        and s[:1] == (layer.num_experts,)
+    )

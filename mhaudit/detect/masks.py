@@ -1,0 +1,328 @@
+"""Read attention masks from the graph: causal or not, where the diagonal sits, the window.
+
+A mask built from position indices (``arange``) is read by its index arithmetic: each
+value is an affine form in the query index i and the key index j, each comparison a
+linear constraint, ``&`` a conjunction. ``(i - j >= 0) & (i - j < w)`` keeps
+j ≤ i (causal, top-left) and j > i − w (a window of w keys); ``kv > q − w`` and
+``kv ≤ q`` as HF builds them read the same. Whether an ``arange`` indexes queries or
+keys is read from the axis it is broadcast along (−2 queries, −1 keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import fx
+
+from mhaudit.trace.graphs import arg, shape
+from mhaudit.trace.ops import SDPA_VARIANTS, op_name
+
+_PASS = frozenset({"unsqueeze", "view", "reshape", "_unsafe_view", "expand", "to", "_to_copy",
+                   "clone", "contiguous", "alias", "type_as", "detach", "lift_fresh_copy"})
+_AND = frozenset({"__and__", "bitwise_and", "logical_and"})
+_NOT = frozenset({"logical_not", "bitwise_not", "__invert__"})
+_COMPARE = frozenset({"ge", "gt", "le", "lt"})
+_TRUE = frozenset({"ones", "ones_like", "new_ones"})
+_CAUSAL_OPS = frozenset({"tril", "triu", "le", "lt", "ge", "gt"})
+_WINDOW_KWARGS = ("window_size", "window_size_left", "sliding_window")
+_MAX_NODES = 96
+
+
+@dataclass(frozen=True)
+class MaskReading:
+    """What a mask keeps, relative to the diagonal: key j is kept for query i when
+    i + offset − window < j ≤ i + offset."""
+
+    causal: bool = False
+    """True when every query sees no key past i + offset."""
+    offset: int | None = None
+    """Keys past its own index a query may see (0 top-left); None when not causal."""
+    window: int | None = None
+    """Keys each query sees at most; None when unbounded."""
+
+    def alignment(self, n_q: int, n_kv: int) -> str:
+        """``bottom-right`` when the diagonal ends at the last key, else ``top-left``."""
+        if self.offset is not None and self.offset and self.offset == n_kv - n_q:
+            return "bottom-right"
+        return "top-left"
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """Σ coef·index + const over the ``arange`` nodes it derives from."""
+
+    coefs: dict[object, int] = field(default_factory=dict)
+    """Index to coefficient: ``"q"`` / ``"k"`` once the axis is known, else the arange."""
+    const: int = 0
+
+    def plus(self, other: _Affine, sign: int = 1) -> _Affine:
+        coefs = dict(self.coefs)
+        for node, coef in other.coefs.items():
+            coefs[node] = coefs.get(node, 0) + sign * coef
+        return _Affine({n: c for n, c in coefs.items() if c}, self.const + sign * other.const)
+
+    def times(self, factor: int) -> _Affine:
+        return _Affine({n: c * factor for n, c in self.coefs.items()}, self.const * factor)
+
+
+_Constraint = tuple[int, int, int]
+"""(a, b, c) meaning a·i + b·j + c ≥ 0 over query index i and key index j."""
+
+
+@dataclass(frozen=True)
+class _Mask:
+    """A conjunction of constraints; ``keeps_all`` for a mask of ones."""
+
+    constraints: tuple[_Constraint, ...] = ()
+
+
+class _Reader:
+    """Evaluates the nodes that build a mask into affine forms and constraints."""
+
+    def __init__(self) -> None:
+        self.values: dict[fx.Node, object] = {}
+        self.visits = 0
+
+    def value(self, node: object) -> object:
+        if isinstance(node, bool):
+            return _Mask() if node else None
+        if isinstance(node, int):
+            return _Affine(const=node)
+        if not isinstance(node, fx.Node) or self.visits > _MAX_NODES:
+            return None
+        if node not in self.values:
+            self.visits += 1
+            self.values[node] = self._evaluate(node)
+        return self.values[node]
+
+    def _evaluate(self, node: fx.Node) -> object:
+        name = op_name(node)
+        args = node.args
+        if name == "arange":
+            numbers = [a for a in args if isinstance(a, int)]
+            start, step = (numbers[0] if len(numbers) >= 2 else 0), (
+                numbers[2] if len(numbers) >= 3 else 1)
+            return _Affine({node: step}, start)
+        if name in _PASS and args:
+            return self.value(args[0])
+        if name in _TRUE:
+            return _Mask()
+        if name in ("add", "sub", "rsub") and len(args) >= 2:
+            a, b = self._operands(args[0], args[1])
+            if isinstance(a, _Affine) and isinstance(b, _Affine):
+                return b.plus(a, -1) if name == "rsub" else a.plus(b, -1 if name == "sub" else 1)
+            return None
+        if name == "neg" and args:
+            a = self.value(args[0])
+            return a.times(-1) if isinstance(a, _Affine) else None
+        if name == "mul" and len(args) >= 2:
+            return self._mul(self.value(args[0]), self.value(args[1]))
+        if name in _COMPARE and len(args) >= 2:
+            return self._compare(name, *self._operands(args[0], args[1]))
+        if name in _AND and len(args) >= 2:
+            return self._and(self.value(args[0]), self.value(args[1]))
+        if name in _NOT and args:
+            return _negate(self.value(args[0]))
+        if name in ("tril", "triu") and args:
+            return self._band(name, args[0], arg(node, 1, "diagonal", 0))
+        if name == "where" and len(args) >= 3:
+            return self._where(args)
+        return None
+
+    def _mul(self, a: object, b: object) -> object:
+        if isinstance(a, _Affine) and isinstance(b, _Affine):
+            if not a.coefs:
+                return b.times(a.const)
+            if not b.coefs:
+                return a.times(b.const)
+            return None
+        return self._and(a, b)
+
+    def _and(self, a: object, b: object) -> object:
+        if isinstance(a, _Mask) and isinstance(b, _Mask):
+            return _Mask(a.constraints + b.constraints)
+        return None
+
+    def _band(self, name: str, base: object, diagonal: object) -> object:
+        if not isinstance(self.value(base), _Mask) or not isinstance(diagonal, int):
+            return None
+        if name == "tril":  # keeps j ≤ i + d: i − j + d ≥ 0
+            return _Mask(((1, -1, diagonal),))
+        return _Mask(((-1, 1, -diagonal),))  # triu keeps j ≥ i + d
+
+    def _where(self, args: tuple[object, ...]) -> object:
+        cond = self.value(args[0])
+        if _is_blocking(args[2]) and not _is_blocking(args[1]):
+            return cond
+        if _is_blocking(args[1]) and not _is_blocking(args[2]):
+            return _negate(cond)
+        return None
+
+    def _operands(self, first: object, second: object) -> tuple[object, object]:
+        """Both operands' values; where two tensors meet, their indices are named."""
+        a, b = self.value(first), self.value(second)
+        if isinstance(first, fx.Node) and isinstance(second, fx.Node):
+            return _resolve(a, first), _resolve(b, second)
+        return a, b
+
+    def _compare(self, name: str, a: object, b: object) -> object:
+        if not (isinstance(a, _Affine) and isinstance(b, _Affine)):
+            return None
+        diff = a.plus(b, -1)  # a − b
+        if name in ("le", "lt"):
+            diff = diff.times(-1)  # b − a ≥ 0 (or > 0)
+        if any(n not in ("q", "k") for n in diff.coefs):
+            return None
+        const = diff.const - (1 if name in ("gt", "lt") else 0)
+        return _Mask(((diff.coefs.get("q", 0), diff.coefs.get("k", 0), const),))
+
+
+def _resolve(value: object, node: object) -> object:
+    """Name the index of a one-arange form by the axis ``node`` broadcasts it along where
+    it meets another tensor: the last axis indexes keys, the one before queries."""
+    if not isinstance(value, _Affine) or not isinstance(node, fx.Node):
+        return value
+    pending = [n for n in value.coefs if not isinstance(n, str)]
+    dims = shape(node)
+    wide = [i - len(dims) for i, size in enumerate(dims) if size != 1]
+    if len(pending) != 1 or len(wide) != 1 or wide[0] not in (-1, -2):
+        return value
+    coefs = dict(value.coefs)
+    axis = "k" if wide[0] == -1 else "q"
+    coefs[axis] = coefs.get(axis, 0) + coefs.pop(pending[0])
+    return _Affine(coefs, value.const)
+
+
+def _is_blocking(value: object) -> bool:
+    """A fill value that removes a score: −inf or the dtype's most negative number."""
+    return isinstance(value, (int, float)) and value < -1e4
+
+
+@dataclass(frozen=True)
+class _Not:
+    """The complement of a conjunction of several constraints (kept only to be negated back)."""
+
+    mask: _Mask
+
+
+def _negate(mask: object) -> object:
+    """The complement: of one constraint (a·i + b·j + c ≥ 0 → −a·i − b·j − c − 1 ≥ 0), of
+    a complement (the mask itself), else a ``_Not`` to undo later."""
+    if isinstance(mask, _Not):
+        return mask.mask
+    if isinstance(mask, _Mask) and len(mask.constraints) == 1:
+        a, b, c = mask.constraints[0]
+        return _Mask(((-a, -b, -c - 1),))
+    if isinstance(mask, _Mask) and mask.constraints:
+        return _Not(mask)
+    return None
+
+
+def _reading(mask: _Mask) -> MaskReading:
+    """Causal offset and window from constraints on j − i; others (padding) are ignored."""
+    uppers, lowers = [], []
+    for a, b, c in mask.constraints:
+        if a == 0 or a != -b:
+            continue
+        if a > 0:  # a·(i − j) + c ≥ 0: j ≤ i + c/a
+            uppers.append(c // a)
+        else:  # |a|·(j − i) + c ≥ 0: j ≥ i − c/|a|
+            lowers.append(c // -a)
+    if not uppers:
+        return MaskReading()
+    offset = min(uppers)
+    window = offset + min(lowers) + 1 if lowers else None
+    return MaskReading(True, offset, window)
+
+
+def _kept(mask: fx.Node) -> _Mask | None:
+    """What a mask node keeps: masked_fill's mask marks what it removes."""
+    value = _Reader().value(mask)
+    if not isinstance(value, (_Mask, _Not)):
+        return None
+    removes = any(op_name(u) == "masked_fill" and len(u.args) > 1 and u.args[1] is mask
+                  for u in mask.users)
+    if removes:
+        flipped = _negate(value)
+        return flipped if isinstance(flipped, _Mask) else None
+    return value if isinstance(value, _Mask) else None
+
+
+def read_masks(masks: tuple[fx.Node, ...]) -> MaskReading:
+    """The causal offset and window of the masks one attention core applies."""
+    constraints: tuple[_Constraint, ...] = ()
+    for mask in masks:
+        kept = _kept(mask)
+        if kept is not None:
+            constraints += kept.constraints
+    return _reading(_Mask(constraints))
+
+
+def attention_call(output: fx.Node) -> fx.Node:
+    """The attention op behind a core's output (SDPA variants return tuples)."""
+    if op_name(output) == "getitem" and isinstance(output.args[0], fx.Node):
+        return output.args[0]
+    return output
+
+
+def window_argument(call: fx.Node) -> int | None:
+    """A sliding window the attention call takes as an argument (keys each query sees)."""
+    for key in _WINDOW_KWARGS:
+        value = call.kwargs.get(key)
+        if isinstance(value, (tuple, list)) and value and isinstance(value[0], int):
+            value = value[0] + 1  # (left, right): left keys before the query, plus itself
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def core_mask(output: fx.Node, masks: tuple[fx.Node, ...], n_q: int, n_kv: int
+              ) -> tuple[int | None, str]:
+    """(window, causal alignment) of one attention core.
+
+    ``is_causal=True`` is top-left (torch: query i sees keys 0..i); explicit masks by
+    their index arithmetic; the window from the mask, else from the call's argument.
+    """
+    call = attention_call(output)
+    name = op_name(call)
+    if name in SDPA_VARIANTS and arg(call, SDPA_VARIANTS[name].causal_index, "is_causal"):
+        return window_argument(call), "top-left"
+    reading = read_masks(masks)
+    return reading.window or window_argument(call), reading.alignment(n_q, n_kv)
+
+
+def looks_causal(mask: fx.Node) -> bool:
+    """True when a mask keeps no key past the diagonal: read from its index arithmetic,
+    or built from tril/triu or a comparison of position ranges."""
+    if read_masks((mask,)).causal:
+        return True
+    seen: set[fx.Node] = set()
+    stack = [mask]
+    while stack and len(seen) < 64:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        name = op_name(node)
+        if name in ("tril", "triu"):
+            return True
+        if name in _CAUSAL_OPS and _from_arange(node):
+            return True
+        stack.extend(a for a in node.all_input_nodes if a.op == "call_function")
+    return False
+
+
+def _from_arange(node: fx.Node) -> bool:
+    """Both compared operands derive from position ranges (arange), through any ops."""
+    found = 0
+    for operand in node.all_input_nodes[:2]:
+        probe: fx.Node | None = operand
+        for _ in range(12):
+            if probe is None or probe.op != "call_function":
+                break
+            if op_name(probe) == "arange":
+                found += 1
+                break
+            ins = probe.all_input_nodes
+            probe = ins[0] if ins else None
+    return found == 2
