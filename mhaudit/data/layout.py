@@ -93,8 +93,9 @@ class Layout:
     """Head dim the attention kernel runs at when Q/K/V are zero-padded to it (the
     padding is sliced off after); None when the kernel sees ``head_dim``."""
     windowed: int | None = None
-    """Chunk length when one attention is split over windows of one sequence; None
-    when the attention sees the whole sequence."""
+    """Chunk length when one attention is split over windows of one sequence (then
+    ``seq_len_q``/``seq_len_kv`` are one window's and ``batch_size`` counts every window);
+    None when the attention sees the whole sequence."""
     streams: int = 1
     """Token streams projected apart and joined along the sequence (2 for joint
     attention over text and image tokens); 1 otherwise."""

@@ -212,7 +212,7 @@ def _notes(layout: Layout) -> list[Deviation]:
     if layout.windowed:
         notes.append(f"one attention over windows of {layout.windowed} tokens: the same "
                      "projections run once per window and are counted once")
-    return [Deviation(f"{note}: adds 0", 0) for note in notes]
+    return [Deviation(note, 0) for note in notes]
 
 
 def _low_rank_text(shape: _Shape) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.barriers import is_barrier
 from mhaudit.detect.cores import is_activation_matmul
 from mhaudit.detect.features import backward_axis, carried, carried_width
 from mhaudit.detect.projections import ProjectionOp, as_projection
@@ -22,8 +23,6 @@ from mhaudit.trace.ops import (
     EXPAND_OPS,
     FRESH_OPS,
     NORM_OPS,
-    SDPA_OPS,
-    SOFTMAX_OPS,
     VIEW_OPS,
     op_name,
 )
@@ -83,43 +82,11 @@ _Part = tuple[ProjectionOp, tuple[fx.Node, ...], int, int]
 """A projection, the path from the walked node back to it, its head-dim share (0: all)
 and its stream (0: the only one)."""
 
-_BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS | {"embedding"}
 _CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
     {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
      "native_layer_norm", "getitem", "cat"}
 )) - EXPAND_OPS
 """Ops allowed between the two matrices of a factorised projection: views, casts, norms."""
-
-
-def _is_barrier(node: fx.Node) -> bool:
-    """Ops a walk back to the projections must not cross.
-
-    Norms over the residual stream sit before the projections; a norm over the last
-    dim of a (B, n, h, d_k)-shaped tensor normalises each head after them (QK-norm).
-    """
-    name = op_name(node)
-    if name not in _BARRIERS:
-        return False
-    if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
-        return len(shape(node.args[0])) < 4 and not _one_head(node.args[0])
-    return True
-
-
-def _one_head(node: fx.Node) -> bool:
-    """A slice of one head of a tensor split into heads (rank 4 or more), through views.
-
-    A per-head module (one LayerNorm per head) normalises such a slice.
-    """
-    current = node
-    for _ in range(4):
-        name = op_name(current)
-        if name not in VIEW_OPS or not current.args or not isinstance(current.args[0], fx.Node):
-            return False
-        source = current.args[0]
-        if name in ("select", "getitem", "slice") and len(shape(source)) >= 4:
-            return True
-        current = source
-    return False
 
 
 def _rank(parts: tuple[_Part, ...]) -> tuple[int, int]:
@@ -190,7 +157,7 @@ class SourceWalker:
             if node in visited:
                 continue
             visited.add(node)
-            if node.op == "placeholder" or _is_barrier(node):
+            if node.op == "placeholder" or is_barrier(node):
                 if node.name in self.user_inputs and len(path) > len(best):
                     best = path
                 continue
@@ -287,7 +254,7 @@ class _Walk:
         proj = self.w.projection(node)
         if proj is not None:
             return ((proj, (node,), 0, 0),)
-        if node.op == "placeholder" or _is_barrier(node):
+        if node.op == "placeholder" or is_barrier(node):
             return ()
         if is_activation_matmul(node, self.w.params) and node is not self.operand:
             return ()
@@ -323,11 +290,13 @@ class _Walk:
     ) -> tuple[_Part, ...]:
         """Joint attention: a join along the sequence of streams from distinct projections.
 
-        Each joined part reads projections no other part reads; a cache update (past
-        keys, with no projection, joined to new ones) has one projected part and is not one.
+        Each joined part reads projection weights no other part reads; a cache update
+        (past keys, with no projection, joined to new ones) has one projected part, and one
+        weight run on two inputs (keys of local blocks beside keys of global summaries) is
+        one projection read twice: neither is a join of streams.
         """
         branches = [b for b in (self._child(node, c, axis, depth) for c in inputs) if b]
-        owners = [frozenset(p[0].node for p in branch) for branch in branches]
+        owners = [frozenset(p[0].weight for p in branch) for branch in branches]
         if len(branches) < 2 or len(frozenset().union(*owners)) != sum(map(len, owners)):
             return ()
         return tuple((p, path, d, s or index) for index, branch in enumerate(branches, 1)

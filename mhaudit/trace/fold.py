@@ -139,18 +139,25 @@ def find_lists(model: nn.Module) -> list[FoldedList]:
     return plans
 
 
+@dataclass
+class _Watch:
+    """Whether the forward read a shortened list by a layer it does not hold."""
+
+    indexed: bool = False
+
+
 class _Short:
-    """Marks a shortened list read by position: the forward indexes its own layers.
+    """Answers positional reads of a shortened list: the forward indexes its own layers.
 
     The short list keeps the representatives under their own names, so traced names
     are real module paths; a positional read (``layers[i]``) is answered from the full
-    list and recorded, and the model is then traced unfolded.
+    list, and one that reaches past the representatives is recorded on ``watch`` so the
+    model is traced unfolded.
     """
 
-    indexed = False
-
-    def __init__(self, original: nn.Module) -> None:
+    def __init__(self, original: nn.Module, watch: _Watch) -> None:
         self.original = original
+        self.watch = watch
 
     def get(self, short: nn.Module, index: object) -> Any:
         """``short[index]``: the whole short list for a slice over every layer (HF's
@@ -161,13 +168,13 @@ class _Short:
             return short
         found = self.original[index]  # type: ignore[index]
         if not any(found is kept for kept in short.children()):
-            _Short.indexed = True  # a layer the folded trace would not account for
+            self.watch.indexed = True  # a layer the folded trace would not account for
         return found
 
 
-def _shortened(original: nn.Module, plan: FoldedList) -> nn.Module:
+def _shortened(original: nn.Module, plan: FoldedList, watch: _Watch) -> nn.Module:
     """A list of the same kind holding the representatives under their original names."""
-    reader = _Short(original)
+    reader = _Short(original, watch)
     base = nn.Sequential if isinstance(original, nn.Sequential) else nn.ModuleList
     short_type = type(f"Folded{base.__name__}", (base,),
                       {"__getitem__": lambda self, index: reader.get(self, index)})
@@ -180,26 +187,26 @@ def _shortened(original: nn.Module, plan: FoldedList) -> nn.Module:
 @contextlib.contextmanager
 def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
     """Shorten every foldable layer list to its representatives; restore on exit."""
+    with _folded(model, _Watch()) as plans:
+        yield plans
+
+
+@contextlib.contextmanager
+def _folded(model: nn.Module, watch: _Watch) -> Iterator[tuple[FoldedList, ...]]:
     plans = [p for p in find_lists(model) if p.path]
     swapped: list[tuple[nn.Module, str, nn.Module]] = []
-    _Short.indexed = False
     try:
         for plan in plans:
             parent_name, _, attr = plan.path.rpartition(".")
             parent = model.get_submodule(parent_name)
             original = parent._modules[attr]
             assert original is not None
-            parent._modules[attr] = _shortened(original, plan)
+            parent._modules[attr] = _shortened(original, plan, watch)
             swapped.append((parent, attr, original))
         yield tuple(plans)
     finally:
         for parent, attr, original in reversed(swapped):
             parent._modules[attr] = original
-
-
-def read_by_position() -> bool:
-    """True when the last folded trace read a shortened list by position."""
-    return _Short.indexed
 
 
 @contextlib.contextmanager
@@ -209,9 +216,10 @@ def traced_folded(
     """Trace with repeated layers folded, or unfolded when folding would change what the
     forward sees (it indexes its own layer list by position); yields the plans used."""
     if fold and find_lists(model):
-        with folded(model) as plans:
+        watch = _Watch()
+        with _folded(model, watch) as plans:
             traced = trace(model, args, kwargs)
-            if not read_by_position():
+            if not watch.indexed:
                 yield traced, plans
                 return
     yield trace(model, args, kwargs), ()

@@ -124,3 +124,33 @@ def test_models_that_resist_tracing_do_not_exit_3(tmp_path: Path, name: str, met
     for block in report["blocks"]:
         assert {"sinks", "head_mixing", "padded_head_dim", "windowed", "streams"} <= set(block)
 
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+def test_dispatch_recorder_reads_transformers_models_as_export_does(family: str) -> None:
+    import transformers as tf
+
+    from mhaudit.detect.blocks import detect
+    from mhaudit.detect.params import count
+    from mhaudit.trace.export import trace
+    from mhaudit.trace.recorder import record
+
+    model_cls, config = {
+        "gpt2": (tf.GPT2Model, tf.GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=100)),
+        "llama": (tf.LlamaModel, tf.LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=100)),
+        "bert": (tf.BertModel, tf.BertConfig(hidden_size=64, num_hidden_layers=1,
+                                             num_attention_heads=4, intermediate_size=128,
+                                             vocab_size=100)),
+    }[family]
+    with torch.device("meta"):
+        model = model_cls(config).eval()
+        ids = torch.zeros(2, 16, dtype=torch.long)
+
+    def summary(traced: Any) -> list[tuple[Any, ...]]:
+        return [(lay.name, lay.kind, lay.num_heads, lay.num_kv_heads, lay.head_dim,
+                 bool(lay.causal), count(lay).total) for lay in detect(traced, model)]
+
+    exported = summary(trace(model, (ids,), {}))
+    assert exported and summary(record(model, (ids,), {}, fake=True, guess=True)) == exported
