@@ -20,12 +20,8 @@ from typing import Any, TextIO
 import click
 
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, first_line
+from mhaudit.load.contain import Terminated
 from mhaudit.render.escape import encodable
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived; raised so ``finally`` blocks (temporary files) run."""
-
 
 _report: list[TextIO] = []
 _errors: list[TextIO] = []
