@@ -14,7 +14,6 @@ import click
 
 from mhaudit.atomic import OutputPath, resolve_output, write_texts_atomic
 from mhaudit.cli.guard import (
-    Terminated,
     error_stream,
     protected_stdout,
     terminate_as_exception,
@@ -207,7 +206,7 @@ def errors_to_exit(verbose: bool = False) -> Iterator[None]:
     any other exception is a bug of mhaudit: exit 4, never 1.
     """
     from mhaudit.load.capture import captured_logs
-    from mhaudit.load.contain import StageTimeout
+    from mhaudit.load.contain import StageTimeout, Terminated
 
     with protected_stdout(), terminate_as_exception(), captured_logs() as log:
         try:

@@ -15,17 +15,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import click
 
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, first_line
+from mhaudit.load.contain import Terminated
 from mhaudit.render.escape import encodable
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived; raised so ``finally`` blocks (temporary files) run."""
-
 
 _report: list[TextIO] = []
 _errors: list[TextIO] = []
@@ -111,6 +107,13 @@ def terminate_as_exception() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _usage_error(error: click.UsageError) -> NoReturn:
+    hint = f" Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
+    message = " ".join(error.format_message().split()).rstrip(".")
+    click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
+    sys.exit(error.exit_code)
+
+
 class GuardedGroup(click.Group):
     """The command group: usage errors in one line (exit 2), Ctrl-C 130, bugs 4, never 1.
 
@@ -118,14 +121,22 @@ class GuardedGroup(click.Group):
     net around everything else (option parsing, imports of the command modules).
     """
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as error:
+            _usage_error(error)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
         except click.UsageError as error:
-            hint = f" Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
-            message = " ".join(error.format_message().split())
-            click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
-            sys.exit(error.exit_code)
+            _usage_error(error)
         except click.ClickException as error:
             click.echo(f"mhaudit: error: {' '.join(error.format_message().split())}",
                        file=error_stream())

@@ -20,6 +20,7 @@ from mhaudit.cli.common import (
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
+from mhaudit.render.escape import plain
 from mhaudit.render.units import seconds
 from mhaudit.rules.heads import fmt_bytes, fmt_si
 from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
@@ -62,7 +63,8 @@ def render_table(result: WhatIf) -> str:
     headers = ["", "h", "h_kv", "d_k", "params", "FLOPs", "scores", "KV/token", "kernel",
                "kernel d", "pad", "est. time (tiles)"]
     headers += (["measured"] if measured else []) + ["flags"]
-    head = (f"what-if for {spec.name}: d_model {spec.d_model}, width h·d_k {spec.inner_width}, "
+    head = (f"what-if for {plain(spec.name)}: d_model {spec.d_model}, "
+            f"width h·d_k {spec.inner_width}, "
             f"b {spec.batch_size}, n {spec.seq_len}, {spec.dtype}, {spec.implementation}, "
             f"on {result.gpu}")
     mha = {r.params for r in result.rows if r.kv_heads == r.heads}

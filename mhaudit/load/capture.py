@@ -85,7 +85,7 @@ def captured_logs() -> Iterator[CapturedLog]:
     _active.append(capture)
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+            warnings.simplefilter("default")  # each warning once per place that warns
             try:
                 yield capture
             finally:

@@ -28,6 +28,13 @@ _sigint = threading.Event()
 """Set by the SIGINT handler, so a real Ctrl-C is told apart from a raised KeyboardInterrupt."""
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (the CLI raises it), so ``finally`` blocks such as temp-file removal run.
+
+    It ends the run: containment lets it through like a real Ctrl-C.
+    """
+
+
 class StageTimeout(BaseException):
     """Raised by the timer inside user code; a BaseException so ``except Exception`` misses it."""
 
@@ -121,7 +128,7 @@ def contained(
     try:
         with _watch_sigint():
             yield
-    except MhauditError:
+    except (MhauditError, Terminated):
         raise
     except StageTimeout as exc:
         raise error_type(f"{source}: {exc}", "Raise --timeout, or find the loop that does not "
@@ -167,6 +174,8 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+    except StageTimeout as exc:  # fired between two stages, in mhaudit's own code
+        raise LoadError(str(exc), "Raise the timeout.") from exc
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

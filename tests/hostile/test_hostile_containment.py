@@ -63,8 +63,7 @@ def test_keyboard_interrupt_raised_by_the_model_is_a_load_error(tmp_path: Path) 
     assert_one_error(invoke("report", model), 3, "raised KeyboardInterrupt")
 
 
-@pytest.mark.slow
-def test_ctrl_c_exits_130(tmp_path: Path) -> None:
+def _signal_during_build(tmp_path: Path, signum: int) -> tuple[int, bytes, bytes]:
     marker = tmp_path / "started"
     model = model_file(tmp_path, "import time\nfrom pathlib import Path\n\n"
                        "def build_model():\n"
@@ -77,13 +76,25 @@ def test_ctrl_c_exits_130(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err.decode()
-    assert b"Traceback" not in err and len(err.decode().splitlines()) <= 2
+    assert b"Traceback" not in err and len(err.decode().splitlines()) <= 2, err.decode()
+    return proc.returncode, out, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130(tmp_path: Path) -> None:
+    code, out, err = _signal_during_build(tmp_path, signal.SIGINT)
+    assert code == 130, err.decode()
     assert out == b""
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_run_with_143_not_a_model_error(tmp_path: Path) -> None:
+    code, _, err = _signal_during_build(tmp_path, signal.SIGTERM)
+    assert code == 143, err.decode()  # 128 + SIGTERM: containment lets it through
 
 
 def test_forward_that_fails_only_when_run_exits_3(tmp_path: Path) -> None:
