@@ -49,7 +49,9 @@ done(started)
 MHAUDIT = _PRELUDE + """
 from mhaudit.api import audit_target
 report = audit_target(sys.argv[1])
-done(started, flops=report.totals.flops, blocks=report.totals.num_blocks)
+families = report.totals.flops_by_family
+done(started, flops=report.totals.flops, blocks=report.totals.num_blocks,
+     products=families["matmul"] + families["conv"])
 """
 
 FVCORE = _PRELUDE + """
@@ -127,10 +129,12 @@ def bench_gpt2() -> None:
     process = fv["wall_s"] / ours["wall_s"]
     memory = ours["peak_rss_bytes"] / fv["peak_rss_bytes"]
     diff = 100 * (ours["flops"] - counter["flops"]) / counter["flops"]
+    products = int(ours["products"]) - int(counter["flops"])
     print(f"  speed-up over fvcore: {speed:.1f}x in tool time (target >= 4x), "
           f"{process:.1f}x in process wall time")
     print(f"  memory vs fvcore: {memory:.2f}x (target <= 0.5x); "
           f"FLOPs vs FlopCounterMode: {diff:+.3f}% (target within 0.5%)")
+    print(f"  matmul + conv vs FlopCounterMode: {products:+,} FLOP (target 0, exact)")
 
 
 BENCHES = {"llama": bench_llama, "gpt2": bench_gpt2}

@@ -28,6 +28,22 @@ class GpuProfile:
     vendor: str = "nvidia"
 
     @property
+    def unsupported_dtypes(self) -> frozenset[str]:
+        """Element types this accelerator has no native support for: bf16 and fp8 before
+        sm80 (the T4 is sm75), fp8 before sm89."""
+        if self.vendor != "nvidia":
+            return frozenset()
+        if self.compute_capability < (8, 0):
+            return frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+        if self.compute_capability < (8, 9):
+            return frozenset({"float8_e4m3fn", "float8_e5m2"})
+        return frozenset()
+
+    def supports(self, dtype: str) -> bool:
+        """True when ``dtype`` (canonical name) runs natively on this accelerator."""
+        return dtype not in self.unsupported_dtypes
+
+    @property
     def flash_attention_version(self) -> int | None:
         """FlashAttention generation available: 3 on Hopper, 2 on sm80+, else None."""
         if self.vendor != "nvidia":

@@ -187,6 +187,9 @@ def sdpa_backend(
     """
     query = KernelQuery(head_dim, v_head_dim, canonical_dtype(dtype_name), profile,
                         has_arbitrary_mask)
+    if not profile.supports(query.dtype):
+        return _math([f"{profile.name} has no {query.dtype} support; no fused kernel runs it "
+                      "(audit with --dtype fp16 for this GPU)"], query.dtype)
     reasons: list[str] = []
     for _, candidate in SDPA_BACKENDS:
         outcome = candidate(query)
@@ -203,9 +206,11 @@ def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile) -> Kernel
     """The kernel a block runs on ``profile``: eager code always materialises the scores."""
     if layout.implementation == "eager":
         dtype = canonical_dtype(dtype_name)
+        unsupported = (f"; {profile.name} has no {dtype} support (audit with --dtype fp16)"
+                       if not profile.supports(dtype) else "")
         return KernelChoice(
             "eager", None, 0.0, True, dtype_bytes(dtype),
-            "explicit softmax(QKᵀ) in eager code materialises the scores",
+            "explicit softmax(QKᵀ) in eager code materialises the scores" + unsupported,
         )
     return sdpa_backend(layout.head_dim, layout.v_head_dim, dtype_name, profile)
 

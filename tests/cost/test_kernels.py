@@ -129,3 +129,13 @@ def test_eager_always_materializes() -> None:
 def test_unknown_dtype_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown dtype"):
         sdpa_backend(64, 64, "float13", get_profile("h100"))
+
+
+def test_t4_has_no_bf16() -> None:
+    t4 = get_profile("t4")
+    assert not t4.supports("bfloat16") and t4.supports("float16")
+    choice = sdpa_backend(64, 64, "bf16", t4)
+    # no fused kernel takes bf16 on sm75: the math fallback, scores in fp32, and it says so
+    assert (choice.backend, choice.score_element_bytes) == ("math", 4)
+    assert "no bfloat16 support" in choice.reason and "fp16" in choice.reason
+    assert sdpa_backend(64, 64, "fp16", t4).backend == "mem_efficient"
