@@ -25,6 +25,7 @@ from mhaudit.data import (
     Totals,
 )
 from mhaudit.detect.blocks import detect
+from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
 from mhaudit.load.target import LoadedModel, infer_inputs, load_target, normalize_inputs
@@ -143,7 +144,11 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
+    where = model_location(loaded.source) or class_location(type(loaded.module))
+    found = block_locations(loaded.module, [b.name for b in blocks], where)
+    blocks = tuple(replace(b, location=loc) for b, loc in zip(blocks, found, strict=True))
     report = build_report(loaded, traced, blocks, dtype, opts, plans)
+    report = replace(report, model=replace(report.model, location=where))
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == "fvcore":

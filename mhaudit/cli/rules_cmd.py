@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
 from tabulate import tabulate
 
-from mhaudit.cli.common import fail
-from mhaudit.errors import ConfigError, MhauditError
+from mhaudit.cli.common import errors_to_exit
+from mhaudit.cli.terminal import terminal_width, use_color
+from mhaudit.errors import ConfigError
+from mhaudit.render.rule_text import render_rule_text
+from mhaudit.render.style import RenderOptions
 from mhaudit.rules import REGISTRY, Rule
 from mhaudit.rules.docs import rule_page
+
+EXAMPLES = """\b
+Examples:
+  mhaudit rules                       # every rule, its default severity and summary
+  mhaudit rules MHA004                # what it flags, why it costs, the fix
+  mhaudit rules kv-cache-heavy        # by name
+  mhaudit rules MHA007 --format markdown
+"""
 
 
 def _as_dict(rule: Rule) -> dict[str, Any]:
@@ -23,24 +35,34 @@ def _as_dict(rule: Rule) -> dict[str, Any]:
     }
 
 
-@click.command("rules")
+@click.command("rules", epilog=EXAMPLES, short_help="List the rules, or explain one.")
 @click.argument("code", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
+              default="table", show_default=True, help="Output format.")
 def rules(code: str | None, fmt: str) -> None:
-    """List the rules, or explain one: mhaudit rules MHA005 (a code or a name)."""
-    try:
+    """List the rules, or explain one by its code or name (mhaudit rules MHA005)."""
+    with errors_to_exit():
+        width = terminal_width()
         if code is None:
             if fmt == "json":
                 click.echo(json.dumps([_as_dict(r) for r in REGISTRY], indent=2))
                 return
             table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
-            click.echo(tabulate(table, headers=("code", "name", "severity", "summary"),
-                                maxcolwidths=[None, None, None, 60]))
+            headers = ("code", "name", "severity", "summary")
+            if fmt == "markdown":
+                click.echo(tabulate(table, headers=headers, tablefmt="github"))
+                return
+            fixed = max(len(r.code) for r in REGISTRY) + max(len(r.name) for r in REGISTRY) + 14
+            click.echo(tabulate(table, headers=headers,
+                                maxcolwidths=[None, None, None, max(24, width - fixed)]))
             return
         rule = REGISTRY.get(code)
         if rule is None:
             raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
-        click.echo(json.dumps(_as_dict(rule), indent=2) if fmt == "json" else rule_page(rule))
-    except MhauditError as error:
-        fail(error)
+        if fmt == "json":
+            click.echo(json.dumps(_as_dict(rule), indent=2))
+        elif fmt == "markdown":
+            click.echo(rule_page(rule), nl=False)
+        else:
+            options = RenderOptions(width=width, color=use_color(sys.stdout))
+            click.echo(render_rule_text(rule_page(rule), options), nl=False)

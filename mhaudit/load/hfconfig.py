@@ -12,7 +12,7 @@ from torch import nn
 
 from mhaudit.errors import LoadError, first_line
 
-HF_TIP = "pip install 'mhaudit[hf]'"
+HF_TIP = "pip install 'mhaudit[hf]' (from PyPI)"
 """The one-line fix when transformers is missing."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from mhaudit.data import Report
+from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     MEASURE_HEADERS,
@@ -20,7 +21,7 @@ from mhaudit.render.table import (
 )
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, options: RenderOptions = PLAIN) -> str:
     """The report as GitHub-flavoured markdown."""
     title, how = header_lines(report)
     out = [f"## {title}", "", how, ""]
