@@ -81,12 +81,11 @@ def roofline_chart(report: Report) -> str | None:
         return None
     ridge = peak / bandwidth
     points: list[tuple[str, float, float, str]] = []
-    for block, t in estimated:
-        assert t is not None
-        r = t.roofline
-        if r.arithmetic_intensity and r.time_s > 0:
-            points.append(("prefill", r.arithmetic_intensity, r.flops / r.time_s,
-                           _name(block)))
+    for group in report.groups:
+        r = group.block.target.roofline if group.block.target is not None else None
+        if r is not None and r.arithmetic_intensity and r.time_s > 0:
+            label = (group.pattern or "(root)") + (f" ×{group.count}" if group.count > 1 else "")
+            points.append(("prefill", r.arithmetic_intensity, r.flops / r.time_s, label))
     decode = _section(report, "decode")
     for entry in (decode or {}).get("blocks", []) or []:
         flops, moved, time_s = (entry.get("flops"), entry.get("kv_read_bytes"),
@@ -98,11 +97,12 @@ def roofline_chart(report: Report) -> str | None:
     chart = Chart(
         f"Roofline on {first.gpu_name} ({first.dtype})",
         Axis("arithmetic intensity [FLOP/B]", lo_x, hi_x, fmt=_plain_si),
-        Axis("attainable throughput [FLOP/s]", min(bandwidth * lo_x, peak) / 2, peak * 2,
+        Axis("attainable throughput [FLOP/s]", min(bandwidth * lo_x / 4, peak) / 2, peak * 2,
              fmt=_flops_per_s),
         width=620, height=380,
     )
-    xs = [lo_x, ridge, hi_x]
+    left, right = chart.x.span()
+    xs = [left, ridge, right]
     chart.line(xs, [min(peak, bandwidth * x) for x in xs], "roof: min(peak, bandwidth × I)",
                "#444", markers=False)
     chart.vline(ridge, f"ridge {ridge:.0f} FLOP/B")
@@ -141,7 +141,7 @@ def memory_chart(report: Report) -> str:
     for key, value in ((training or {}).get("breakdown_bytes") or {}).items():
         items.append((f"training: {key.replace('_', ' ')}", float(value), units.nbytes(value)))
     return bar_chart("Memory breakdown", items, "bytes (log scale)", units.nbytes,
-                     color=PALETTE[2])
+                     color=PALETTE[2], base=2)
 
 
 def per_block_charts(report: Report) -> list[str]:
@@ -158,7 +158,7 @@ def per_block_charts(report: Report) -> list[str]:
         bar_chart("Forward FLOPs per block", flops, "FLOPs (2 per multiply-add, log scale)",
                   _plain_si, color=PALETTE[0]),
         bar_chart("HBM bytes moved per block", moved, "bytes (log scale)", units.nbytes,
-                  color=PALETTE[3]),
+                  color=PALETTE[3], base=2),
     ]
 
 
@@ -178,8 +178,9 @@ def whatif_charts(sweep: Any) -> list[str]:
          [float(r.scores_bytes) for r in rows], units.nbytes, lambda r: float(r.scores_bytes)),
     )
     for name, label, ys, fmt, pick in panels:
-        chart = Chart(f"{sweep.spec.name or '(root)'}: {name} vs h", x,
-                      Axis(label, min(ys), max(ys), fmt=fmt), width=420, height=300)
+        chart = Chart(f"{name} vs h", x,
+                      Axis(label, min(ys), max(ys), fmt=fmt, base=2 if fmt is units.nbytes else 10),
+                      width=420, height=300)
         chart.line(heads, ys, name, PALETTE[0])
         if current is not None:
             chart.point(float(current.heads), pick(current), "current layout", PALETTE[1],
@@ -189,10 +190,10 @@ def whatif_charts(sweep: Any) -> list[str]:
     if len(kv) > 1:
         kvs = [float(r.kv_heads) for r in kv]
         cache = [float(r.kv_cache_bytes_per_token) for r in kv]
-        chart = Chart(f"{sweep.spec.name or '(root)'}: KV cache vs h_kv (h = {sweep.spec.heads})",
+        chart = Chart(f"KV cache vs h_kv (h = {sweep.spec.heads})",
                       Axis("KV heads h_kv (log₂)", min(kvs), max(kvs), base=2, fmt=_plain_si),
                       Axis("KV cache per token [bytes]", min(cache), max(cache),
-                           fmt=units.nbytes), width=420, height=300)
+                           fmt=units.nbytes, base=2), width=420, height=300)
         chart.line(kvs, cache, "KV cache per token", PALETTE[2])
         now = next((r for r in kv if r.current), None)
         if now is not None:

@@ -71,7 +71,7 @@ class Chart:
     height: int = 360
     parts: list[str] = field(default_factory=list)
     legend: list[tuple[str, str, str]] = field(default_factory=list)
-    left: int = 78
+    left: int = 96
     right: int = 20
     top: int = 34
     bottom: int = 52
@@ -126,8 +126,8 @@ class Chart:
         self.parts.append(f'<line x1="{a:.1f}" y1="{self.top}" x2="{a:.1f}" '
                           f'y2="{self.top + self.plot_h}" stroke="{color}" '
                           'stroke-dasharray="3 3"/>')
-        self.parts.append(f'<text x="{a + 4:.1f}" y="{self.top + 12}" font-size="11" '
-                          f'fill="{color}">{escape(note)}</text>')
+        self.parts.append(f'<text x="{a + 4:.1f}" y="{self.top + self.plot_h - 8:.1f}" '
+                          f'font-size="11" fill="{color}">{escape(note)}</text>')
 
     def _axes(self) -> list[str]:
         out = [f'<rect x="{self.left}" y="{self.top}" width="{self.plot_w:.0f}" '
@@ -156,7 +156,8 @@ class Chart:
 
     def _legend(self) -> list[str]:
         out, y = [], self.top + 14
-        x = self.left + self.plot_w - 8
+        width = max((len(label) for label, _, _ in self.legend), default=0) * 6 + 30
+        x = self.left + width
         for label, color, kind in self.legend:
             if kind == "ring":
                 mark = f'<circle cx="{x - 8}" cy="{y - 4}" r="5" fill="none" stroke="{color}" ' \
@@ -183,12 +184,12 @@ class Chart:
 
 def bar_chart(title: str, items: Sequence[tuple[str, float, str]], axis_label: str,
               fmt: Format, *, log: bool = True, color: str = PALETTE[0],
-              width: int = 600) -> str:
+              width: int = 600, base: int = 10) -> str:
     """Horizontal bars, one per ``(label, value, value text)``; zero values are listed as such."""
     row, left, top = 22, 170, 34
     height = top + row * max(1, len(items)) + 46
     positive = [v for _, v, _ in items if v > 0] or [1.0]
-    axis = Axis(axis_label, min(positive), max(positive), log=log, fmt=fmt)
+    axis = Axis(axis_label, min(positive) / 2, max(positive), log=log, fmt=fmt, base=base)
     plot_w = width - left - 90
     lo, _ = axis.span()
     out = [f'<text x="{left}" y="20" font-size="14" font-weight="bold">{escape(title)}</text>']

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tabulate import tabulate
 
 from mhaudit.data import BlockGroup, Finding, Report
@@ -185,31 +187,51 @@ def measure_rows(report: Report) -> list[list[str]]:
     ]
 
 
+DROP_ORDER = ("Δ", "impl", "×", "KV/token")
+"""Core columns given up, in this order, when even wrapped cells do not fit the width."""
+
+
 def block_table(report: Report, options: RenderOptions = PLAIN) -> str:
     """The block table: every column with ``wide`` (or no width), else the core columns,
-    with the block and flags cells wrapped until the table fits ``options.width``."""
+    with the block and flags cells wrapped (and the least needed columns dropped) until the
+    table fits ``options.width``."""
     rows = block_rows(report)
     if options.wide or options.width is None:
         return tabulate(rows, headers=BLOCK_HEADERS, tablefmt="simple", disable_numparse=True)
-    keep = [BLOCK_HEADERS.index(h) for h in CORE_HEADERS]
+    headers = list(CORE_HEADERS)
+    text = _fit(rows, headers, options.width)
+    for dropped in DROP_ORDER:
+        if _width(text) <= options.width:
+            break
+        headers.remove(dropped)
+        text = _fit(rows, headers, options.width)
+    return text
+
+
+def _fit(rows: list[list[str]], headers: list[str], width: int) -> str:
+    """The table of ``headers``, the flags then the block cells wrapped to fit ``width``."""
+    keep = [BLOCK_HEADERS.index(h) for h in headers]
     picked = [[row[i].replace(",MHA", ", MHA") for i in keep] for row in rows]
 
     def draw(flags: int | None, block: int | None) -> str:
         cells = [[_break_at_dots(r[0], block), *r[1:]] for r in picked]
-        limits: list[int | None] = [*([None] * (len(CORE_HEADERS) - 1)), flags]
-        return tabulate(cells, headers=CORE_HEADERS, tablefmt="simple",
+        limits: list[int | None] = [*([None] * (len(headers) - 1)), flags]
+        return tabulate(cells, headers=headers, tablefmt="simple",
                         disable_numparse=True, maxcolwidths=limits)
 
     flags = max([5] + [len(r[-1]) for r in picked])
     block = max([5] + [len(r[0]) for r in picked])
     text = draw(None, None)
-    while _width(text) > options.width and flags > 7:  # "MHA002," per line at the least
+    while _width(text) > width and flags > 7:  # "MHA002," per line at the least
         flags -= 1
         text = draw(flags, None)
-    while _width(text) > options.width and block > 12:
+    while _width(text) > width and block > 12:
         block -= 1
         text = draw(flags, block)
     return text
+
+
+_DOT = re.compile(r"\.(?![^{]*\})")  # a dot that is not inside {0..31}
 
 
 def _break_at_dots(name: str, limit: int | None) -> str:
@@ -217,7 +239,7 @@ def _break_at_dots(name: str, limit: int | None) -> str:
     if limit is None or len(name) <= limit:
         return name
     lines, current = [], ""
-    for part in name.replace(".", ".\0").split("\0"):
+    for part in _DOT.sub(".\0", name).split("\0"):
         if current and len(current) + len(part) > limit:
             lines.append(current)
             current = ""
