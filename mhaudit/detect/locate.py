@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,26 @@ def relative_path(path: str | Path, root: Path | None = None) -> tuple[str, bool
         return resolved.as_posix(), False
 
 
+def is_library(path: str | Path) -> bool:
+    """True for installed code (site-packages, the standard library), even inside a
+    virtual environment that lives in the working tree."""
+    parts = Path(path).resolve().parts
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    paths = sysconfig.get_paths()
+    roots = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(r) for r in roots)
+
+
 def class_location(cls: type, root: Path | None = None) -> SourceLocation | None:
-    """The file and ``class`` line of ``cls`` when it is defined inside ``root``."""
+    """The file and ``class`` line of ``cls`` when it is user code inside ``root``."""
     try:
         path = inspect.getsourcefile(cls)
         _, line = inspect.getsourcelines(cls)
     except (OSError, TypeError):
         return None
-    if path is None:
+    if path is None or is_library(path):
         return None
     shown, inside = relative_path(path, root)
     if not inside:
