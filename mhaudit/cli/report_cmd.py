@@ -66,7 +66,11 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
         sweeps = flagged_sweeps(reports) if fmt == "html" else ()
         options = render_options(fmt, wide, output is None, sweeps)
         with errors_to_exit():
-            write_output(render_reports(reports, fmt, options), output)
+            text = render_reports(reports, fmt, options)
+            if options.color:  # click strips colour from streams that are not a TTY
+                click.echo(text, nl=False, color=True)
+            else:
+                write_output(text, output)
         if any(failing_findings(r.findings, fail_on) for r in reports):
             worst = max(worst, 1)
     if output is not None and reports:

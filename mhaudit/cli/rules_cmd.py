@@ -65,4 +65,4 @@ def rules(code: str | None, fmt: str) -> None:
             click.echo(rule_page(rule), nl=False)
         else:
             options = RenderOptions(width=width, color=use_color(sys.stdout))
-            click.echo(render_rule_text(rule_page(rule), options), nl=False)
+            click.echo(render_rule_text(rule_page(rule), options), nl=False, color=options.color)

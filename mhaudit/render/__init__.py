@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from json import dumps
 from collections.abc import Callable, Sequence
 
 from mhaudit.data import Report
@@ -29,7 +29,7 @@ RENDERERS: dict[str, Renderer] = {
 
 
 def _json_many(reports: Sequence[Report], options: RenderOptions) -> str:
-    return json.dumps([r.to_dict() for r in reports], indent=2) + "\n"
+    return dumps([r.to_dict() for r in reports], indent=2) + "\n"
 
 
 def _table_many(reports: Sequence[Report], options: RenderOptions) -> str:

@@ -46,12 +46,12 @@ def _panel(ax: Any, rows: Sequence[WhatIfRow], xs: Sequence[int], panel: Panel,
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     if log and min(ys) > 0 and max(ys) / min(ys) > 8:
-        ax.set_yscale("log")
+        ax.set_yscale("log", base=2 if unit == "bytes" else 10)  # bytes: 1, 2, 4 ... MiB
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(unit)
-    ax.grid(True, which="both", alpha=0.3)
+    ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
 
 
