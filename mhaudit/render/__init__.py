@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from json import dumps
 from collections.abc import Callable, Sequence
+from json import dumps
 
 from mhaudit.data import Report
 from mhaudit.render.github import render_github, render_github_many
