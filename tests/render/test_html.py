@@ -85,3 +85,13 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
                          timeout=120, check=True).stdout
     assert dom.count("<svg") == 7
     assert dom.count("<circle") > 10 and "<polyline" in dom
+
+
+def test_new_renderers_do_not_import_torch() -> None:
+    import sys
+
+    code = ("import sys, mhaudit.render, mhaudit.render.gate, mhaudit.render.whatif, "
+            "mhaudit.render.whatif_plot, mhaudit.render.rule_text; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
