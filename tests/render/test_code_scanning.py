@@ -141,3 +141,35 @@ def test_library_class_falls_back_to_the_model_file(tmp_path: Path) -> None:
         place = result["locations"][0]["physicalLocation"]
         assert place["artifactLocation"]["uri"] == model.resolve().as_posix()
         assert place["region"]["startLine"] == 4  # def build_model()
+
+
+def test_check_sarif_adds_budget_breaches_at_the_model_line(tmp_path: Path) -> None:
+    from examples_textbook import build_model
+
+    budget = tmp_path / "budget.toml"
+    budget.write_text('[budget]\nmax_params = "10k"\n', encoding="utf-8")
+    done = _cli("check", TEXTBOOK, "--budget", str(budget), "--format", "sarif")
+    assert done.exit_code == 1
+    log = json.loads(done.stdout)
+    _validate(log)
+    rules = [r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]]
+    assert rules[-1] == "MHAB001"
+    (breach,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "MHAB001"]
+    assert breach["level"] == "error" and "params_total 16,640 exceeds" in breach["message"]["text"]
+    place = breach["locations"][0]["physicalLocation"]
+    assert place["artifactLocation"]["uri"] == TEXTBOOK
+    assert place["region"]["startLine"] == inspect.getsourcelines(build_model)[1]
+    assert breach["ruleIndex"] == len(rules) - 1
+
+
+def test_check_github_flags_carry_file_and_line(tmp_path: Path) -> None:
+    from examples_textbook import MultiHeadAttention
+
+    budget = tmp_path / "budget.toml"
+    budget.write_text('[budget]\nmax_params = "20k"\nfail_on = "warning"\n', encoding="utf-8")
+    done = _cli("check", TEXTBOOK, "--budget", str(budget), "--format", "github")
+    assert done.exit_code == 1
+    line = inspect.getsourcelines(MultiHeadAttention)[1]
+    flags = [text for text in done.stdout.splitlines() if "title=mhaudit MHA" in text]
+    assert len(flags) == 2  # MHA004 and MHA005 are warnings; MHA010 is info
+    assert all(f.startswith(f"::warning file={TEXTBOOK},line={line},title=") for f in flags)
