@@ -125,20 +125,6 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stderr_progress() -> Callable[[int, int], None]:
-    """A progress line on stderr for timed runs: ``measuring 3/10``."""
-
-    interactive = sys.stderr.isatty()
-
-    def show(done: int, total: int) -> None:
-        if interactive:
-            click.echo(f"\rmeasuring {done}/{total}", err=True, nl=done == total)
-        elif done == total:
-            click.echo(f"measured {total} forwards", err=True)
-
-    return show
-
-
 def audit_quietly(target: str, options: AuditOptions) -> Report:
     """Audit ``target`` with prints from the user's model kept off stdout."""
     from mhaudit.api import audit_target
