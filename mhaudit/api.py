@@ -30,6 +30,7 @@ from mhaudit.data import (
     Totals,
 )
 from mhaudit.detect.blocks import detect
+from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
 from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_options, check_runs_on
@@ -186,7 +187,11 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
+    where = model_location(loaded.source) or class_location(type(loaded.module))
+    found = block_locations(loaded.module, [b.name for b in blocks], where)
+    blocks = tuple(replace(b, location=loc) for b, loc in zip(blocks, found, strict=True))
     report = build_report(loaded, traced, blocks, dtype, opts, plans, peak)
+    report = replace(report, model=replace(report.model, location=where))
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == "fvcore":

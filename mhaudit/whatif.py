@@ -294,42 +294,7 @@ def _time_ms(step: Callable[[], Any], cuda: bool, repeats: int, warmup: int) -> 
 
 
 def plot_whatif(result: WhatIf, path: str | Path) -> Path:
-    """Draw the sweep to ``path`` (PNG): params, score bytes, KV cache and time against h."""
-    try:
-        import matplotlib
+    """Draw the sweep to ``path`` (PNG); see :mod:`mhaudit.render.whatif_plot`."""
+    from mhaudit.render.whatif_plot import plot_whatif as draw
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib, which is not installed",
-                          "Install it with: pip install 'mhaudit[plot]'.") from None
-    rows = result.by_heads
-    heads = [r.heads for r in rows]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
-    panels: list[tuple[Any, str, list[float]]] = [
-        (axes[0][0], "parameters", [r.params for r in rows]),
-        (axes[0][1], "score bytes (if materialised)", [r.scores_bytes for r in rows]),
-        (axes[1][0], "KV cache bytes per token", [r.kv_cache_bytes_per_token for r in rows]),
-        (axes[1][1], "estimated time (ms)", [r.est_time_s * 1e3 for r in rows]),
-    ]
-    for ax, title, values in panels:
-        ax.plot(heads, values, marker="o")
-        ax.set_title(title)
-        ax.set_xscale("log", base=2)
-        ax.grid(True, alpha=0.3)
-    axes[0][0].axhline(rows[0].textbook_params, linestyle="--", color="grey", label="4·d²")
-    axes[0][0].legend()
-    measured = [(r.heads, r.measured_ms) for r in rows if r.measured_ms is not None]
-    if measured:
-        axes[1][1].plot(*zip(*measured, strict=True), marker="s", label="measured")
-        axes[1][1].legend()
-    for ax in axes[1]:
-        ax.set_xlabel("heads h")
-    spec = result.spec
-    fig.suptitle(f"{spec.name}: width {spec.inner_width}, n = {spec.seq_len}, "
-                 f"b = {spec.batch_size}, {spec.dtype} on {result.gpu}")
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return draw(result, path)

@@ -22,3 +22,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def regen_golden(request: pytest.FixtureRequest) -> bool:
     """True when golden files should be rewritten instead of compared."""
     return bool(request.config.getoption("--regen-golden"))
+
+
+def _load_textbook_example() -> None:
+    """``import examples_textbook``: the bundled textbook example, for source-line checks."""
+    import importlib.util
+
+    path = TESTS.parent / "examples" / "textbook_mha.py"
+    spec = importlib.util.spec_from_file_location("examples_textbook", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["examples_textbook"] = module
+    spec.loader.exec_module(module)
+
+
+_load_textbook_example()

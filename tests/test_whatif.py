@@ -111,10 +111,35 @@ def test_measure_on_cuda() -> None:
 
 
 def test_plot(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
-    result = whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=16), H100)
+    image = pytest.importorskip("matplotlib.image")
+    result = whatif(LayoutSpec(d_model=64, heads=8, kv_heads=2, seq_len=16), H100)
     out = plot_whatif(result, tmp_path / "sweep.png")
-    assert out.stat().st_size > 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1210, 1210)  # 11 x 11 inches at 110 dpi
+    pixels = image.imread(out)[..., :3]
+    assert (pixels.mean(axis=2) < 0.9).mean() > 0.02  # axes, curves and labels drawn
+    red = (pixels[..., 0] > 0.7) & (pixels[..., 1] < 0.3) & (pixels[..., 2] < 0.3)
+    assert red.sum() > 100  # the current layout's ring, on every panel
+
+
+def test_plot_axes_have_units_log_scales_and_the_kv_sweep(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures: list[Any] = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    result = whatif(LayoutSpec(d_model=512, heads=8, kv_heads=2, seq_len=2048), H100)
+    plot_whatif(result, tmp_path / "sweep.png")
+    (fig,) = figures
+    axes = fig.axes
+    assert [ax.get_ylabel() for ax in axes] == ["parameters", "bytes", "bytes", "seconds",
+                                                "bytes", "seconds"]
+    assert axes[1].get_yscale() == "log"  # score bytes span 1 MiB to 512 MiB
+    assert all(ax.get_xscale() == "log" for ax in axes)
+    assert axes[4].get_xlabel() == "KV heads h_kv (h = 8)"
+    labels = {text.get_text() for ax in axes for text in ax.get_legend().get_texts()}
+    assert "current layout" in labels
 
 
 # --- the commands ---------------------------------------------------------------------------
@@ -132,6 +157,21 @@ def test_whatif_table_and_json() -> None:
                              "json").output)
     assert {row["params"] for row in data["by_heads"]} == {16384}
     assert sum(row["current"] for row in data["rows"]) == 1
+
+
+def test_whatif_plot_says_which_file_it_wrote(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sweep.png"
+    done = invoke(whatif_command, "--d-model", "64", "--heads", "8", "--plot", str(png))
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines() == [f"mhaudit: wrote {png}"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_whatif_input_shape_needs_a_model() -> None:
+    done = invoke(whatif_command, "--d-model", "64", "--heads", "8", "--input-shape", "1x8x64")
+    assert done.exit_code == 2
+    assert done.stderr.startswith("mhaudit: error: --input-shape shapes a model's input")
 
 
 def test_whatif_output_file(tmp_path: Path) -> None:
@@ -160,7 +200,11 @@ def test_whatif_errors_exit_2(args: tuple[str, ...], message: str) -> None:
     done = invoke(whatif_command, *args)
     assert done.exit_code == 2
     assert message in done.stderr
-    assert len(done.stderr.strip().splitlines()) >= 1
+    lines = done.stderr.strip().splitlines()
+    if message == "Invalid value":  # click's own usage error: usage, hint, then the error
+        assert lines[-1].startswith("Error: Invalid value for '--d-model'")
+    else:  # mhaudit's errors are one line
+        assert lines == [lines[0]] and lines[0].startswith("mhaudit: error: ")
 
 
 def test_whatif_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +213,8 @@ def test_whatif_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.Monk
                   str(tmp_path / "x.png"))
     assert done.exit_code == 2
     assert done.stderr.strip() == ("mhaudit: error: --plot needs matplotlib, which is not "
-                                   "installed. Install it with: pip install 'mhaudit[plot]'.")
+                                   "installed. Install it with: pip install 'mhaudit[plot]' "
+                                   "(from PyPI).")
 
 
 def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,6 +239,9 @@ def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
     done = invoke(whatif_command, "model.py", "--block", "layers.0.attn", "--seq-len", "64")
     assert done.exit_code == 0, done.output
     assert seen == {"target": "model.py", "seq_len": 64}
+    shaped = invoke(whatif_command, "model.py", "--input-shape", "2x64x80")
+    assert shaped.exit_code == 0, shaped.output
+    assert seen["input_shape"] == (2, 64, 80)
     assert "what-if for layers.0.attn" in done.output and "MHA002" in done.output
     missing = invoke(whatif_command, "model.py", "--block", "nope")
     assert missing.exit_code == 2 and "'layers.0.attn'" in missing.stderr
@@ -205,7 +253,12 @@ def test_rules_list_and_explain() -> None:
     for code in ("MHA001", "MHA005", "MHA010"):
         assert code in listed.output
     explained = invoke(rules, "MHA007")
-    assert explained.exit_code == 0 and "# MHA007: kv-cache-heavy" in explained.output
+    assert explained.exit_code == 0
+    lines = explained.output.splitlines()
+    assert lines[:2] == ["MHA007: kv-cache-heavy", "=" * len("MHA007: kv-cache-heavy")]
+    assert "**" not in explained.output and "```" not in explained.output
+    raw = invoke(rules, "MHA007", "--format", "markdown")
+    assert raw.output.startswith("# MHA007: kv-cache-heavy\n")
     by_name = invoke(rules, "kv-cache-heavy", "--format", "json")
     assert json.loads(by_name.output)["thresholds"]["min_bytes_per_token"]["default"] == 8192
     assert len(json.loads(invoke(rules, "--format", "json").output)) == 10

@@ -1,18 +1,15 @@
-"""``mhaudit check TARGET``: the CI budget gate."""
+"""``mhaudit check TARGET...``: the CI budget gate."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import click
 
-from mhaudit.api import AuditOptions
 from mhaudit.atomic import OutputPath, write_texts_atomic
 from mhaudit.cli.common import (
-    audit_quietly,
     errors_to_exit,
     model_options,
     options_from,
@@ -20,26 +17,27 @@ from mhaudit.cli.common import (
     rule_config_from,
     rule_options,
     say,
-    warn_unused_shape_options,
     write_output,
 )
+from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
-from mhaudit.gate.baseline import baseline_text, check_same_model, load_baseline_report
-from mhaudit.gate.budget import check_budget_applies, evaluate, load_budget, metric_values
-from mhaudit.render.ci import (
-    budget_to_dict,
-    render_github,
-    render_junit,
-    render_markdown,
-    render_table,
-    verdict,
-)
+from mhaudit.render.gate import CHECK_RENDERERS, Checked, markdown
 
-FORMATS = ("table", "json", "github", "junit", "markdown")
+FORMATS = tuple(CHECK_RENDERERS)
+
+EXAMPLES = """\b
+Examples:
+  mhaudit check model.py --budget mhaudit-budget.toml
+  mhaudit check model.py --baseline mhaudit-baseline.json --update-baseline
+  mhaudit check model.py --baseline mhaudit-baseline.json --format github
+  mhaudit check model.py --format sarif -o mhaudit.sarif
+  mhaudit check model.py --format junit --output mhaudit-junit.xml
+  mhaudit check a.py b.py --budget mhaudit-budget.toml       # worst verdict wins
+"""
 
 
-@click.command("check")
-@click.argument("target")
+@click.command("check", epilog=EXAMPLES, short_help="Fail CI when models exceed a budget.")
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
 @click.option("--budget", "budget_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="TOML file with a [budget] table (default: the nearest "
               "pyproject.toml with [tool.mhaudit.budget]).")
@@ -55,59 +53,72 @@ FORMATS = ("table", "json", "github", "junit", "markdown")
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the output here (atomically; '-' for stdout) instead of stdout.")
-def check_command(target: str, budget_path: Path | None, baseline: Path | None,
+def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: Path | None,
                   update_baseline: bool, allow_other_model: bool, fmt: str,
                   output: Path | None, **params: Any) -> None:
-    """Fail (exit 1) when TARGET is over its attention budget.
+    """Fail (exit 1) when a TARGET is over its attention budget.
 
     TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
     Exit codes: 0 within budget, 1 over budget or a failing flag, 2 bad
-    configuration, 3 the model could not be loaded or traced, 4 a bug in mhaudit.
+    configuration, 3 the model could not be loaded or traced, 4 a bug in mhaudit;
+    with several targets the worst one wins.
     """
-    with errors_to_exit(params.pop("verbose")):
+    verbose = params.pop("verbose")
+    with errors_to_exit(verbose):
         if update_baseline and baseline is None:
             raise ConfigError("--update-baseline needs --baseline FILE",
                               "Name the JSON file to write, e.g. --baseline mhaudit-baseline.json.")
+        if baseline is not None and len(targets) > 1:
+            raise ConfigError("--baseline compares one model, and several targets were given",
+                              "Run mhaudit check once per model, each with its own baseline.")
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
         _refuse_same_file(destination, baseline_out)
+        from mhaudit.api import AuditOptions
+        from mhaudit.gate.baseline import baseline_text, check_same_model, load_baseline_report
+        from mhaudit.gate.budget import check_budget_applies, evaluate, load_budget, metric_values
+        from mhaudit.render.ci import verdict
+
         budget = load_budget(budget_path)
         recorded = (load_baseline_report(baseline)
                     if baseline is not None and not update_baseline else None)
         rule_config = rule_config_from(params)
-        options = AuditOptions(rule_config=rule_config, **options_from(params))
-        check_budget_applies(budget, options.device)
-        report = audit_quietly(target, options)
-        warn_unused_shape_options(report)
-        previous = None
-        if recorded is not None:
-            check_same_model(recorded, report, allow_other=allow_other_model)
-            previous = recorded.metrics
-        outcome = evaluate(report, budget, previous)
-        data = {**report.to_dict(), "budget": budget_to_dict(outcome, metric_values(report))}
-        if fmt == "json":
-            text = json.dumps(data, indent=2) + "\n"
-        elif fmt == "github":
-            text = render_github(outcome)
-        elif fmt == "junit":
-            text = render_junit(outcome)
-        elif fmt == "markdown":
-            text = render_markdown(outcome, title=f"mhaudit budget: {target}")
-        else:
-            text = render_table(outcome, title=f"mhaudit check {target}")
-        if baseline_out is not None:  # both files are replaced, or neither
-            write_texts_atomic([(destination, text), (baseline_out, baseline_text(data))])
-            if destination.path is None:
+        given = options_from(params)
+        check_budget_applies(budget, given.get("device", "meta"))
+        done, worst = audit_each(targets, lambda progress: AuditOptions(
+            rule_config=rule_config, progress=progress, **given), verbose)
+        items = []
+        for target, report in done:
+            previous = None
+            if recorded is not None:
+                check_same_model(recorded, report, allow_other=allow_other_model)
+                previous = recorded.metrics
+            outcome = evaluate(report, budget, previous)
+            items.append(Checked(target, report, outcome, metric_values(report)))
+        if items:
+            sweeps = flagged_sweeps([c.report for c in items]) if fmt == "html" else ()
+            options = render_options(fmt, False, destination.is_stdout, sweeps)
+            text = CHECK_RENDERERS[fmt](items, options)
+            if baseline_out is not None:  # both files are replaced, or neither
+                writes = [(baseline_out, baseline_text(items[0].data()))]
+                if destination.path is not None:
+                    writes.insert(0, (destination, text))
+                write_texts_atomic(writes)
+                if destination.path is None:
+                    write_output(text, destination)
+                say(f"wrote baseline {baseline}")
+            else:
                 write_output(text, destination)
-            say(f"wrote baseline {baseline}")
-        else:
-            write_output(text, destination)
-        if fmt == "github":
-            _append_step_summary(render_markdown(outcome, title=f"mhaudit budget: {target}"))
-        if not destination.is_stdout or fmt in ("json", "junit"):
-            say(verdict(outcome))
-    if not outcome.passed:
-        raise SystemExit(1)
+            if fmt == "github":
+                _append_step_summary(markdown(items))
+            if not destination.is_stdout or fmt in ("json", "junit", "sarif", "html"):
+                for c in items:
+                    prefix = f"{c.target}: " if len(items) > 1 else ""
+                    say(f"{prefix}{verdict(c.outcome)}")
+            if any(not c.outcome.passed for c in items):
+                worst = max(worst, 1)
+    if worst:
+        raise SystemExit(worst)
 
 
 def _refuse_same_file(output: OutputPath, baseline: OutputPath | None) -> None:
@@ -119,13 +130,13 @@ def _refuse_same_file(output: OutputPath, baseline: OutputPath | None) -> None:
                           "Name a JSON file, e.g. --baseline mhaudit-baseline.json.")
 
 
-def _append_step_summary(markdown: str) -> None:
+def _append_step_summary(text: str) -> None:
     """Append to the file GitHub names in GITHUB_STEP_SUMMARY, when it is set."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
     try:
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(markdown + "\n")
+            handle.write(text + "\n")
     except OSError as exc:
         say(f"warning: cannot write GITHUB_STEP_SUMMARY {path}: {exc}")

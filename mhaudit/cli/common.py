@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,21 +153,6 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stderr_progress() -> Callable[[int, int], None]:
-    """A progress line on stderr for timed runs: ``measuring 3/10``."""
-
-    stream = error_stream()
-    interactive = stream.isatty()
-
-    def show(done: int, total: int) -> None:
-        if interactive:
-            click.echo(f"\rmeasuring {done}/{total}", file=stream, nl=done == total)
-        elif done == total:
-            click.echo(f"measured {total} forwards", file=stream)
-
-    return show
-
-
 def say(message: str) -> None:
     """One line for the user on the real stderr (never captured with the model's logs)."""
     click.echo(f"mhaudit: {message}", file=error_stream())
@@ -190,10 +174,14 @@ def _explain(error: BaseException, log: str, verbose: bool) -> None:
     click.echo("".join(traceback.format_exception(error)).rstrip(), file=stream)
 
 
+class CommandExit(SystemExit):
+    """The exit a command's error wrapper chose; an enclosing wrapper lets it through."""
+
+
 def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
     _explain(error, log, verbose)
     click.echo(f"mhaudit: {' '.join(line.split())}", file=error_stream())
-    sys.exit(code)
+    raise CommandExit(code)
 
 
 @contextlib.contextmanager
@@ -214,7 +202,7 @@ def errors_to_exit(verbose: bool = False) -> Iterator[None]:
         except MhauditError as error:
             _exit(f"error: {error.one_line()}", error.exit_code, error,
                   error.log or log.text(), verbose)
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, CommandExit):
             raise
         except KeyboardInterrupt as error:
             _exit("interrupted", INTERRUPTED_EXIT, error, log.text(), verbose)

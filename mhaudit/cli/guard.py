@@ -57,8 +57,12 @@ def protected_stdout() -> Iterator[None]:
 
     In a real process the redirection is kept after the command ends, so a thread the
     model started cannot print after the report. Where stdout has no file descriptor
-    (click's test runner), only ``sys.stdout`` is swapped, and restored.
+    (click's test runner), only ``sys.stdout`` is swapped, and restored. Inside a guarded
+    block a nested guard changes nothing.
     """
+    if _report:
+        yield
+        return
     original = sys.stdout
     err = sys.stderr
     fd, err_fd = _fileno(original), _fileno(err)

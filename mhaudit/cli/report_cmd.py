@@ -1,4 +1,4 @@
-"""``mhaudit report TARGET``: the audit, as a table, JSON or markdown."""
+"""``mhaudit report TARGET...``: the audit as a table, JSON, markdown, SARIF, GitHub or HTML."""
 
 from __future__ import annotations
 
@@ -7,49 +7,72 @@ from typing import Any
 
 import click
 
-from mhaudit.api import AuditOptions
 from mhaudit.cli.common import (
-    audit_quietly,
     errors_to_exit,
     model_options,
     options_from,
     output_path,
     rule_config_from,
     rule_options,
-    stderr_progress,
-    warn_unused_shape_options,
+    say,
     write_output,
 )
-from mhaudit.gate.budget import failing_findings
-from mhaudit.render import RENDERERS, render
+from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
+from mhaudit.render import RENDERERS
+
+EXAMPLES = """\b
+Examples:
+  mhaudit report examples/textbook_mha.py
+  mhaudit report model.py:make_small --seq-len 512,2048,8192 --gpu a100-80g
+  mhaudit report config.json --format json -o report.json
+  mhaudit report model.py --format sarif -o mhaudit.sarif     # GitHub code scanning
+  mhaudit report model.py --format html -o report.html         # charts, one file
+  mhaudit report a.py b.py c.py --fail-on warning              # several models, one process
+"""
 
 
-@click.command("report")
-@click.argument("target")
+@click.command("report", epilog=EXAMPLES, short_help="Audit the attention blocks of models.")
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
 @model_options
 @click.option("--format", "-f", "fmt", type=click.Choice(sorted(RENDERERS)), default="table",
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the report here (atomically; '-' for stdout) instead of stdout.")
+@click.option("--wide", is_flag=True,
+              help="Every table column, unwrapped (default: fit the terminal width).")
 @rule_options
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
               default="never", show_default=True,
               help="Exit 1 when a flag at or above this severity is raised.")
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed forwards when measuring on cpu or cuda.")
-def report_command(target: str, fmt: str, output: Path | None, fail_on: str, repeats: int,
-                   **params: Any) -> None:
-    """Audit the attention blocks of TARGET.
+def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide: bool,
+                   fail_on: str, repeats: int, **params: Any) -> None:
+    """Audit the attention blocks of each TARGET.
 
-    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
+    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json. With
+    several targets every format starts with a summary across models (JSON: a list of
+    reports) and the worst exit code wins.
     """
-    with errors_to_exit(params.pop("verbose")):
+    verbose = params.pop("verbose")
+    with errors_to_exit(verbose):
         destination = output_path(output)
         rule_config = rule_config_from(params)
-        options = AuditOptions(rule_config=rule_config, repeats=repeats,
-                               progress=stderr_progress(), **options_from(params))
-        result = audit_quietly(target, options)
-        warn_unused_shape_options(result)
-        write_output(render(result, fmt), destination)
-    if failing_findings(result.findings, fail_on):
-        raise SystemExit(1)
+        given = options_from(params)
+        from mhaudit.api import AuditOptions
+        from mhaudit.gate.budget import failing_findings
+        from mhaudit.render import render_reports
+
+        done, worst = audit_each(targets, lambda progress: AuditOptions(
+            rule_config=rule_config, repeats=repeats, progress=progress, **given), verbose)
+        reports = [report for _, report in done]
+        if reports:
+            sweeps = flagged_sweeps(reports) if fmt == "html" else ()
+            options = render_options(fmt, wide, destination.is_stdout, sweeps)
+            write_output(render_reports(reports, fmt, options), destination)
+            if any(failing_findings(r.findings, fail_on) for r in reports):
+                worst = max(worst, 1)
+            if destination.path is not None:
+                say(f"wrote {destination.path}")
+    if worst:
+        raise SystemExit(worst)

@@ -9,9 +9,21 @@ import click
 from tabulate import tabulate
 
 from mhaudit.cli.common import errors_to_exit, verbose_option, write_output
+from mhaudit.cli.guard import report_stream
+from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.errors import ConfigError
+from mhaudit.render.rule_text import render_rule_text
+from mhaudit.render.style import RenderOptions
 from mhaudit.rules import REGISTRY, Rule
 from mhaudit.rules.docs import rule_page
+
+EXAMPLES = """\b
+Examples:
+  mhaudit rules                       # every rule, its default severity and summary
+  mhaudit rules MHA004                # what it flags, why it costs, the fix
+  mhaudit rules kv-cache-heavy        # by name
+  mhaudit rules MHA007 --format markdown
+"""
 
 
 def _as_dict(rule: Rule) -> dict[str, Any]:
@@ -23,24 +35,35 @@ def _as_dict(rule: Rule) -> dict[str, Any]:
     }
 
 
-@click.command("rules")
+@click.command("rules", epilog=EXAMPLES, short_help="List the rules, or explain one.")
 @click.argument("code", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
+              default="table", show_default=True, help="Output format.")
 @verbose_option
 def rules(code: str | None, fmt: str, verbose: bool) -> None:
-    """List the rules, or explain one: mhaudit rules MHA005 (a code or a name)."""
+    """List the rules, or explain one by its code or name (mhaudit rules MHA005)."""
     with errors_to_exit(verbose):
-        if code is None:
-            if fmt == "json":
-                text = json.dumps([_as_dict(r) for r in REGISTRY], indent=2)
-            else:
-                table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
-                text = tabulate(table, headers=("code", "name", "severity", "summary"),
-                                maxcolwidths=[None, None, None, 60])
-        else:
-            rule = REGISTRY.get(code)
-            if rule is None:
-                raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
-            text = json.dumps(_as_dict(rule), indent=2) if fmt == "json" else rule_page(rule)
-        write_output(text + "\n", None)
+        write_output(_text(code, fmt), None)
+
+
+def _text(code: str | None, fmt: str) -> str:
+    width = terminal_width()
+    if code is None:
+        if fmt == "json":
+            return json.dumps([_as_dict(r) for r in REGISTRY], indent=2) + "\n"
+        table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
+        headers = ("code", "name", "severity", "summary")
+        if fmt == "markdown":
+            return tabulate(table, headers=headers, tablefmt="github") + "\n"
+        fixed = max(len(r.code) for r in REGISTRY) + max(len(r.name) for r in REGISTRY) + 14
+        return tabulate(table, headers=headers,
+                        maxcolwidths=[None, None, None, max(24, width - fixed)]) + "\n"
+    rule = REGISTRY.get(code)
+    if rule is None:
+        raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
+    if fmt == "json":
+        return json.dumps(_as_dict(rule), indent=2) + "\n"
+    if fmt == "markdown":
+        return rule_page(rule)
+    options = RenderOptions(width=width, color=use_color(report_stream()))
+    return render_rule_text(rule_page(rule), options)

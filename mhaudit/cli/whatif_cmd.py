@@ -7,23 +7,22 @@ import json
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from mhaudit.cli.common import (
     MAX_SIZE,
+    _parse_shape,
     audit_quietly,
     errors_to_exit,
     output_path,
+    say,
     verbose_option,
     write_output,
 )
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
-from mhaudit.render.escape import plain
-from mhaudit.render.units import seconds
-from mhaudit.rules.heads import fmt_bytes, fmt_si
-from mhaudit.whatif import LayoutSpec, WhatIf, WhatIfRow, plot_whatif, spec_from_block
+from mhaudit.render.whatif import render_whatif_table
+from mhaudit.whatif import LayoutSpec, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
 DEFAULT_SEQ_LEN = 2048
@@ -40,41 +39,6 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
                           "Write comma-separated counts, e.g. --try-heads 8,16,32.")
     return tuple(int(item) for item in items)
-
-
-def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
-    kernel = row.backend + (" (scores in HBM)" if row.materializes_scores else "")
-    cells: list[Any] = [
-        "*" if row.current else "", row.heads, row.kv_heads, row.head_dim, f"{row.params:,}",
-        fmt_si(row.flops), fmt_bytes(row.scores_bytes), fmt_bytes(row.kv_cache_bytes_per_token),
-        kernel, row.kernel_head_dim or "-", f"{row.padding_waste:.1%}",
-        f"{seconds(row.est_time_s)} ({row.bound})",
-    ]
-    if measured:
-        cells.append("-" if row.measured_ms is None else f"{row.measured_ms:.3g} ms")
-    cells.append(",".join(row.flags) or "-")
-    return cells
-
-
-def render_table(result: WhatIf) -> str:
-    """The what-if table with a header line and a reading note."""
-    spec = result.spec
-    measured = any(r.measured_ms is not None for r in result.rows)
-    headers = ["", "h", "h_kv", "d_k", "params", "FLOPs", "scores", "KV/token", "kernel",
-               "kernel d", "pad", "est. time (tiles)"]
-    headers += (["measured"] if measured else []) + ["flags"]
-    head = (f"what-if for {plain(spec.name)}: d_model {spec.d_model}, "
-            f"width h·d_k {spec.inner_width}, "
-            f"b {spec.batch_size}, n {spec.seq_len}, {spec.dtype}, {spec.implementation}, "
-            f"on {result.gpu}")
-    mha = {r.params for r in result.rows if r.kv_heads == r.heads}
-    params = (f"params stay {mha.pop():,} for every h with h_kv = h (textbook 4·d² + biases: "
-              f"{result.rows[0].textbook_params:,})" if len(mha) == 1 else "params vary with h")
-    note = (f"{params}; the score matrix b·h·n_q·n_kv grows linearly with h; the KV cache per "
-            "token scales with h_kv·d_k. * marks the current layout.")
-    body = tabulate([_cells(r, measured) for r in result.rows], headers=headers,
-                    disable_numparse=True)
-    return f"{head}\n{body}\n{note}"
 
 
 def _pick_block(
@@ -97,6 +61,8 @@ def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> La
 
     given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu", "timeout")
              if opts[k] is not None}
+    if opts["input_shape"] is not None:
+        given["input_shape"] = _parse_shape(opts["input_shape"])
     report = audit_quietly(target, AuditOptions(**given))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
@@ -117,7 +83,16 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
     )
 
 
-@click.command("whatif")
+EXAMPLES = """\b
+Examples:
+  mhaudit whatif --d-model 4096 --heads 32 --kv-heads 8 --seq-len 8192
+  mhaudit whatif --d-model 768 --heads 12 --try-heads 6,8,12,16 --plot sweep.png
+  mhaudit whatif model.py --block layers.0.self_attn --format json
+  mhaudit whatif vit.py --input-shape 1x3x224x224 --device cuda   # also measure each layout
+"""
+
+
+@click.command("whatif", epilog=EXAMPLES, short_help="Costs of other head layouts of a block.")
 @click.argument("target", required=False)
 @click.option("--block", "block_name", help="Module name of the block to vary (default: first).")
 @click.option("--d-model", type=_SIZE, help="Model width d (spec mode).")
@@ -126,6 +101,8 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
 @click.option("--head-dim", type=_SIZE, help="d_k when h·d_k ≠ d (default: d/h).")
 @click.option("--seq-len", type=_SIZE, help=f"Sequence length n (spec default {DEFAULT_SEQ_LEN}).")
 @click.option("--batch-size", type=_SIZE, help="Batch size b (spec default 1).")
+@click.option("--input-shape", help="Shape of the model's single input, e.g. 2x3x224x224 "
+              "(model mode).")
 @click.option("--dtype", help="Element type: bfloat16, float16, float32 (spec default bf16).")
 @click.option("--gpu", help=f"Target GPU profile (default {DEFAULT_GPU}).")
 @click.option("--implementation", type=click.Choice(["sdpa", "eager"]),
@@ -140,18 +117,25 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), help="Also draw the sweep to FILE.png.")
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Also draw both sweeps to FILE.png (needs matplotlib).")
 @click.option("--output", "-o", type=click.Path(), help="Write to FILE ('-': stdout), not stdout.")
 @verbose_option
 def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: Any) -> None:
-    """What changes with the head layout: mhaudit whatif --d-model 4096 --heads 32 --kv-heads 8,
-    or mhaudit whatif model.py --block layers.0.self_attn."""
+    """What changes with the head layout of one block: h over the divisors of the width,
+    and h_kv over the divisors of h.
+
+    Give a spec (--d-model, --heads, --kv-heads) or a model TARGET and --block.
+    """
     with errors_to_exit(verbose):
         destination = output_path(opts["output"])
         spec_flags = [k for k in ("d_model", "heads", "kv_heads", "head_dim") if opts[k]]
         if target is not None and spec_flags:
             raise ConfigError("give a model or a --d-model/--heads spec, not both",
                               f"Drop --{spec_flags[0].replace('_', '-')} or the model.")
+        if target is None and opts["input_shape"] is not None:
+            raise ConfigError("--input-shape shapes a model's input, and no model was given",
+                              "Add the model file, or drop --input-shape.")
         spec = _model_spec(target, block_name, opts) if target else _spec(opts)
         profile = get_profile(opts["gpu"] or DEFAULT_GPU)
         result = run_whatif(spec, profile, try_heads=_int_list(opts["try_heads"]),
@@ -161,8 +145,10 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
             data["rows"] = [dataclasses.asdict(r) for r in result.rows]
             text = json.dumps(data, indent=2)
         else:
-            text = render_table(result)
+            text = render_whatif_table(result)
         if opts["plot"]:
-            plot_whatif(result, opts["plot"])
+            from mhaudit.render.whatif_plot import plot_whatif
+
+            say(f"wrote {plot_whatif(result, opts['plot'])}")
         write_output(text + "\n", destination)
 

@@ -23,6 +23,7 @@ from mhaudit.data.costs import (
 from mhaudit.data.findings import Finding, Severity
 from mhaudit.data.gate import BudgetLimit, BudgetResult, GateOutcome
 from mhaudit.data.layout import Deviation, Layout, ParamBreakdown, Projection
+from mhaudit.data.location import SourceLocation
 from mhaudit.data.report import (
     AttentionBlock,
     BlockGroup,
@@ -53,6 +54,7 @@ __all__ = [
     "Roofline",
     "ScalingPoint",
     "Severity",
+    "SourceLocation",
     "TargetEstimate",
     "Timing",
     "Totals",

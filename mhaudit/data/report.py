@@ -15,6 +15,7 @@ from mhaudit.data.costs import (
 )
 from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown
+from mhaudit.data.location import SourceLocation
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class AttentionBlock:
     findings: tuple[Finding, ...] = ()
     target: TargetEstimate | None = None
     """Kernel and roofline estimate on the target GPU."""
+    location: SourceLocation | None = None
+    """The ``class`` line of the block's module, or where the model is built."""
 
     @property
     def name(self) -> str:
@@ -54,6 +57,8 @@ class ModelInfo:
     """Parameter bytes at ``dtype``."""
     inputs_inferred: bool = False
     """True when mhaudit made the inputs up from the model's first layer."""
+    location: SourceLocation | None = None
+    """The target file and the line where the model is built, when known."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,24 @@ Takes a :class:`~mhaudit.trace.TracedGraph` and the model; returns one
 
 from __future__ import annotations
 
-from mhaudit.detect.blocks import detect
-from mhaudit.detect.params import count
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mhaudit.detect.blocks import detect
+    from mhaudit.detect.params import count
+
+# Entry points load on first use, so that importing a stage (for its data or its
+# profiles) does not import torch.
+_LAZY = {
+    "detect": "mhaudit.detect.blocks",
+    "count": "mhaudit.detect.params",
+}
 
 __all__ = ["count", "detect"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,6 +7,22 @@ gates in one call).
 
 from __future__ import annotations
 
-from mhaudit.gate.check import check
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mhaudit.gate.check import check
+
+# Entry points load on first use, so that importing a stage (for its data or its
+# profiles) does not import torch.
+_LAZY = {
+    "check": "mhaudit.gate.check",
+}
 
 __all__ = ["check"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ from mhaudit.errors import LoadError, first_line
 from mhaudit.load.contain import contained
 from mhaudit.load.offline import hub_offline, set_offline_env
 
-HF_TIP = "pip install 'mhaudit[hf]'"
+HF_TIP = "pip install 'mhaudit[hf]' (from PyPI)"
 """The one-line fix when transformers is missing."""
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from typing import Any
 
 from tabulate import tabulate
 
-from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity
+from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity, SourceLocation
 from mhaudit.render import escape
 from mhaudit.render.serialize import finding_to_dict
 from mhaudit.render.units import metric_value
@@ -110,8 +111,13 @@ _escape_property = escape.github_property
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
-def render_github(outcome: GateOutcome) -> str:
-    """GitHub workflow commands: one annotation per breach and failing flag, then the verdict."""
+def render_github(
+    outcome: GateOutcome, locations: Mapping[str | None, SourceLocation] | None = None
+) -> str:
+    """GitHub workflow commands: one annotation per breach and failing flag, then the verdict.
+
+    ``locations`` maps a block name (None: the model) to its source, for ``file=``/``line=``.
+    """
     lines = [
         f"::{_COMMANDS[r.severity]} title={_escape_property(f'mhaudit budget {r.metric}')}"
         f"::{_escape_data(budget_message(r))}"
@@ -120,7 +126,10 @@ def render_github(outcome: GateOutcome) -> str:
     for flag in outcome.failing_findings:
         title = _escape_property(f"mhaudit {flag.code} {flag.name}")
         text = _flag_line(flag) + (f" Fix: {flag.fix}" if flag.fix else "")
-        lines.append(f"::{_COMMANDS[flag.severity]} title={title}::{_escape_data(text)}")
+        where = (locations or {}).get(flag.block) or (locations or {}).get(None)
+        place = (f"file={_escape_property(where.path)},line={where.line},"
+                 if where is not None else "")
+        lines.append(f"::{_COMMANDS[flag.severity]} {place}title={title}::{_escape_data(text)}")
     lines.append(verdict(outcome))
     return "\n".join(lines) + "\n"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from mhaudit.data import Report
+from mhaudit.render.style import PLAIN, RenderOptions
 
 
-def render_json(report: Report) -> str:
+def render_json(report: Report, options: RenderOptions = PLAIN) -> str:
     """The report as indented JSON (schema version 1)."""
     return json.dumps(report.to_dict(), indent=2, sort_keys=False) + "\n"

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from mhaudit.data import Report
 from mhaudit.render.escape import defuse_lines, markdown, markdown_code
+from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     MEASURE_HEADERS,
@@ -21,7 +22,7 @@ from mhaudit.render.table import (
 )
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, options: RenderOptions = PLAIN) -> str:
     """The report as GitHub-flavoured markdown."""
     title, how = header_lines(report)
     out = [f"## {markdown(title)}", "", markdown(how), ""]

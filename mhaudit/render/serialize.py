@@ -12,6 +12,7 @@ from mhaudit.data import (
     Projection,
     Report,
     ScalingPoint,
+    SourceLocation,
     TargetEstimate,
     Timing,
 )
@@ -42,6 +43,13 @@ def finding_to_dict(finding: Finding) -> dict[str, Any]:
         "block": finding.block,
         "numbers": dict(finding.numbers),
     }
+
+
+def location_to_dict(where: SourceLocation | None) -> dict[str, Any] | None:
+    """``{path, line, symbol}`` or None."""
+    if where is None:
+        return None
+    return {"path": where.path, "line": where.line, "symbol": where.symbol}
 
 
 def _projection(p: Projection | None) -> dict[str, Any] | None:
@@ -127,6 +135,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         },
         "flags": [finding_to_dict(f) for f in block.findings],
         "target": None if block.target is None else target_to_dict(block.target),
+        "location": location_to_dict(block.location),
     }
 
 
@@ -205,6 +214,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "dtype": info.dtype,
             "inputs": info.inputs,
             "inputs_inferred": info.inputs_inferred,
+            "location": location_to_dict(info.location),
         },
         "blocks": [block_to_dict(b) for b in report.blocks],
         "groups": [

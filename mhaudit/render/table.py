@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
 from tabulate import tabulate
 
 from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render import units
 from mhaudit.render.escape import defuse_lines, plain
+from mhaudit.render.style import PLAIN, RenderOptions, paint, wrap
 
 BLOCK_HEADERS = (
     "block", "×", "type", "kind", "impl", "d_model", "h", "h_kv", "d_k", "params",
     "4·d²+b", "Δ", "FLOPs", "scores", "KV/token", "flags",
 )
+CORE_HEADERS = (
+    "block", "×", "impl", "h", "h_kv", "d_k", "params", "Δ", "FLOPs", "KV/token", "flags",
+)
+"""The columns of the default terminal table; ``--wide`` shows all of BLOCK_HEADERS."""
 
 
 def block_rows(report: Report) -> list[list[str]]:
@@ -181,27 +188,112 @@ def measure_rows(report: Report) -> list[list[str]]:
     ]
 
 
-def render_table(report: Report) -> str:
-    """The report for a terminal."""
-    out = header_lines(report)
-    out.append("")
+DROP_ORDER = ("Δ", "impl", "×", "KV/token")
+"""Core columns given up, in this order, when even wrapped cells do not fit the width."""
+
+
+def block_table(report: Report, options: RenderOptions = PLAIN) -> str:
+    """The block table: every column with ``wide`` (or no width), else the core columns,
+    with the block and flags cells wrapped (and the least needed columns dropped) until the
+    table fits ``options.width``."""
+    rows = block_rows(report)
+    if options.wide or options.width is None:
+        return tabulate(rows, headers=BLOCK_HEADERS, tablefmt="simple", disable_numparse=True)
+    headers = list(CORE_HEADERS)
+    text = _fit(rows, headers, options.width)
+    for dropped in DROP_ORDER:
+        if _width(text) <= options.width:
+            break
+        headers.remove(dropped)
+        text = _fit(rows, headers, options.width)
+    return text
+
+
+def _fit(rows: list[list[str]], headers: list[str], width: int) -> str:
+    """The table of ``headers``, the flags then the block cells wrapped to fit ``width``."""
+    keep = [BLOCK_HEADERS.index(h) for h in headers]
+    picked = [[row[i].replace(",MHA", ", MHA") for i in keep] for row in rows]
+
+    def draw(flags: int | None, block: int | None) -> str:
+        cells = [[_break_at_dots(r[0], block), *r[1:]] for r in picked]
+        limits: list[int | None] = [*([None] * (len(headers) - 1)), flags]
+        return tabulate(cells, headers=headers, tablefmt="simple",
+                        disable_numparse=True, maxcolwidths=limits)
+
+    flags = max([5] + [len(r[-1]) for r in picked])
+    block = max([5] + [len(r[0]) for r in picked])
+    text = draw(None, None)
+    while _width(text) > width and flags > 7:  # "MHA002," per line at the least
+        flags -= 1
+        text = draw(flags, None)
+    while _width(text) > width and block > 12:
+        block -= 1
+        text = draw(flags, block)
+    return text
+
+
+_DOT = re.compile(r"\.(?![^{]*\})")  # a dot that is not inside {0..31}
+
+
+def _break_at_dots(name: str, limit: int | None) -> str:
+    """A dotted module name on lines of at most ``limit``, broken after dots where it can."""
+    if limit is None or len(name) <= limit:
+        return name
+    lines, current = [], ""
+    for part in _DOT.sub(".\0", name).split("\0"):
+        if current and len(current) + len(part) > limit:
+            lines.append(current)
+            current = ""
+        while len(part) > limit:
+            lines.append(part[:limit])
+            part = part[limit:]
+        current += part
+    return "\n".join([*lines, current] if current else lines)
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def _flag_items(report: Report, options: RenderOptions) -> list[str]:
+    lines = []
+    for line in flag_lines(report):
+        if line.startswith("  fix: "):
+            lines.extend(wrap(line, options, hang=5))
+            continue
+        code, severity, _ = line.split(" ", 2)
+        wrapped = wrap(line, options)
+        level = next((f.severity for f in report.findings if f.code == code), None)
+        head = paint(f"{code} {severity}", level, options)
+        wrapped[0] = head + wrapped[0][len(code) + len(severity) + 1:]
+        lines.extend(wrapped)
+    return lines
+
+
+def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
+    """The report for a terminal, fitted to ``options.width`` unless ``options.wide``."""
+
+    def prose(lines: list[str]) -> list[str]:
+        return [part for line in lines for part in wrap(line, options)]
+
+    title, *how = header_lines(report)
+    out = [paint(title, None, options), *prose(how), ""]
     if report.groups:
-        out.append(tabulate(block_rows(report), headers=BLOCK_HEADERS, tablefmt="simple",
-                            disable_numparse=True))
+        out.append(block_table(report, options))
         out.append("")
         out.append("Parameters (W_Q, W_K, W_V, W_O with biases):")
         for group in report.groups:
-            out.extend(formula_lines(group))
+            out.extend(prose(formula_lines(group)))
     else:
         out.append("no attention blocks found")
     out.append("")
     targets = target_lines(report)
     if targets:
-        out.extend(targets)
+        out.extend(prose(targets))
         out.append("")
     if report.findings:
         out.append("Flags:")
-        out.extend(flag_lines(report))
+        out.extend(_flag_items(report, options))
         out.append("")
     if report.scaling:
         out.append(tabulate(scaling_rows(report), headers=SCALING_HEADERS, tablefmt="simple",
@@ -211,5 +303,5 @@ def render_table(report: Report) -> str:
         out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="simple",
                             disable_numparse=True))
         out.append("")
-    out.extend(total_lines(report))
+    out.extend(prose(total_lines(report)))
     return defuse_lines("\n".join(out)) + "\n"

@@ -1,12 +1,11 @@
 """CI renderers: golden files, valid JUnit XML, GitHub escaping, value formatting.
 
-Regenerate the golden files with ``MHAUDIT_REGEN_GOLDEN=1 pytest`` or ``pytest --regen-golden``.
+Regenerate the golden files with ``pytest --regen-golden``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -80,7 +79,7 @@ def test_golden(name: str, case: str, regen_golden: bool) -> None:
     outcome = failing_outcome() if case == "fail" else passing_outcome()
     text = RENDERERS[name](outcome)
     path = GOLDEN / f"ci_{case}_{name}"
-    if regen_golden or os.environ.get("MHAUDIT_REGEN_GOLDEN") == "1":
+    if regen_golden:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")

@@ -1,0 +1,72 @@
+"""Several targets in one process: audit each, keep going past failures, worst exit code wins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mhaudit.cli.common import audit_quietly, errors_to_exit, warn_unused_shape_options
+from mhaudit.cli.guard import report_stream
+from mhaudit.cli.progress import Status
+from mhaudit.cli.terminal import terminal_width, use_color
+from mhaudit.render.style import RenderOptions
+
+if TYPE_CHECKING:
+    from mhaudit.api import AuditOptions
+    from mhaudit.data import Report
+
+INTERRUPTED = 130
+
+
+def audit_each(
+    targets: Sequence[str], make_options: Callable[[Callable[[int, int], None]], AuditOptions],
+    verbose: bool = False,
+) -> tuple[list[tuple[str, Report]], int]:
+    """Audit every target; a failure prints its one line and the others still run.
+
+    Returns the reports that were made and the worst exit code of the failures (0 if none).
+    """
+    done: list[tuple[str, Report]] = []
+    worst = 0
+    for target in targets:
+        try:
+            with errors_to_exit(verbose), Status(f"mhaudit: {target}") as status:
+                report = audit_quietly(target, make_options(status.measured))
+            warn_unused_shape_options(report)
+            done.append((target, report))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+            if code == INTERRUPTED:
+                raise
+            worst = max(worst, code)
+    return done, worst
+
+
+def render_options(fmt: str, wide: bool, to_stdout: bool, sweeps: tuple[Any, ...] = ()
+                   ) -> RenderOptions:
+    """Width and colour for the terminal table; plain for files and machine formats."""
+    if fmt != "table":
+        return RenderOptions(wide=wide, sweeps=sweeps)
+    return RenderOptions(width=None if wide else terminal_width(), wide=wide,
+                         color=to_stdout and use_color(report_stream()), sweeps=sweeps)
+
+
+def flagged_sweeps(reports: Sequence[Report], limit: int = 4) -> tuple[Any, ...]:
+    """What-if sweeps of the blocks that findings name (for the HTML charts)."""
+    from mhaudit.cost.devices import get_profile
+    from mhaudit.errors import MhauditError
+    from mhaudit.whatif import spec_from_block, whatif
+
+    sweeps: list[Any] = []
+    for report in reports:
+        named = {f.block for f in report.findings}
+        for group in report.groups:
+            block = group.block
+            if block.name not in named or block.target is None or len(sweeps) >= limit:
+                continue
+            try:
+                spec = spec_from_block(block, report.model.dtype)
+                sweeps.append(whatif(spec, get_profile(block.target.gpu)))
+            except MhauditError:
+                continue
+    return tuple(sweeps)

@@ -1,0 +1,134 @@
+"""Renderers of ``mhaudit check``: one per format, for one checked model or several."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from mhaudit.data import GateOutcome, Report, Severity, SourceLocation
+from mhaudit.render import ci
+from mhaudit.render.html import html_table, page, report_section
+from mhaudit.render.sarif import fingerprint, physical, sarif_log
+from mhaudit.render.style import PLAIN, RenderOptions
+from mhaudit.render.summary import summary_table
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One target through the gate: its report, the verdict, and the metrics judged."""
+
+    target: str
+    report: Report
+    outcome: GateOutcome
+    metrics: dict[str, float | None]
+
+    def data(self) -> dict[str, Any]:
+        """The JSON report with its ``budget`` section."""
+        return {**self.report.to_dict(),
+                "budget": ci.budget_to_dict(self.outcome, self.metrics)}
+
+    def locations(self) -> dict[str | None, SourceLocation]:
+        """Block name (None: the model) to its source location."""
+        found: dict[str | None, SourceLocation] = {
+            b.name: b.location for b in self.report.blocks if b.location is not None}
+        if self.report.model.location is not None:
+            found[None] = self.report.model.location
+        return found
+
+
+CheckRenderer = Callable[[Sequence[Checked], RenderOptions], str]
+
+BUDGET_RULE = {
+    "id": "MHAB001",
+    "name": "attention-budget-exceeded",
+    "shortDescription": {"text": "A model metric is over its budget or grew past its baseline."},
+    "fullDescription": {"text": "The budget gate compares parameters, FLOPs, KV cache, peak "
+                        "memory and latency with the limits in the [budget] table."},
+    "helpUri": "https://github.com/mhaudit/mhaudit#ci-model-budget-gate",
+    "defaultConfiguration": {"level": "error"},
+}
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def _table(items: Sequence[Checked], options: RenderOptions) -> str:
+    parts = [ci.render_table(c.outcome, title=f"mhaudit check {c.target}") for c in items]
+    if len(items) > 1:
+        table = summary_table([c.report for c in items])
+        parts.insert(0, f"mhaudit: {len(items)} models\n\n{table}\n")
+    return "\n".join(parts)
+
+
+def _json(items: Sequence[Checked], options: RenderOptions) -> str:
+    data: Any = items[0].data() if len(items) == 1 else [c.data() for c in items]
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _github(items: Sequence[Checked], options: RenderOptions) -> str:
+    return "".join(ci.render_github(c.outcome, c.locations()) for c in items)
+
+
+def markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
+    """The job summary: one section per target, a summary table first when there are several."""
+    parts = [ci.render_markdown(c.outcome, title=f"mhaudit budget: {c.target}") for c in items]
+    if len(items) > 1:
+        parts.insert(0, f"## mhaudit: {len(items)} models\n\n"
+                     f"{summary_table([c.report for c in items], 'github')}\n")
+    return "\n".join(parts)
+
+
+def _junit(items: Sequence[Checked], options: RenderOptions) -> str:
+    if len(items) == 1:
+        return ci.render_junit(items[0].outcome)
+    root = ET.Element("testsuites", name="mhaudit")
+    for c in items:
+        for suite in ET.fromstring(ci.render_junit(c.outcome, suite=f"mhaudit.{c.target}")):
+            root.append(suite)
+    for key in ("tests", "failures", "errors"):
+        root.set(key, str(sum(int(s.get(key, "0")) for s in root)))
+    ET.indent(root)
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{ET.tostring(root, encoding="unicode")}\n'
+
+
+def _sarif(items: Sequence[Checked], options: RenderOptions) -> str:
+    breaches = [
+        {
+            "ruleId": BUDGET_RULE["id"],
+            "level": _LEVEL[r.severity],
+            "message": {"text": f"{c.target}: {ci.budget_message(r)}"},
+            "locations": physical(c.report.model.location),
+            "partialFingerprints": {"mhaudit/v1": fingerprint("budget", r.metric, c.target)},
+        }
+        for c in items for r in c.outcome.results if not r.passed
+    ]
+    log = sarif_log([c.report for c in items], [BUDGET_RULE], breaches)
+    return json.dumps(log, indent=2) + "\n"
+
+
+def _html(items: Sequence[Checked], options: RenderOptions) -> str:
+    parts = []
+    for c in items:
+        rows = [[r.metric, ci.format_value(r.metric, r.actual), ci.format_value(r.metric, r.limit),
+                 r.severity.value, "ok" if r.passed else "over"] for r in c.outcome.results]
+        verdict = ci.verdict(c.outcome)
+        title = escape(f"mhaudit check {c.target}: {verdict.split(':')[0]}")
+        parts.append(f"<section><h1>{title}</h1>"
+                     + html_table(["metric", "actual", "limit", "severity", "status"], rows)
+                     + f"<p>{escape(verdict)}</p>" + report_section(c.report, options, level=2)
+                     + "</section>")
+    return page(f"mhaudit check: {', '.join(c.target for c in items)}", "\n".join(parts))
+
+
+CHECK_RENDERERS: dict[str, CheckRenderer] = {
+    "table": _table,
+    "json": _json,
+    "github": _github,
+    "junit": _junit,
+    "markdown": markdown,
+    "sarif": _sarif,
+    "html": _html,
+}
+"""Every format of ``mhaudit check``."""

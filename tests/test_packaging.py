@@ -1,0 +1,96 @@
+"""Distribution: the wheel and sdist build cleanly; the pre-commit hooks and the action exist."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_and_sdist_build_without_warnings_and_pass_twine(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    pytest.importorskip("twine")
+    from mhaudit import __version__
+
+    # setuptools warns that byte-compiling is disabled when PYTHONDONTWRITEBYTECODE is set:
+    # that is the caller's environment, not the package's configuration.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, env=env, timeout=600, check=False)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output[-2000:]
+    assert not re.search(r"warning|deprecat", output, re.IGNORECASE), [
+        line for line in output.splitlines() if re.search(r"warn|deprecat", line, re.I)]
+    wheel = tmp_path / f"mhaudit-{__version__}-py3-none-any.whl"
+    sdist = tmp_path / f"mhaudit-{__version__}.tar.gz"
+    assert wheel.exists() and sdist.exists()
+    checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel),
+                              str(sdist)], capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with zipfile.ZipFile(wheel) as archive:
+        meta = archive.read(f"mhaudit-{__version__}.dist-info/METADATA").decode()
+        names = archive.namelist()
+    assert f"Version: {__version__}\n" in meta
+    assert "License-Expression: MIT\n" in meta and "License-File: LICENSE\n" in meta
+    assert f"mhaudit-{__version__}.dist-info/licenses/LICENSE" in names
+    assert "mhaudit/py.typed" in names
+
+
+def test_version_lives_in_one_place() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'dynamic = ["version"]' in text and 'attr = "mhaudit.__version__"' in text
+    assert not re.search(r"^version\s*=\s*\"", text, re.MULTILINE)
+    assert 'license = "MIT"' in text and 'license-files = ["LICENSE"]' in text
+
+
+def test_constraints_pin_torch_and_transformers() -> None:
+    pins = dict(line.split("==") for line in
+                (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert set(pins) >= {"torch", "transformers"}
+    transformers = pytest.importorskip("transformers")
+    assert pins["transformers"] == transformers.__version__
+
+
+def test_pre_commit_hooks_run_the_gate_and_the_report() -> None:
+    yaml = pytest.importorskip("yaml")
+    hooks = {h["id"]: h for h in yaml.safe_load(
+        (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))}
+    assert set(hooks) == {"mhaudit-check", "mhaudit-report"}
+    assert hooks["mhaudit-check"]["entry"] == "mhaudit check"
+    assert hooks["mhaudit-report"]["entry"].startswith("mhaudit report")
+    for hook in hooks.values():
+        assert hook["language"] == "python" and hook["pass_filenames"] is False
+    example = yaml.safe_load((ROOT / "examples" / "ci" / "pre-commit-config.example.yaml")
+                             .read_text(encoding="utf-8"))
+    used = {h["id"] for repo in example["repos"] for h in repo["hooks"]}
+    assert used == set(hooks)
+
+
+def test_action_runs_the_gate_with_annotations_and_a_summary() -> None:
+    yaml = pytest.importorskip("yaml")
+    action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    assert set(action["inputs"]) >= {"targets", "budget", "baseline", "format"}
+    assert action["inputs"]["format"]["default"] == "github"
+    assert action["runs"]["using"] == "composite"
+    script = "\n".join(step.get("run", "") for step in action["runs"]["steps"])
+    assert 'pip install --quiet "${GITHUB_ACTION_PATH}[hf]"' in script
+    assert "mhaudit check" in script and "GITHUB_STEP_SUMMARY" in script
+    bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True,
+                          check=False)
+    assert bash.returncode == 0, bash.stderr
+
+
+def test_readme_recipe_uses_the_hooks_and_the_action() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "id: mhaudit-check" in readme and "uses: mhaudit/mhaudit@" in readme
