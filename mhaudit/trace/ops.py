@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import fx
+if TYPE_CHECKING:
+    from torch import fx
 
 
 def strip_inplace(name: str) -> str:
@@ -35,6 +35,8 @@ def qualified_name(target: Any) -> str:
 
 
 def _name(target: Any) -> str:
+    import torch  # the op table itself stays importable without torch
+
     if isinstance(target, torch._ops.OpOverload):
         return str(target.overloadpacket)
     if isinstance(target, torch._ops.OpOverloadPacket):
