@@ -21,6 +21,7 @@ from mhaudit.cli.guard import (
 from mhaudit.cost.devices import PROFILES
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, MhauditError, first_line
 from mhaudit.load.device import parse_device
+from mhaudit.render.escape import plain
 from mhaudit.rules import RuleConfig, load_config
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class CommandExit(SystemExit):
 
 def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
     _explain(error, log, verbose)
-    click.echo(f"mhaudit: {' '.join(line.split())}", file=error_stream())
+    click.echo(f"mhaudit: {plain(' '.join(line.split()))}", file=error_stream())
     raise CommandExit(code)
 
 

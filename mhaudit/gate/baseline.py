@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,15 +113,21 @@ def check_same_model(baseline: Baseline, report: Report, *, allow_other: bool = 
         return
     recorded = (baseline.source, baseline.class_name)
     current = (report.model.source, report.model.class_name)
-    if baseline.source is None and baseline.class_name is None:
-        return
-    if recorded != current:
+    same_class = baseline.class_name in (None, report.model.class_name)
+    if not (same_class and _same_source(baseline.source, report.model.source)):
         raise ConfigError(
             f"{baseline.origin} was recorded for {recorded[0]} ({recorded[1]}), not for "
             f"{current[0]} ({current[1]})",
             "Record a baseline for this model with --update-baseline, or pass "
             "--allow-other-model to compare anyway.",
         )
+
+
+def _same_source(recorded: str | None, current: str) -> bool:
+    """Targets compare as written, with ``./`` and doubled separators normalised away."""
+    if recorded is None:
+        return True
+    return os.path.normpath(recorded) == os.path.normpath(current)
 
 
 def baseline_text(data: Mapping[str, Any]) -> str:

@@ -124,6 +124,8 @@ def contained(
     with ``trace=True``) naming both; MhauditError and a real Ctrl-C pass through.
     """
     error_type = TraceError if trace else LoadError
+    if not _stages:
+        _sigint.clear()  # a Ctrl-C from an earlier audit in this process is over
     _stages.append(stage)
     try:
         with _watch_sigint():

@@ -80,27 +80,34 @@ def load_target(
             raise ConfigError("--input-shape does not apply to a config.json target",
                               "Use --batch-size and --seq-len to shape its inputs.")
         return _load_hf_config(path, target, device, batch_size, seq_len)
-    with preserved_state(model_folder(target)), quiet_stdout(), device_context(device):
-        module = _import_target(path_part)
-        model = _build(module, attr, target)
-        args, kwargs, inferred = _inputs(module, model, batch_size, seq_len, input_shape,
-                                         target)
-    if device == "meta":
-        model, args, kwargs = _on_meta(model, args, kwargs)
+    with preserved_state(model_folder(target)), quiet_stdout():
+        module = _import_target(path_part)  # outside the device context: libraries it
+        with device_context(device):  # imports keep their import-time tensors real
+            model = _build(module, attr, target)
+            args, kwargs, inferred = _inputs(module, model, batch_size, seq_len, input_shape,
+                                             target)
+        model, args, kwargs = _on_device(model, args, kwargs, device, target)
     return LoadedModel(model, args, kwargs, target, inferred)
 
 
-def _on_meta(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+def _on_device(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], device: str, target: str
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
-    """Move a model and inputs made outside the meta context (at import) onto meta."""
-    if any(t.device.type != "meta" for t in model_tensors(model)):
-        with contained("moving the model to meta", "model"):
-            model = model.to("meta")
+    """Move a model and inputs made at import time (a module-level ``model`` or
+    ``EXAMPLE_INPUTS``) onto the device the audit builds on."""
+    place = torch.device(parse_device(device))
+
+    def elsewhere(tensor: torch.Tensor) -> bool:
+        return tensor.device.type != place.type or (
+            place.index is not None and tensor.device.index != place.index)
+
+    if any(elsewhere(t) for t in model_tensors(model)):
+        with contained(f"moving the model to {device}", target):
+            model = model.to(place)
 
     def move(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.device.type != "meta":
-            return value.to("meta")
+        if isinstance(value, torch.Tensor) and elsewhere(value):
+            return value.to(place)
         return value
 
     return model, tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}

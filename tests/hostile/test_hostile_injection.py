@@ -89,3 +89,12 @@ def test_github_annotations_and_job_summary(model: Path, budget: Path, tmp_path:
     text = summary.read_text(encoding="utf-8")
     assert "<b>" not in text and "&lt;b&gt;" in text
     _clean_lines(text)
+
+
+def test_error_lines_show_control_characters_escaped(tmp_path: Path) -> None:
+    model = model_file(tmp_path, "def build_model():\n"
+                                 "    raise ValueError('bad\\x1b[2J\\rname')\n", name="esc.py")
+    run = invoke("report", model)
+    assert run.code == 3
+    assert "\x1b" not in run.stderr and "\r" not in run.stderr
+    assert "\\x1b[2J" in run.stderr

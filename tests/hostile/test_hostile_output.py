@@ -119,6 +119,16 @@ def test_dash_means_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert not (tmp_path / "-").exists()
 
 
+def test_dev_stdout_is_the_report_stream_and_never_replaced(tmp_path: Path) -> None:
+    model = model_file(tmp_path, "def build_model():\n    return Attention()\n")
+    node = Path("/dev/stdout")
+    was_link = node.is_symlink()
+    run = invoke("report", model, "-f", "json", "--output", "/dev/stdout")
+    assert run.code == 0, run.stderr
+    assert json.loads(run.stdout)["schema_version"] == 1
+    assert node.is_symlink() == was_link  # the link itself is untouched
+
+
 def test_full_disk_on_output_is_one_line(tmp_path: Path) -> None:
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
