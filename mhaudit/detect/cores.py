@@ -11,7 +11,7 @@ from mhaudit.detect.logits import LOGIT_MOVE_OPS, extra_columns, head_mix_input
 from mhaudit.detect.masks import looks_causal
 from mhaudit.detect.padding import head_dims
 from mhaudit.trace.einsum import EinsumError, expand_einsum
-from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs, val
+from mhaudit.trace.graphs import arg, numel, param_root, shape, tensor_inputs, val
 from mhaudit.trace.ops import MATMUL_OPS, SDPA_OPS, SDPA_VARIANTS, SOFTMAX_OPS, op_name
 
 
@@ -41,6 +41,9 @@ class Core:
     """True when a head-axis linear map mixes the logits or probabilities."""
     padded_head_dim: int | None = None
     """Head dim the kernel runs at when Q/K/V are zero-padded to it."""
+    maps: int = 1
+    """Softmax maps combined (picked apart and subtracted) into each map V meets
+    (differential attention: 2)."""
 
 
 # Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping.
@@ -138,7 +141,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     if found is None:
         return None
     scores, masks, scale, sinks, mixed = found
-    context, probs, mixed_after = _find_context(softmax, params)
+    context, probs, mixed_after, picked = _find_context(softmax, params)
     if context is None or probs is None:
         return None
     q, k, d_k, qk_axes = _scores_operands(scores)
@@ -161,7 +164,14 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         axes=(*qk_axes, v_axis),
         sinks=sinks,
         head_mixing=mixed or mixed_after,
+        maps=_maps(softmax, probs) if picked else 1,
     )
+
+
+def _maps(softmax: fx.Node, probs: fx.Node) -> int:
+    """Softmax maps per map that meets V, when maps were picked apart and combined."""
+    ratio, rest = divmod(numel(softmax), numel(probs) or 1)
+    return ratio if ratio > 1 and not rest else 1
 
 
 _Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool]
@@ -234,26 +244,33 @@ def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int) -> bool:
 
 def _find_context(
     softmax: fx.Node, params: dict[str, str]
-) -> tuple[fx.Node | None, fx.Node | None, bool]:
+) -> tuple[fx.Node | None, fx.Node | None, bool, bool]:
     """Walk forward from softmax to the matmul that applies the probabilities to V.
 
-    Also says whether a head-axis map mixes the probabilities on the way.
+    Also says whether a head-axis map mixes the probabilities on the way, and whether
+    maps are picked apart (``select``) and combined (``sub``) before V.
     """
-    frontier = [(softmax, False)]
+    frontier = [(softmax, False, False)]
     for _ in range(8):
-        nxt: list[tuple[fx.Node, bool]] = []
-        for node, mixed in frontier:
+        nxt: list[tuple[fx.Node, bool, bool]] = []
+        for node, mixed, picked in frontier:
             for user in node.users:
                 if is_activation_matmul(user, params):
                     operands = _matmul_operands(user)
                     if operands and operands[0] is node:
-                        return user, node, mixed
+                        return user, node, mixed, picked
                 elif head_mix_input(user, params) is node:
-                    nxt.append((user, True))
+                    nxt.append((user, True, picked))
                 elif op_name(user) in _PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
-                    nxt.append((user, mixed))
+                    nxt.append((user, mixed, picked))
+                elif op_name(user) in _COMBINE_OPS:
+                    nxt.append((user, mixed, True))
         frontier = nxt
-    return None, None, False
+    return None, None, False, False
+
+
+_COMBINE_OPS = frozenset({"select", "sub"})
+"""Ops that pick softmax maps apart and combine them (differential attention)."""
 
 
 def _scores_operands(

@@ -215,7 +215,7 @@ def traced_folded(
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
     forward sees (it indexes its own layer list by position); yields the plans used."""
-    if fold and find_lists(model):
+    if fold:
         watch = _Watch()
         with _folded(model, watch) as plans:
             traced = trace(model, args, kwargs)
