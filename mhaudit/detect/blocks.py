@@ -13,6 +13,7 @@ from mhaudit.detect.features import same_tokens_source
 from mhaudit.detect.kv_cache import cached_elements_per_position, latent_elements_per_position
 from mhaudit.detect.masks import core_mask
 from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.scores import score_dtype
 from mhaudit.detect.sources import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import shape, tokens
@@ -100,6 +101,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         ),
         window=window,
         causal_alignment=alignment,
+        score_dtype=score_dtype(first.output) if first.implementation == "eager" else None,
         latent_width=latent_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv
         ),

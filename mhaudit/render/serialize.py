@@ -83,6 +83,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         "core_count": lay.core_count,
         "cached_width": lay.cached_width,
         "latent_width": lay.latent_width,
+        "score_dtype": lay.score_dtype,
         "window": lay.window,
         "causal_alignment": lay.causal_alignment,
         "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
