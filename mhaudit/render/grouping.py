@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
+from typing import Any, cast
 
-from mhaudit.data import AttentionBlock, BlockGroup
-from mhaudit.render.serialize import block_to_dict
+from mhaudit.data import AttentionBlock, BlockGroup, Projection
 
 
-def _signature(block: AttentionBlock) -> str:
+def _frozen(value: Any) -> Hashable:
+    """A hashable copy of a value built from dataclasses, dicts, lists and scalars."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple(_frozen(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return cast(Hashable, value)
+
+
+def _unplaced(projection: Projection | None) -> Projection | None:
+    """The projection without the module and weight names that place it in the model."""
+    return None if projection is None else replace(projection, module="", weight="")
+
+
+def _signature(block: AttentionBlock) -> Hashable:
     """Everything about a block except where it sits in the model."""
-    data = block_to_dict(block)
-    data.pop("name")
-    data["projections"] = {
-        role: None if p is None else {k: v for k, v in p.items() if k not in ("module", "weight")}
-        for role, p in data["projections"].items()
-    }
-    for flag in data["flags"]:
-        flag.pop("block", None)
-        flag.pop("message", None)
-    return json.dumps(data, sort_keys=True, default=str)
+    lay = block.layout
+    layout = replace(lay, name="", q=_unplaced(lay.q), k=_unplaced(lay.k), v=_unplaced(lay.v),
+                     o=_unplaced(lay.o))
+    findings = tuple(replace(f, block=None, message="") for f in block.findings)
+    return _frozen(replace(block, layout=layout, findings=findings))
 
 
 def group_blocks(blocks: Sequence[AttentionBlock]) -> tuple[BlockGroup, ...]:
     """Groups of identical blocks, in order of first appearance."""
-    order: list[str] = []
-    members: dict[str, list[AttentionBlock]] = {}
+    order: list[Hashable] = []
+    members: dict[Hashable, list[AttentionBlock]] = {}
     for block in blocks:
         key = _signature(block)
         if key not in members:

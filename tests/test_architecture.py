@@ -1,0 +1,137 @@
+"""The tree shows the pipeline: imports point one way, renderers stay free of torch."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mhaudit"
+STAGES = ("load", "trace", "detect", "cost", "rules", "gate", "render", "cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, module: str, top_level: bool) -> Iterator[str]:
+    """Absolute names a module imports; ``top_level`` skips imports inside functions."""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                continue
+            if top_level and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(child, ast.Import):
+                yield from (alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                yield base
+                yield from (f"{base}.{alias.name}" for alias in child.names)
+            stack.append(child)
+
+
+def _graph(top_level: bool) -> dict[str, set[str]]:
+    """Module -> the mhaudit modules it imports, package ``__init__``s on the way included."""
+    edges: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        targets: set[str] = set()
+        for name in _imports(ast.parse(path.read_text()), module, top_level):
+            if name not in MODULES:
+                continue
+            parts = name.split(".")
+            for depth in range(2, len(parts) + 1):  # packages a first import runs
+                ancestor = ".".join(parts[:depth])
+                if not (module == ancestor or module.startswith(ancestor + ".")):
+                    targets.add(ancestor)
+        edges[module] = targets - {module}
+    return edges
+
+
+def _external(module: str, top_level: bool = False) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    return {name.split(".")[0] for name in _imports(tree, module, top_level)}
+
+
+def test_no_import_cycles() -> None:
+    edges = _graph(top_level=True)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in edges[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    assert cycles == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.render")))
+def test_renderers_never_import_torch(module: str) -> None:
+    assert "torch" not in _external(module)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.data")))
+def test_data_model_imports_only_itself(module: str) -> None:
+    top = {n for n in _graph(top_level=True)[module]}
+    assert all(n.startswith("mhaudit.data") for n in top), top
+    assert "torch" not in _external(module)
+
+
+def test_detection_does_not_import_costs() -> None:
+    for module, targets in _graph(top_level=False).items():
+        if module.startswith("mhaudit.detect"):
+            assert not any(t.startswith("mhaudit.cost") for t in targets), (module, targets)
+
+
+def test_each_stage_is_a_package_with_a_docstring() -> None:
+    for stage in STAGES:
+        init = PACKAGE / stage / "__init__.py"
+        assert init.is_file(), stage
+        assert ast.get_docstring(ast.parse(init.read_text())), stage
+
+
+def test_package_root_holds_at_most_ten_modules() -> None:
+    assert len(list(PACKAGE.glob("*.py"))) <= 10
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
+def test_modules_stay_under_400_lines(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= 400
