@@ -6,6 +6,8 @@ one kernel, one padding figure and one roofline time wherever it is shown.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mhaudit.cost.block import (
     block_bytes_moved,
     block_flops,
@@ -50,6 +52,10 @@ def kernel_flops(layout: Layout, flops: FlopBreakdown, kernel: KernelChoice) -> 
 def build_block(layout: Layout, dtype: str, profile: GpuProfile) -> AttentionBlock:
     """Count and cost one block, and estimate how it runs on the target."""
     kernel = block_kernel(layout, dtype, profile)
+    if layout.score_dtype is not None and kernel.materializes_scores:
+        # eager code that names a softmax dtype (fp32 upcast) holds its scores at that width
+        kernel = replace(kernel, score_element_bytes=max(
+            kernel.score_element_bytes, dtype_bytes(layout.score_dtype)))
     e = dtype_bytes(dtype)
     memory = block_memory(layout, e, kernel.materializes_scores, kernel.score_element_bytes)
     flops = block_flops(layout)

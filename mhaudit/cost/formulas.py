@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from mhaudit.trace.einsum import EinsumError, expand_einsum
+from mhaudit.cost.arithmetic import (
+    SOFTMAX_FLOPS_PER_ELEMENT,
+    FormulaInputError,
+    attention_flops,
+    broadcast_matmul_flops,
+    conv_flops,
+    einsum_flops,
+    matmul_flops,
+    softmax_flops,
+)
 from mhaudit.trace.ops import SDPA_OPS, qualified, strip_inplace
+
+__all__ = [
+    "SOFTMAX_FLOPS_PER_ELEMENT", "FormulaInputError", "attention_flops",
+    "broadcast_matmul_flops", "conv_flops", "einsum_flops", "matmul_flops", "softmax_flops",
+]
 
 # FLOPs here are floating-point operations counted as 2 per multiply-add; every
 # formula counts the dense work and ignores padding, masking and bias adds unless
 # its docstring says otherwise.
-
-SOFTMAX_FLOPS_PER_ELEMENT = 3
-"""softmax per score: softmax(x)_i = exp(x_i) / Σ_j exp(x_j) costs an exp, an add into the
-sum and a divide, as in Hoffmann et al. 2022 (Chinchilla), Table A4: "softmax: 3 × heads ×
-n_ctx²". The max subtraction kernels do for numerical stability is not counted. log_softmax
-is 3 as well: exp, sum, subtract the log-sum (the one log per row is ignored).
-"""
 
 NORM_FLOPS_PER_ELEMENT = 5
 """layer/group/batch norm per element: mean, subtract, square, sum, multiply by rstd."""
@@ -29,10 +36,6 @@ RMS_NORM_FLOPS_PER_ELEMENT = 3
 """RMS norm per element: square, sum, multiply by rsqrt(mean)."""
 
 Shape = tuple[int, ...]
-
-
-class FormulaInputError(ValueError):
-    """The arguments of a call do not have the shapes its formula needs."""
 
 
 @dataclass(frozen=True)
@@ -180,78 +183,6 @@ def lookup(name: str) -> FormulaEntry | None:
 def is_zero_flop(name: str) -> bool:
     """True for ops known to do no floating-point arithmetic (views, copies, gathers...)."""
     return name in ZERO_FLOP_OPS or canonical_op(name) in ZERO_FLOP_OPS
-
-
-# ---- arithmetic helpers -----------------------------------------------------------
-
-
-def matmul_flops(m: int, k: int, n: int, batch: int = 1) -> int:
-    """2·batch·m·k·n: ``batch`` products of (m, k) by (k, n). Exact for dense GEMM."""
-    return 2 * batch * m * k * n
-
-
-def broadcast_matmul_flops(a: Shape, b: Shape) -> int:
-    """FLOPs of ``torch.matmul(a, b)`` with 1-D promotion and batch broadcasting. Exact."""
-    if not a or not b:
-        raise FormulaInputError("matmul of a 0-d tensor")
-    a2 = (1, a[0]) if len(a) == 1 else a
-    b2 = (b[0], 1) if len(b) == 1 else b
-    n = max(len(a2), len(b2)) - 2
-    pairs = list(zip((1,) * (n + 2 - len(a2)) + a2[:-2], (1,) * (n + 2 - len(b2)) + b2[:-2],
-                     strict=True))
-    if a2[-1] != b2[-2] or any(x != y and 1 not in (x, y) for x, y in pairs):
-        raise FormulaInputError(f"matmul shapes do not fit: {a} @ {b}")
-    batch = math.prod(x if y == 1 else y for x, y in pairs)
-    return matmul_flops(a2[-2], a2[-1], b2[-1], batch)
-
-
-def softmax_flops(numel: int) -> int:
-    """SOFTMAX_FLOPS_PER_ELEMENT per element."""
-    return SOFTMAX_FLOPS_PER_ELEMENT * numel
-
-
-def attention_flops(
-    batch_heads: int, n_q: int, n_kv: int, d_k: int, d_v: int, *, with_softmax: bool = True
-) -> int:
-    """Dense attention: QKᵀ 2·bh·n_q·n_kv·d_k + probs·V 2·bh·n_q·n_kv·d_v (+ softmax)."""
-    scores = matmul_flops(n_q, d_k, n_kv, batch_heads)
-    context = matmul_flops(n_q, n_kv, d_v, batch_heads)
-    softmax = softmax_flops(batch_heads * n_q * n_kv) if with_softmax else 0
-    return scores + context + softmax
-
-
-def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
-    """FLOPs of an einsum contracted left to right, pair by pair (torch's default order).
-
-    Each pairwise step costs 2 × the product of every index size it touches when
-    it sums an index away, else 1 × that product (an elementwise or outer product).
-    A single operand costs its element count when it sums, else 0 (a permutation).
-    Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
-    """
-    try:
-        expanded, out, sizes = expand_einsum(equation, shapes)
-    except EinsumError as error:
-        raise FormulaInputError(str(error)) from error
-
-    def volume(indices: set[str]) -> int:
-        return math.prod(sizes[i] for i in indices)
-
-    current = set(expanded[0])
-    if len(expanded) == 1:
-        return volume(current) if current - set(out) else 0
-    total = 0
-    for position, term in enumerate(expanded[1:], start=1):
-        touched = current | set(term)
-        later = set(out).union(*expanded[position + 1:])
-        keep = touched & later
-        total += volume(touched) * (2 if touched - keep else 1)
-        current = keep
-    return total
-
-
-def conv_flops(out_numel: int, weight: Shape) -> int:
-    """2·out_numel·(in_ch/groups)·kernel_numel; ``weight`` is (out_ch, in_ch/groups, *kernel)."""
-    return 2 * out_numel * math.prod(weight[1:])
 
 
 # ---- registered formulas -------------------------------------------------------

@@ -105,6 +105,9 @@ class Layout:
     """Where a causal mask puts its diagonal when n_q ≠ n_kv: ``top-left`` (query i sees
     keys 0..i, torch's ``is_causal``) or ``bottom-right`` (query i sees keys up to
     i + n_kv − n_q, as masks built from cache positions do)."""
+    score_dtype: str | None = None
+    """Dtype the graph computes softmax in when the code names one (``float32`` where
+    eager code upcasts, as most HF models do); None when it follows the inputs."""
     latent_width: int | None = None
     """Elements per position of the latent that K and V are expanded from (multi-head
     latent attention: the K/V down-projection's output, rope key included); None when

@@ -14,6 +14,7 @@ from mhaudit.detect.kv_cache import cached_elements_per_position, latent_element
 from mhaudit.detect.masks import core_mask
 from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.reduction import reduced_copy
+from mhaudit.detect.scores import score_dtype
 from mhaudit.detect.sources import Source, SourceWalker
 from mhaudit.detect.streams import stream_outputs
 from mhaudit.detect.windows import chunk_count, same_sequence
@@ -121,6 +122,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         streams=streams,
         window=window,
         causal_alignment=alignment,
+        score_dtype=score_dtype(first.output) if first.implementation == "eager" else None,
         latent_width=latent_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv
         ),

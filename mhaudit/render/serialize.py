@@ -96,6 +96,7 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
         "windowed": lay.windowed,
         "streams": lay.streams,
         "latent_width": lay.latent_width,
+        "score_dtype": lay.score_dtype,
         "window": lay.window,
         "causal_alignment": lay.causal_alignment,
         "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},

@@ -207,3 +207,52 @@ def test_roofline_memory_bound_and_no_bytes() -> None:
     assert result.bound == "memory"
     assert result.time_s == pytest.approx(1e-3)
     assert roofline(10, 0, h100).arithmetic_intensity is None
+
+
+def test_cross_attention_cache_is_static() -> None:
+    layout = _layout(d_model=64, h=4, h_kv=4, d_k=16, b=2, n_q=7, n_kv=11, kind="cross")
+    mem = block_memory(layout, element_bytes=2, materializes_scores=True)
+    # 256 B per encoder position · 2 · 11, once per source sequence
+    assert mem.kv_cache_bytes_static == mem.kv_cache_bytes == 5_632
+
+
+def test_encoder_self_attention_caches_nothing() -> None:
+    mem = block_memory(TEXTBOOK, element_bytes=2, materializes_scores=True)
+    assert (mem.kv_cache_bytes_per_token, mem.kv_cache_bytes, mem.kv_cache_bytes_static) == (
+        0, 0, 0)
+
+
+def test_window_caps_the_cache_and_the_causal_work() -> None:
+    windowed = replace(GQA, window=4)
+    mem = block_memory(windowed, element_bytes=2, materializes_scores=False)
+    # still 4,096 B per generated token, but only 4 of the 16 positions are held
+    assert mem.kv_cache_bytes_per_token == 4_096
+    assert mem.kv_cache_bytes == 4_096 * 4
+    flops = block_flops(windowed)
+    # rows keep 1, 2, 3, then 4 keys: 6 + 13·4 = 58 pairs per head, 32 heads
+    projections = flops.q_proj + flops.k_proj + flops.v_proj + flops.o_proj
+    per_pair = 2 * 128 + SOFTMAX_FLOPS_PER_ELEMENT + 2 * 128
+    assert flops.causal_total == projections + 32 * 58 * per_pair
+    # one 128×128 tile holds every pair: 16·16 computed
+    assert flops.causal_tiles_total == projections + 32 * 256 * per_pair
+
+
+def test_latent_width_is_what_is_cached() -> None:
+    latent = replace(GQA, latent_width=576)
+    # DeepSeek-V3: kv_lora_rank 512 + rope 64 = 576 elements, 1,152 B at bf16
+    assert kv_bytes_per_position(latent, 2) == 1_152
+    assert block_memory(latent, 2, False).kv_cache_bytes_per_token == 1_152
+
+
+def test_scaling_keeps_fp32_math_scores_and_caps_windows() -> None:
+    from mhaudit.cost.builder import build_block
+    from mhaudit.cost.scaling import project
+
+    t4 = get_profile("t4")
+    # d_k = 20 in fp16 on a T4 runs the math fallback: scores at 4 B
+    odd = replace(GQA, implementation="sdpa", head_dim=20, v_head_dim=20, window=1024)
+    block = build_block(odd, "float16", t4)
+    (point,) = project([block], [2048], element_bytes=2)
+    # 1 · 32 · 2048 · 2048 · 4 B; cache (8·20 + 8·20) · 2 B per token, 1,024 positions held
+    assert point.scores_bytes == 32 * 2048 * 2048 * 4
+    assert point.kv_cache_bytes == (8 * 20 * 2) * 2 * 1024

@@ -61,3 +61,27 @@ def test_cuda_measurement_reports_max_allocated() -> None:
                      device="cuda", repeats=3)
     assert result.peak_memory_method == "cuda max_memory_allocated"
     assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 0
+
+
+def test_at_dtype_casts_a_copy() -> None:
+    from mhaudit.cost.measure import at_dtype
+
+    model = torch.nn.Linear(4, 4)
+    x = torch.zeros(2, 4)
+    cast, (cx,), _ = at_dtype(model, (x,), {}, "bf16")
+    assert cast is not model and next(cast.parameters()).dtype == torch.bfloat16
+    assert cx.dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+    same, args, _ = at_dtype(model, (x,), {}, "fp32")
+    assert same is model and args[0] is x
+
+
+def test_cpu_peak_counts_live_storages() -> None:
+    from mhaudit.cost.measure import measure
+
+    class Chain(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 2  # 4 KiB, kept as a local until the return
+            z = y + 1  # 4 KiB
+            return z * 3  # 4 KiB: all three alive at the end
+    result = measure(Chain(), (torch.zeros(1024),), {}, [], device="cpu", repeats=1)
+    assert result.peak_memory_bytes == 3 * 4096

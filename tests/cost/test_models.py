@@ -213,3 +213,14 @@ def test_inference_peak_within_10_percent_of_mem_tracker(name: str) -> None:
     assert report.totals.peak_memory_bytes == (
         report.totals.param_bytes + report.totals.buffer_bytes + estimate
     )
+
+
+def test_eager_scores_at_the_width_softmax_computes() -> None:
+    llama = DENSE["llama"]().eval()
+    (block, _) = mhaudit.audit(llama, (_ids(),)).blocks
+    # HF eager Llama calls softmax(..., dtype=float32): 1·4·16·16 scores · 4 B, not 2 B
+    assert block.layout.score_dtype == "float32"
+    assert block.memory.scores_bytes == 1 * 4 * 16 * 16 * 4
+    gpt2 = DENSE["gpt2"]().eval()
+    (block, _) = mhaudit.audit(gpt2, (_ids(),)).blocks
+    assert block.layout.score_dtype is None and block.memory.scores_bytes == 1 * 4 * 16 * 16 * 2
