@@ -12,11 +12,14 @@ import torch
 from torch import nn
 
 from mhaudit.cost.builder import build_block
+from mhaudit.cost.decode import decode_for_report
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import Progress, measure
 from mhaudit.cost.scaling import project
+from mhaudit.cost.step_weights import gathered_parameters, step_weight_bytes
+from mhaudit.cost.training import training_step, validate_phases
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
@@ -71,6 +74,18 @@ class AuditOptions:
     """Timed forwards when measuring on cpu or cuda."""
     progress: Progress | None = None
     """Called with (done, total) while measuring."""
+    train: bool = False
+    """Add a ``training`` section: one optimizer step measured on fake tensors."""
+    optimizer: str = "adamw"
+    """``adamw``, ``adam``, ``sgd``, ``sgd-momentum`` or ``none`` (with ``train``)."""
+    precision: str = "fp32"
+    """``fp32``, ``bf16`` or ``bf16-mixed`` (with ``train``)."""
+    checkpointing: str = "none"
+    """``none`` or ``layers``: recompute each repeated layer in the backward (with ``train``)."""
+    decode: bool = False
+    """Add a ``decode`` section: one generation step at ``context``."""
+    context: int | None = None
+    """Cached tokens for the decode step; None means the audited sequence length."""
 
     def validate(self) -> None:
         """Raise ConfigError for values no stage can use."""
@@ -91,6 +106,7 @@ class AuditOptions:
         canonical_dtype(self.dtype)
         get_profile(self.gpu)
         parse_device(self.device)
+        validate_phases(self.optimizer, self.precision, self.checkpointing, self.context)
 
 
 def audit(
@@ -150,7 +166,33 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
         report = with_fvcore(report, loaded)
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
+    if opts.train or opts.decode:
+        report = with_phases(report, loaded, traced, opts)
     return report
+
+
+def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
+                opts: AuditOptions) -> Report:
+    """Add the training step and the decode step the options ask for."""
+    profile = get_profile(opts.gpu)
+    if opts.train:
+        training = training_step(
+            loaded.module, loaded.args, loaded.kwargs, report.blocks, profile,
+            optimizer=opts.optimizer, precision=opts.precision,
+            checkpointing=opts.checkpointing, fold_layers=opts.fold)
+        report = replace(report, training=training)
+    if opts.decode:
+        e = dtype_bytes(report.model.dtype)
+        weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
+                                    _decode_batch(report), e)
+        report = replace(report, decode=decode_for_report(report, weights, e, profile,
+                                                          opts.context))
+    return report
+
+
+def _decode_batch(report: Report) -> int:
+    selfs = [b for b in report.blocks if b.layout.kind == "self"]
+    return selfs[0].layout.batch_size if selfs else 1
 
 
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:

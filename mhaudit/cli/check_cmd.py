@@ -19,8 +19,16 @@ from mhaudit.cli.common import (
     rule_options,
     write_output,
 )
+from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.errors import ConfigError
-from mhaudit.gate.budget import evaluate, load_baseline, load_budget, metric_values, write_baseline
+from mhaudit.gate.budget import (
+    evaluate,
+    load_baseline,
+    load_budget,
+    metric_values,
+    phases_needed,
+    write_baseline,
+)
 from mhaudit.render.ci import (
     budget_to_dict,
     render_github,
@@ -43,6 +51,7 @@ FORMATS = ("table", "json", "github", "junit", "markdown")
 @click.option("--update-baseline", is_flag=True,
               help="Write this run's JSON report to --baseline instead of comparing with it.")
 @model_options
+@phase_options
 @rule_options
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Output format.")
@@ -63,7 +72,10 @@ def check_command(target: str, budget_path: Path | None, baseline: Path | None,
         budget = load_budget(budget_path)
         previous = load_baseline(baseline) if baseline is not None and not update_baseline else None
         rule_config = rule_config_from(params)
-        options = AuditOptions(rule_config=rule_config, **options_from(params))
+        phases = phase_options_from(params)
+        for phase in phases_needed(budget):  # a budget on a phase metric runs that phase
+            phases[phase] = True
+        options = AuditOptions(rule_config=rule_config, **phases, **options_from(params))
         report = audit_quietly(target, options)
         outcome = evaluate(report, budget, previous)
         data = {**report.to_dict(), "budget": budget_to_dict(outcome, metric_values(report))}

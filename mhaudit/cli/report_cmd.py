@@ -18,6 +18,7 @@ from mhaudit.cli.common import (
     stderr_progress,
     write_output,
 )
+from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.gate.budget import failing_findings
 from mhaudit.render import RENDERERS, render
 
@@ -25,6 +26,7 @@ from mhaudit.render import RENDERERS, render
 @click.command("report")
 @click.argument("target")
 @model_options
+@phase_options
 @click.option("--format", "-f", "fmt", type=click.Choice(sorted(RENDERERS)), default="table",
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -44,7 +46,8 @@ def report_command(target: str, fmt: str, output: Path | None, fail_on: str, rep
     with errors_to_exit():
         rule_config = rule_config_from(params)
         options = AuditOptions(rule_config=rule_config, repeats=repeats,
-                               progress=stderr_progress(), **options_from(params))
+                               progress=stderr_progress(), **phase_options_from(params),
+                               **options_from(params))
         result = audit_quietly(target, options)
         write_output(render(result, fmt), output)
     if failing_findings(result.findings, fail_on):

@@ -22,6 +22,13 @@ from mhaudit.data.costs import (
 from mhaudit.data.findings import Finding, Severity
 from mhaudit.data.gate import BudgetLimit, BudgetResult, GateOutcome
 from mhaudit.data.layout import Deviation, Layout, ParamBreakdown, Projection
+from mhaudit.data.phases import (
+    BlockDecode,
+    BlockTraining,
+    DecodeCost,
+    MemoryBreakdown,
+    TrainingCost,
+)
 from mhaudit.data.report import (
     AttentionBlock,
     BlockGroup,
@@ -33,17 +40,21 @@ from mhaudit.data.report import (
 
 __all__ = [
     "AttentionBlock",
+    "BlockDecode",
     "BlockGroup",
     "BlockMemory",
+    "BlockTraining",
     "BudgetLimit",
     "BudgetResult",
     "Coverage",
+    "DecodeCost",
     "Deviation",
     "Finding",
     "FlopBreakdown",
     "GateOutcome",
     "Layout",
     "Measurement",
+    "MemoryBreakdown",
     "ModelInfo",
     "ParamBreakdown",
     "Projection",
@@ -54,4 +65,5 @@ __all__ = [
     "TargetEstimate",
     "Timing",
     "Totals",
+    "TrainingCost",
 ]

@@ -46,6 +46,9 @@ class BlockMemory:
     """2·h_kv·d_k·bytes (K and V) for one position; 0 for cross-attention caches."""
     kv_cache_bytes: int
     """KV cache for the audited batch and n_kv."""
+    kv_cache_bytes_static: int = 0
+    """Cross-attention K/V bytes for one source sequence (all its positions), written once
+    and read at every decode step; 0 for self-attention."""
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ class Layout:
     cached_width: int | None = None
     """Elements per position the code writes to its KV cache (K and V, or the latent
     they are expanded from); None when the traced forward wrote no cache."""
+    window: int | None = None
+    """Sliding-window length: each query sees at most this many keys; None when unbounded."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from mhaudit.data.costs import (
 )
 from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown
+from mhaudit.data.phases import DecodeCost, TrainingCost
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,10 @@ class Report:
     """Real timings and memory when built on cpu or cuda."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Optional named sections (``folded_layers``, ``fvcore``) merged into the JSON."""
+    training: TrainingCost | None = None
+    """One optimizer step, with ``--train``."""
+    decode: DecodeCost | None = None
+    """One generation step, with ``--decode``."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""

@@ -29,8 +29,18 @@ METRIC_KEYS: dict[str, str] = {
     "max_kv_cache_bytes_per_token": "kv_cache_bytes_per_token",
     "max_peak_memory_bytes": "peak_memory_bytes",
     "max_latency_ms": "latency_ms",
+    "max_train_peak_bytes": "train_peak_bytes",
+    "max_decode_step_ms": "decode_step_ms",
+    "max_decode_kv_cache_bytes": "decode_kv_cache_bytes",
 }
 """Budget key to the report metric it limits."""
+
+PHASE_METRICS: dict[str, str] = {
+    "train_peak_bytes": "train",
+    "decode_step_ms": "decode",
+    "decode_kv_cache_bytes": "decode",
+}
+"""Metrics read from the training or the decode section, and the option that adds it."""
 
 METRICS: tuple[str, ...] = tuple(METRIC_KEYS.values())
 """Every metric the gate can check, in report order."""
@@ -237,12 +247,36 @@ def _metrics(get: Callable[[str], float | None]) -> dict[str, float | None]:
     return {m: peak if m == "peak_memory_bytes" else get(m) for m in METRICS}
 
 
+def phase_metrics(training: Mapping[str, Any] | None, decode: Mapping[str, Any] | None
+                  ) -> dict[str, float | None]:
+    """The phase metrics from the JSON ``training`` and ``decode`` sections (None if absent)."""
+    step_s = decode.get("time_per_step_s") if decode else None
+    return {
+        "train_peak_bytes": training.get("peak_bytes") if training else None,
+        "decode_step_ms": step_s * 1e3 if isinstance(step_s, (int, float)) else None,
+        "decode_kv_cache_bytes": decode.get("kv_cache_bytes") if decode else None,
+    }
+
+
+def phases_needed(budget: Budget) -> set[str]:
+    """``train`` and/or ``decode`` when the budget limits a metric of that phase."""
+    limited = {limit.metric for limit in budget.limits} | set(budget.increase_percent)
+    return {PHASE_METRICS[m] for m in limited if m in PHASE_METRICS}
+
+
 def metric_values(report: Report) -> dict[str, float | None]:
     """The gate's metrics from a report; None where the report has no figure.
 
     Peak memory is the measured peak, else estimated activations plus parameter bytes.
     """
-    return _metrics(lambda key: getattr(report.totals, key, None))
+    values = _metrics(lambda key: getattr(report.totals, key, None))
+    training = report.training
+    decode = report.decode
+    values.update(phase_metrics(
+        {"peak_bytes": training.peak_bytes} if training is not None else None,
+        {"time_per_step_s": decode.time_per_step_s, "kv_cache_bytes": decode.kv_cache_bytes}
+        if decode is not None else None))
+    return values
 
 
 def _number(data: Mapping[str, Any], key: str, source: str) -> float | None:
@@ -262,6 +296,9 @@ def metric_values_from_dict(
         raise ConfigError(f"{source} is not an mhaudit JSON report (no 'totals' object)",
                           "Create it with mhaudit check --baseline FILE --update-baseline.")
     values = _metrics(lambda key: _number(totals, key, source))
+    training, decode = data.get("training"), data.get("decode")
+    values.update(phase_metrics(training if isinstance(training, Mapping) else None,
+                                decode if isinstance(decode, Mapping) else None))
     model, budget = data.get("model"), data.get("budget")
     if values["params_total"] is None and isinstance(model, Mapping):
         values["params_total"] = _number(model, "params_total", source)
@@ -299,7 +336,9 @@ def _judge(metric: str, value: float | None, bounds: list[tuple[float, str]],
            baseline: float | None, severity: Severity) -> BudgetResult:
     limit, desc = min(bounds, key=lambda b: b[0])
     if value is None:
-        tip = "measure on a real device (--device cpu or cuda) to get it"
+        tip = {"train": "add --train to compute it", "decode": "add --decode to compute it"}.get(
+            PHASE_METRICS.get(metric, ""),
+            "measure on a real device (--device cpu or cuda) to get it")
         return BudgetResult(metric, None, limit, baseline, severity, False,
                             f"{metric} is not in the report, so it cannot meet {desc}; {tip}")
     passed = value <= limit

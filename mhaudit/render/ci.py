@@ -15,6 +15,9 @@ _UNITS = {
     "kv_cache_bytes_per_token": "B",
     "peak_memory_bytes": "B",
     "latency_ms": "ms",
+    "train_peak_bytes": "B",
+    "decode_step_ms": "ms",
+    "decode_kv_cache_bytes": "B",
 }
 
 

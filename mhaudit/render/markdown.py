@@ -5,6 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from mhaudit.data import Report
+from mhaudit.render.phases import phase_lines
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     MEASURE_HEADERS,
@@ -51,6 +52,10 @@ def render_markdown(report: Report) -> str:
         out += ["", "### Measured", ""]
         out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="github",
                             disable_numparse=True))
+    phases = phase_lines(report)
+    if phases:
+        out += ["", "### Phases", ""]
+        out.extend(f"- {line.strip()}" for line in phases[1:])
     out += ["", "### Totals", ""]
     out.extend(f"- {line}" for line in total_lines(report))
     return "\n".join(out) + "\n"

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render import units
+from mhaudit.render.phases import phase_lines
 
 BLOCK_HEADERS = (
     "block", "×", "type", "kind", "impl", "d_model", "h", "h_kv", "d_k", "params",
@@ -210,5 +211,8 @@ def render_table(report: Report) -> str:
         out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="simple",
                             disable_numparse=True))
         out.append("")
+    phases = phase_lines(report)
+    if phases:
+        out.extend([*phases, ""])
     out.extend(total_lines(report))
     return "\n".join(out) + "\n"
