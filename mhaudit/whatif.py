@@ -19,6 +19,7 @@ from mhaudit.cost.block import (
 )
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.cost.kernels import block_kernel, padding_waste, target_flash_kernel
+from mhaudit.cost.phase_whatif import phase_columns
 from mhaudit.data import AttentionBlock, Layout, Projection
 from mhaudit.detect.params import count
 from mhaudit.errors import ConfigError
@@ -112,6 +113,12 @@ class WhatIfRow:
     """Rule codes this layout raises."""
     measured_ms: float | None = None
     """Median measured forward time of the block in milliseconds, when asked."""
+    decode_step_s: float = 0.0
+    """Roofline time of the block's share of one decode step at n_kv cached tokens."""
+    decode_kv_read_bytes: int = 0
+    """Cached K/V bytes that decode step reads."""
+    train_scores_saved_bytes: int = 0
+    """Score-shaped bytes the block's forward keeps for the backward (fake-tensor run)."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,7 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
     roof = roofline(work + int(padded), moved, ctx.profile)
     flash = target_flash_kernel(lay.head_dim, ctx.profile)
     kernel = flash[1] if flash else None
+    phases = phase_columns(lay, spec.dtype, ctx.profile)
     return WhatIfRow(
         heads=heads, kv_heads=kv_heads, head_dim=lay.head_dim,
         current=(heads, kv_heads) == (spec.heads, spec.kv_heads),
@@ -197,6 +205,8 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
         flash_kernel_dim=kernel, padding_waste=padding_waste(lay.head_dim, kernel),
         est_time_s=roof.time_s, arithmetic_intensity=roof.arithmetic_intensity,
         bound=roof.bound, flags=tuple(f.code for f in check_block(block, ctx, config)),
+        decode_step_s=phases.decode_step_s, decode_kv_read_bytes=phases.decode_kv_read_bytes,
+        train_scores_saved_bytes=phases.train_scores_saved_bytes,
     )
 
 

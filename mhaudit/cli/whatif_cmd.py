@@ -37,7 +37,8 @@ def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
         "*" if row.current else "", row.heads, row.kv_heads, row.head_dim, f"{row.params:,}",
         fmt_si(row.flops), fmt_bytes(row.scores_bytes), fmt_bytes(row.kv_cache_bytes_per_token),
         kernel, row.flash_kernel_dim or "-", f"{row.padding_waste:.1%}",
-        f"{seconds(row.est_time_s)} ({row.bound})",
+        f"{seconds(row.est_time_s)} ({row.bound})", seconds(row.decode_step_s),
+        fmt_bytes(row.decode_kv_read_bytes), fmt_bytes(row.train_scores_saved_bytes),
     ]
     if measured:
         cells.append("-" if row.measured_ms is None else f"{row.measured_ms:.3g} ms")
@@ -50,7 +51,8 @@ def render_table(result: WhatIf) -> str:
     spec = result.spec
     measured = any(r.measured_ms is not None for r in result.rows)
     headers = ["", "h", "h_kv", "d_k", "params", "FLOPs", "scores", "KV/token", "kernel",
-               "flash d", "pad", "est. time"] + (["measured"] if measured else []) + ["flags"]
+               "flash d", "pad", "est. time", "decode step", "KV read", "train scores"] + (
+                   ["measured"] if measured else []) + ["flags"]
     head = (f"what-if for {spec.name}: d_model {spec.d_model}, width h·d_k {spec.inner_width}, "
             f"b {spec.batch_size}, n {spec.seq_len}, {spec.dtype}, {spec.implementation}, "
             f"on {result.gpu}")
@@ -58,7 +60,9 @@ def render_table(result: WhatIf) -> str:
     params = (f"params stay {mha.pop():,} for every h with h_kv = h (textbook 4·d² + biases: "
               f"{result.rows[0].textbook_params:,})" if len(mha) == 1 else "params vary with h")
     note = (f"{params}; the score matrix b·h·n_q·n_kv grows linearly with h; the KV cache per "
-            "token scales with h_kv·d_k. * marks the current layout.")
+            "token scales with h_kv·d_k. decode step: one new token per sequence at n_kv cached "
+            "tokens; train scores: score-shaped bytes the forward keeps for the backward. "
+            "* marks the current layout.")
     body = tabulate([_cells(r, measured) for r in result.rows], headers=headers,
                     disable_numparse=True)
     return f"{head}\n{body}\n{note}"

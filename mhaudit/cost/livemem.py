@@ -74,6 +74,18 @@ class StepLog:
             out.append((live[0], live[1], live[2]))
         return out
 
+    def boundaries(self) -> list[tuple[int, int, int]]:
+        """Live bytes at each boundary B (0..ticks): after op B − 1 and the frees that follow."""
+        freed = [[0, 0, 0] for _ in range(self.ticks + 1)]
+        for rec in self.records:
+            if rec.freed is not None and rec.freed <= self.ticks:
+                freed[rec.freed][CATEGORIES.index(rec.category)] += rec.nbytes
+        out: list[tuple[int, int, int]] = [(0, 0, 0)]
+        for tick, live in enumerate(self.levels(), start=1):
+            gone = freed[tick]
+            out.append((live[0] - gone[0], live[1] - gone[1], live[2] - gone[2]))
+        return out
+
     def mark(self, event: str, key: str) -> int | None:
         """The tick of the first mark ``event`` for ``key``."""
         for name, k, tick in self.marks:

@@ -64,38 +64,36 @@ def _sub(a: Vec, b: Vec) -> Vec:
     return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
-def _level(levels: Sequence[Vec], tick: int) -> Vec:
-    return levels[tick] if tick >= 0 else (0, 0, 0)
-
-
-def _segment(log: StepLog, levels: Sequence[Vec], start: int | None, end: int | None
+def _segment(log: StepLog, bounds: Sequence[Vec], start: int | None, end: int | None
              ) -> Segment | None:
     if start is None or end is None or end <= start:
         return None
-    delta = _sub(_level(levels, end - 1), _level(levels, start - 1))
+    delta = _sub(bounds[end], bounds[start])  # what the layer leaves once its locals are gone
     return Segment(start, end, delta, sum(log.tick_flops[start:end]))
 
 
 def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
     """The peak and FLOPs of the full model from a run with fewer layers."""
     levels = log.levels()
-    inserts: list[tuple[int, Segment, int]] = []  # (tick after which copies go, segment, n)
+    bounds = log.boundaries()
+    inserts: list[tuple[int, Segment, int]] = []  # (boundary where copies go, segment, n)
     for rep in repeats:
         if rep.extra <= 0:
             continue
-        fwd = _segment(log, levels, log.mark("forward_start", rep.key),
+        fwd = _segment(log, bounds, log.mark("forward_start", rep.key),
                        log.mark("forward_end", rep.key))
-        bwd = _segment(log, levels, log.mark("backward_start", rep.key),
+        bwd = _segment(log, bounds, log.mark("backward_start", rep.key),
                        log.mark("backward_end", rep.key))
         for seg in (fwd, bwd):
             if seg is not None:
-                inserts.append((seg.end - 1, seg, rep.extra))
+                inserts.append((seg.end, seg, rep.extra))
     inserts.sort(key=lambda item: item[0])
 
     def shift(tick: int) -> Vec:
+        """What the copies add to the live bytes after op ``tick``."""
         total: Vec = (0, 0, 0)
-        for after, seg, n in inserts:
-            if tick > after:
+        for at, seg, n in inserts:
+            if tick >= at:
                 total = _add(total, seg.delta, n)
         return total
 
@@ -108,13 +106,12 @@ def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
 
     for tick, live in enumerate(levels):
         consider(_add(live, shift(tick)), "forward" if tick < forward_end else "backward")
-    for after, seg, n in inserts:
-        base = _add(levels[after], shift(after))
-        start = _level(levels, seg.start - 1)
+    for at, seg, n in inserts:
+        base = _add(bounds[at], shift(at - 1))
         phase = "forward" if seg.start < forward_end else "backward"
         for tick in range(seg.start, seg.end):
-            inner = _sub(levels[tick], start)
-            consider(_add(_add(base, inner), seg.delta, 0), phase)
+            inner = _sub(levels[tick], bounds[seg.start])
+            consider(_add(base, inner), phase)
             consider(_add(_add(base, inner), seg.delta, n - 1), phase)
     assert best is not None or not levels
     peak = Peak(best[1], best[2]) if best is not None else Peak((0, 0, 0), "forward")

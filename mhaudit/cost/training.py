@@ -121,6 +121,11 @@ def _block_rows(blocks: Sequence[AttentionBlock], run: Any, groups: Sequence[_Gr
     return tuple(rows)
 
 
+def _marked(log: Any, key: str) -> bool:
+    events = ("forward_start", "forward_end", "backward_start", "backward_end")
+    return all(log.mark(event, key) is not None for event in events)
+
+
 def _numel(shape: Sequence[int]) -> int:
     total = 1
     for s in shape:
@@ -158,11 +163,16 @@ def training_step(
     modules = dict(model.named_modules())
     layers = [LayerRun(f"{g.path}.{i}", modules[f"{g.path}.{i}"]) for g in groups for i in g.run]
     repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))
-               for g in groups if len(g.run) >= 2]
+               for g in groups if len(g.run) >= 2 and len(g.members) > len(g.run)]
     run_blocks = [(b.name, modules[b.name]) for b in blocks if b.name in modules]
     with _shortened(model, groups):
         run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
                             blocks=run_blocks, recompute=checkpointing == "layers")
+    if fold_layers and repeats and not all(_marked(run.log, r.key) for r in repeats):
+        # the forward does not call its layers as modules: run every layer instead
+        return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
+                             precision=precision, checkpointing=checkpointing,
+                             fold_layers=False)
     folded = fold(run.log, repeats, run.forward_end)
     params = _grad_params(model, groups, run.grad_params)
     master = PRECISIONS[precision][0]
@@ -170,18 +180,12 @@ def training_step(
     full_buffer_bytes = sum(b.numel() * (master.itemsize if b.is_floating_point()
                                          else b.element_size()) for b in model.buffers())
     opt = optimizer_step(params, optimizer, master)
-    breakdown, phase = _peak(folded, opt, run.input_bytes, full_param_bytes, full_buffer_bytes)
+    during, update = _peaks(folded, opt, run.input_bytes, full_param_bytes, full_buffer_bytes)
+    breakdown, phase = (update, "optimizer") if update.total > during.total else (
+        during, folded.peak.phase)
     batch = _batch(blocks, args, kwargs)
     memory = profile.memory_bytes
-    fixed = breakdown.params + breakdown.buffers + breakdown.optimizer_states + breakdown.grads
-    per_sample = (breakdown.activations + breakdown.temporaries) / batch
-    opt_peak = opt.peak_bytes + full_param_bytes + full_buffer_bytes
-    if opt_peak > memory or fixed >= memory:
-        max_batch = 0
-    elif per_sample <= 0 or phase == "optimizer":
-        max_batch = batch if breakdown.total <= memory else 0
-    else:
-        max_batch = int((memory - fixed) // per_sample)
+    max_batch = _max_batch(during, update, batch, memory)
     extra = sum(r.extra for r in repeats)
     convention = (
         f"steady-state step: forward ({precision}), backward from the {run.loss}, "
@@ -198,8 +202,21 @@ def training_step(
     )
 
 
-def _peak(folded: Folded, opt: Any, inputs: int, params: int, buffers: int
-          ) -> tuple[MemoryBreakdown, str]:
+def _max_batch(during: MemoryBreakdown, update: MemoryBreakdown, batch: int, memory: int
+               ) -> int:
+    """Largest batch whose forward/backward peak fits, activations and temporaries scaled."""
+    fixed = during.params + during.buffers + during.optimizer_states + during.grads
+    per_sample = (during.activations + during.temporaries) / batch
+    if update.total > memory or fixed >= memory:
+        return 0
+    if per_sample <= 0:
+        return batch
+    return int((memory - fixed) // per_sample)
+
+
+def _peaks(folded: Folded, opt: Any, inputs: int, params: int, buffers: int
+           ) -> tuple[MemoryBreakdown, MemoryBreakdown]:
+    """What is alive at the forward/backward peak and at the update's peak."""
     act, grads, temps = folded.peak.live
     during = MemoryBreakdown(params=params, grads=grads, optimizer_states=opt.state_bytes,
                              activations=act + inputs, temporaries=temps, buffers=buffers)
@@ -207,9 +224,7 @@ def _peak(folded: Folded, opt: Any, inputs: int, params: int, buffers: int
     update = MemoryBreakdown(params=params, grads=opt.grad_bytes,
                              optimizer_states=opt.state_bytes, activations=left_act + inputs,
                              temporaries=left_temp + opt.temporary_bytes, buffers=buffers)
-    if update.total > during.total:
-        return update, "optimizer"
-    return during, folded.peak.phase
+    return during, update
 
 
 def validate_phases(optimizer: str, precision: str, checkpointing: str,
