@@ -18,7 +18,7 @@ from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import Progress, measure
 from mhaudit.cost.scaling import project
-from mhaudit.cost.step_weights import gathered_parameters, step_weight_bytes
+from mhaudit.cost.step_weights import expert_groups, gathered_parameters, step_weight_bytes
 from mhaudit.cost.training import training_step, validate_phases
 from mhaudit.data import (
     AttentionBlock,
@@ -167,12 +167,12 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
     if opts.train or opts.decode:
-        report = with_phases(report, loaded, traced, opts)
+        report = with_phases(report, loaded, traced, opts, plans)
     return report
 
 
 def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
-                opts: AuditOptions) -> Report:
+                opts: AuditOptions, plans: tuple[FoldedList, ...] = ()) -> Report:
     """Add the training step and the decode step the options ask for."""
     profile = get_profile(opts.gpu)
     if opts.train:
@@ -185,8 +185,9 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
         e = dtype_bytes(report.model.dtype)
         weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
                                     _decode_batch(report), e)
+        experts = expert_groups(traced, loaded.module, e, plans)
         report = replace(report, decode=decode_for_report(report, weights, e, profile,
-                                                          opts.context))
+                                                          opts.context, experts))
     return report
 
 

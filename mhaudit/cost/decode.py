@@ -182,7 +182,8 @@ def decode_step(
 
 
 def decode_for_report(report: Report, weight_bytes: int, element_bytes: int,
-                      profile: GpuProfile, context: int | None) -> DecodeCost:
+                      profile: GpuProfile, context: int | None,
+                      experts: Sequence[ExpertGroup] = ()) -> DecodeCost:
     """The decode step of an audited model: batch and context from its first self-attention."""
     selfs = [b for b in report.blocks if b.layout.kind == "self"]
     if not selfs:
@@ -193,4 +194,5 @@ def decode_for_report(report: Report, weight_bytes: int, element_bytes: int,
         report.blocks, forward_flops=report.totals.flops,
         tokens=first.batch_size * first.seq_len_q, batch_size=first.batch_size,
         context=first.seq_len_kv if context is None else context, weight_bytes=weight_bytes,
-        param_bytes=report.totals.param_bytes, element_bytes=element_bytes, profile=profile)
+        param_bytes=report.totals.param_bytes, element_bytes=element_bytes, profile=profile,
+        experts=experts)

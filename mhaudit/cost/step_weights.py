@@ -7,7 +7,9 @@ import math
 import torch
 from torch import fx, nn
 
+from mhaudit.cost.decode import ExpertGroup
 from mhaudit.trace.export import TracedGraph
+from mhaudit.trace.fold import FoldedList, node_weight, rename, rep_position
 
 _GATHERS = frozenset({"aten.embedding"})
 
@@ -41,3 +43,55 @@ def step_weight_bytes(model: nn.Module, gathered: frozenset[str], rows: int,
             numel = min(numel, rows * param.shape[1])
         total += numel
     return math.prod((total, element_bytes))
+
+
+def expert_groups(traced: TracedGraph, model: nn.Module, element_bytes: int,
+                  plans: tuple[FoldedList, ...] = ()) -> list[ExpertGroup]:
+    """Routed experts found from the graph: a ``topk`` over router scores picks k of E.
+
+    The experts are the router's siblings: parameters stacked E deep (``(E, out, in)``)
+    or a module list of E experts. Each router of a folded layer counts once per layer
+    it stands for.
+    """
+    groups: list[ExpertGroup] = []
+    for node in traced.graph.nodes:
+        if node.op != "call_function" or _op(node) != "aten.topk" or len(node.args) < 2:
+            continue
+        scores = node.args[0]
+        value = scores.meta.get("val") if isinstance(scores, fx.Node) else None
+        if not isinstance(value, torch.Tensor) or not isinstance(node.args[1], int):
+            continue
+        experts, k = int(value.shape[-1]), node.args[1]
+        path = traced.module_path(node)
+        parent = _original(path, plans).rpartition(".")[0]
+        per_expert = _expert_elements(model, parent, experts)
+        if per_expert and 0 < k <= experts:
+            group = ExpertGroup(experts, k, per_expert * element_bytes)
+            groups.extend([group] * node_weight(path, plans))
+    return groups
+
+
+def _original(path: str, plans: tuple[FoldedList, ...]) -> str:
+    for plan in plans:
+        position = rep_position(path, plan)
+        if position is not None and position < len(plan.kept):
+            return rename(path, plan, position, plan.kept[position])
+    return path
+
+
+def _expert_elements(model: nn.Module, parent: str, experts: int) -> int:
+    """Parameter elements of one expert under ``parent``; 0 when none are found."""
+    try:
+        owner = model.get_submodule(parent)
+    except AttributeError:
+        return 0
+    total = 0
+    for module in owner.modules():
+        children = list(module.children())
+        if isinstance(module, nn.ModuleList) and len(children) == experts:
+            total += sum(p.numel() for p in children[0].parameters())
+            continue
+        for param in module.parameters(recurse=False):
+            if param.dim() >= 3 and param.shape[0] == experts:
+                total += param.numel() // experts
+    return total

@@ -192,6 +192,8 @@ def training_step(
         f"{optimizer} update (torch.optim, foreach, states made by the previous step); "
         "live tensor bytes as torch's MemTracker counts them (no allocator rounding); "
         f"{len(layers)} layers run" + (f", {extra} folded from them" if extra else "")
+        + ("; checkpointing: torch.utils.checkpoint (non-reentrant), which stops recomputing "
+           "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
         + "; max_batch_size scales activations and temporaries linearly with the batch")
     return TrainingCost(
         optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,

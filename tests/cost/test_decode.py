@@ -138,3 +138,22 @@ def test_decode_needs_a_self_attention_block() -> None:
                     Totals(1, 10, 10, 1.0, 100, 10, 0))
     with pytest.raises(ConfigError, match="self-attention"):
         decode_for_report(report, 100, 2, H100, None)
+
+
+@pytest.mark.slow
+def test_moe_step_reads_only_the_experts_it_touches() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.MixtralConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2, vocab_size=100)
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(config)
+        ids = torch.zeros(1, 16, dtype=torch.long)
+    d = mhaudit.audit(model, (ids,), decode=True).decode
+    assert d is not None
+    # one expert: gate_up 256·64 + down 64·128 = 24,576 elements, 49,152 B at bf16; one
+    # token touches 2 of 8, so 6 idle experts in each of 4 layers are not read
+    idle = 4 * 6 * 49_152
+    gathered = 100 * 64 * 2 - 64 * 2  # the embedding table but the one row gathered
+    assert d.weight_bytes == d.param_bytes - gathered - idle
+    assert "E·(1 − (1 − k/E)^tokens)" in d.convention

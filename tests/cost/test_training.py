@@ -239,5 +239,8 @@ def test_checkpointing_lowers_activations_and_adds_one_forward_of_the_layers() -
     assert all(b.saved_bytes == 0 for b in ckpt.training.blocks)
     # one layer's forward, from the traced eval forward of a model one layer shorter
     layer = plain.totals.flops - _audit_llama("sdpa", layers=5).totals.flops
+    # torch's non-reentrant checkpoint stops recomputing at the last tensor the backward
+    # needs: the MLP's down projection (2·b·n·d·I = 2·192·128·256) is not run again
+    down_proj = 2 * 2 * 96 * 128 * 256
     extra = ckpt.training.flops - plain.training.flops
-    assert extra == pytest.approx(6 * layer, rel=0.02)
+    assert extra == pytest.approx(6 * (layer - down_proj), rel=0.02)
