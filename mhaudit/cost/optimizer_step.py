@@ -40,14 +40,19 @@ def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.dtype
-                   ) -> OptimizerRun:
+def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.dtype,
+                   copies: Sequence[int] | None = None) -> OptimizerRun:
     """Run one update on fake copies of ``params`` at ``dtype`` and track it.
 
-    The states the first update makes are counted as alive throughout (steady state);
-    the temporaries are everything else it makes, at their highest.
+    ``copies[i]`` is how many parameters of the full model ``params[i]`` stands for
+    (folded layers): its gradient and states count that many times, and the update's
+    temporaries, which foreach makes per parameter and in proportion to its size, are
+    scaled by the full parameter bytes over those run. The states the first update
+    makes are counted as alive throughout (steady state); the temporaries are
+    everything else it makes, at their highest.
     """
-    grad_bytes = sum(p.numel() for p in params) * dtype.itemsize
+    copies = list(copies) if copies is not None else [1] * len(params)
+    grad_bytes = sum(p.numel() * n for p, n in zip(params, copies, strict=True)) * dtype.itemsize
     build = OPTIMIZERS[optimizer]
     if build is None or not params:
         return OptimizerRun(0, grad_bytes, 0)
@@ -65,9 +70,14 @@ def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.
             opt.step()  # the first step makes the states; the update after it is the same
         states = [v for state in opt.state.values() for v in state.values()
                   if isinstance(v, torch.Tensor)]
+        state_bytes = sum(
+            n * _nbytes([v for v in opt.state[p].values() if isinstance(v, torch.Tensor)])
+            for p, n in zip(fakes, copies, strict=True))
         state_records = {tracker.storage_index(t) for t in states} - {None}
     log = tracker.log
     for index, rec in enumerate(log.records):
         rec.category = "grads" if index in state_records else "temporaries"
     temporary = max((level[2] for level in log.levels()), default=0)
-    return OptimizerRun(_nbytes(states), grad_bytes, temporary)
+    run_bytes = sum(p.numel() for p in params) * dtype.itemsize
+    scaled = temporary * grad_bytes // run_bytes if run_bytes else temporary
+    return OptimizerRun(state_bytes, grad_bytes, scaled)

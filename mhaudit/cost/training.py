@@ -134,15 +134,18 @@ def _numel(shape: Sequence[int]) -> int:
 
 
 def _grad_params(model: nn.Module, groups: Sequence[_Group], run_ids: frozenset[int]
-                 ) -> list[nn.Parameter]:
-    """Every parameter of the full model that gets a gradient, each once."""
+                 ) -> tuple[list[nn.Parameter], list[int]]:
+    """The parameters that got a gradient in the run, and how many of the full model's
+    parameters each stands for (a middle layer's stand for its folded copies)."""
     named = dict(model.named_parameters())
-    chosen: list[nn.Parameter] = []
+    counts: dict[int, int] = {}
+    sources: dict[int, nn.Parameter] = {}
     for name, param in named.items():
         source = named.get(_middle_name(name, groups), param)
         if id(source) in run_ids:
-            chosen.append(param)
-    return chosen
+            counts[id(source)] = counts.get(id(source), 0) + 1
+            sources[id(source)] = source
+    return [sources[k] for k in counts], list(counts.values())
 
 
 def training_step(
@@ -174,12 +177,12 @@ def training_step(
                              precision=precision, checkpointing=checkpointing,
                              fold_layers=False)
     folded = fold(run.log, repeats, run.forward_end)
-    params = _grad_params(model, groups, run.grad_params)
+    params, copies = _grad_params(model, groups, run.grad_params)
     master = PRECISIONS[precision][0]
     full_param_bytes = sum(p.numel() for p in model.parameters()) * master.itemsize
     full_buffer_bytes = sum(b.numel() * (master.itemsize if b.is_floating_point()
                                          else b.element_size()) for b in model.buffers())
-    opt = optimizer_step(params, optimizer, master)
+    opt = optimizer_step(params, optimizer, master, copies)
     during, update = _peaks(folded, opt, run.input_bytes, full_param_bytes, full_buffer_bytes)
     breakdown, phase = (update, "optimizer") if update.total > during.total else (
         during, folded.peak.phase)

@@ -138,6 +138,19 @@ def test_folding_gives_the_unfolded_figures(build: Callable[[], nn.Module]) -> N
     assert folded.loss == "sum of floating outputs"
 
 
+def test_folding_an_update_that_peaks() -> None:
+    # two tokens: activations are tiny, and the peak is the update's foreach temporaries
+    def two_tokens() -> dict[str, Any]:
+        return {"ids": torch.zeros(1, 2, dtype=torch.long)}
+
+    folded = _ours(_Encoder, two_tokens)
+    full = _ours(_Encoder, two_tokens, fold_layers=False)
+    assert folded.peak_phase == full.peak_phase == "optimizer"
+    assert folded.breakdown == full.breakdown
+    # AdamW's foreach update keeps one parameter-sized temporary (the sqrt denominators)
+    assert folded.breakdown.temporaries >= folded.breakdown.params
+
+
 def test_optimizer_states_by_optimizer() -> None:
     params = sum(p.numel() for p in _tiny_gpt().parameters())
     tensors = len(list(_tiny_gpt().parameters()))
