@@ -50,7 +50,18 @@ def _layer_groups(model: nn.Module, fold_layers: bool) -> list[_Group]:
         for members in plan.members:
             run = members[:COPIES] if fold_layers else members
             groups.append(_Group(plan.path, tuple(run), tuple(members)))
-    return groups
+    return groups or _short_lists(model)
+
+
+def _short_lists(model: nn.Module) -> list[_Group]:
+    """Layer lists too short to fold (two or three layers of one class), run in full."""
+    for name, module in model.named_modules():
+        children = list(module.children())
+        if name and isinstance(module, (nn.ModuleList, nn.Sequential)) and len(children) >= 2 \
+                and len({type(c) for c in children}) == 1:
+            every = tuple(range(len(children)))
+            return [_Group(name, every, every)]
+    return []
 
 
 @contextlib.contextmanager
@@ -163,6 +174,9 @@ def training_step(
     """Peak memory, its breakdown and FLOPs of one steady-state optimizer step."""
     validate_phases(optimizer, precision, checkpointing, None)
     groups = _layer_groups(model, fold_layers)
+    if checkpointing == "layers" and not groups:
+        raise ConfigError("--checkpointing layers found no list of repeated layers to recompute",
+                          "Keep the layers in an nn.ModuleList, or use --checkpointing none.")
     modules = dict(model.named_modules())
     layers = [LayerRun(f"{g.path}.{i}", modules[f"{g.path}.{i}"]) for g in groups for i in g.run]
     repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))

@@ -113,7 +113,7 @@ def _ids() -> dict[str, Any]:
 
 
 class _Encoder(nn.Module):
-    """Eight torch.nn.TransformerEncoderLayer layers between an embedding and a head."""
+    """torch.nn.TransformerEncoderLayer layers between an embedding and a head."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -257,3 +257,21 @@ def test_checkpointing_lowers_activations_and_adds_one_forward_of_the_layers() -
     down_proj = 2 * 2 * 96 * 128 * 256
     extra = ckpt.training.flops - plain.training.flops
     assert extra == pytest.approx(6 * (layer - down_proj), rel=0.02)
+
+
+def test_checkpointing_needs_a_layer_list() -> None:
+    with pytest.raises(ConfigError, match="no list of repeated layers"):
+        _ours(_ScalarFirst, lambda: {"x": torch.zeros(4, 8)}, checkpointing="layers")
+
+
+def test_checkpointing_a_list_too_short_to_fold() -> None:
+    def two_layers() -> nn.Module:
+        model = _Encoder()
+        model.encoder.layers = model.encoder.layers[:2]
+        return model
+
+    plain = _ours(two_layers, _ids)
+    ckpt = _ours(two_layers, _ids, checkpointing="layers")
+    assert plain.folded_layers == ckpt.folded_layers == 0
+    assert ckpt.flops > plain.flops
+    assert ckpt.blocks == plain.blocks == ()
