@@ -70,8 +70,8 @@ class TrainingCost:
     fits: bool
     """``peak_bytes <= memory_bytes``."""
     max_batch_size: int
-    """Largest batch whose peak fits, from the peak at two batch sizes (0 when even one
-    sample does not fit)."""
+    """Largest batch whose peak fits, the activations and temporaries at the
+    forward/backward peak scaled linearly with the batch (0 when none fits)."""
     batch_size: int
     """Batch size of the audited inputs."""
     folded_layers: int = 0
