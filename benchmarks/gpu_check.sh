@@ -14,3 +14,5 @@ mhaudit report examples/gpt_decoder.py --device cuda --repeats 20 --gpu h100 \
 mhaudit report examples/llama_gqa.py --device cuda --repeats 20 | tee "$out/llama_gqa-cuda.txt"
 mhaudit whatif --d-model 1024 --heads 16 --seq-len 4096 --device cuda --repeats 10 \
     | tee "$out/whatif-cuda.txt"
+# The training audit's peak against torch.cuda.max_memory_allocated() over a real AdamW step.
+python benchmarks/gpu_train_check.py | tee "$out/train-peak.txt"

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from mhaudit.cost.builder import build_block
+from mhaudit.cost.decode import decode_for_report
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
@@ -21,6 +22,8 @@ from mhaudit.cost.measure import Progress, measure
 from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
 from mhaudit.cost.peak import fake_forward_peak
 from mhaudit.cost.scaling import project
+from mhaudit.cost.step_weights import expert_groups, gathered_parameters, step_weight_bytes
+from mhaudit.cost.training import training_step, validate_phases
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
@@ -88,10 +91,23 @@ class AuditOptions:
     """Called with (done, total) while measuring."""
     timeout: float | None = None
     """Seconds building and tracing may take before the audit gives up (None: no limit)."""
+    train: bool = False
+    """Add a ``training`` section: one optimizer step measured on fake tensors."""
+    optimizer: str = "adamw"
+    """``adamw``, ``adam``, ``sgd``, ``sgd-momentum`` or ``none`` (with ``train``)."""
+    precision: str = "fp32"
+    """``fp32``, ``bf16`` or ``bf16-mixed`` (with ``train``)."""
+    checkpointing: str = "none"
+    """``none`` or ``layers``: recompute each repeated layer in the backward (with ``train``)."""
+    decode: bool = False
+    """Add a ``decode`` section: one generation step at ``context``."""
+    context: int | None = None
+    """Cached tokens for the decode step; None means the audited sequence length."""
 
     def validate(self) -> None:
         """Raise ConfigError for values no stage can use: wrong types, ranges, empty lists."""
         check_options(self)
+        validate_phases(self.optimizer, self.precision, self.checkpointing, self.context)
 
 
 def resolve_options(options: AuditOptions | None, overrides: dict[str, Any]) -> AuditOptions:
@@ -198,6 +214,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
         report = with_fvcore(report, loaded)
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
+    if opts.train or opts.decode:
+        report = with_phases(report, loaded, traced, opts, plans)
     return report
 
 
@@ -208,6 +226,31 @@ def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None
         return fake_forward_peak(loaded.module, loaded.args, loaded.kwargs, plans).activation_bytes
     except Exception:  # any failure of user code on fake tensors: fall back to the graph
         return None
+
+
+def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
+                opts: AuditOptions, plans: tuple[FoldedList, ...] = ()) -> Report:
+    """Add the training step and the decode step the options ask for."""
+    profile = get_profile(opts.gpu)
+    if opts.train:
+        training = training_step(
+            loaded.module, loaded.args, loaded.kwargs, report.blocks, profile,
+            optimizer=opts.optimizer, precision=opts.precision,
+            checkpointing=opts.checkpointing, fold_layers=opts.fold)
+        report = replace(report, training=training)
+    if opts.decode:
+        e = dtype_bytes(report.model.dtype)
+        weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
+                                    _decode_batch(report), e)
+        experts = expert_groups(traced, loaded.module, e, plans)
+        report = replace(report, decode=decode_for_report(report, weights, e, profile,
+                                                          opts.context, experts))
+    return report
+
+
+def _decode_batch(report: Report) -> int:
+    selfs = [b for b in report.blocks if b.layout.kind == "self"]
+    return selfs[0].layout.batch_size if selfs else 1
 
 
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:

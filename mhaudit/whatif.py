@@ -12,6 +12,7 @@ from typing import Any
 
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.cost.phase_whatif import phase_columns
 from mhaudit.data import AttentionBlock, Layout, Projection
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
@@ -110,6 +111,12 @@ class WhatIfRow:
     """Rule codes this layout raises."""
     measured_ms: float | None = None
     """Median measured forward time of the block in milliseconds, when asked."""
+    decode_step_s: float = 0.0
+    """Roofline time of the block's share of one decode step at n_kv cached tokens."""
+    decode_kv_read_bytes: int = 0
+    """Cached K/V bytes that decode step reads."""
+    train_scores_saved_bytes: int = 0
+    """Score-shaped bytes the block's forward keeps for the backward (fake-tensor run)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,7 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
     lay, flops, memory, target = block.layout, block.flops, block.memory, block.target
     assert target is not None
     roof = target.roofline
+    phases = phase_columns(lay, spec.dtype, ctx.profile)
     return WhatIfRow(
         heads=heads, kv_heads=kv_heads, head_dim=lay.head_dim,
         current=(heads, kv_heads) == (spec.heads, spec.kv_heads),
@@ -183,6 +191,8 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
         kernel_head_dim=target.kernel_head_dim, padding_waste=target.padding_waste,
         est_time_s=roof.time_s, arithmetic_intensity=roof.arithmetic_intensity,
         bound=roof.bound, flags=tuple(f.code for f in check_block(block, ctx, config)),
+        decode_step_s=phases.decode_step_s, decode_kv_read_bytes=phases.decode_kv_read_bytes,
+        train_scores_saved_bytes=phases.train_scores_saved_bytes,
     )
 
 

@@ -19,6 +19,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
 from mhaudit.render.gate import CHECK_RENDERERS, Checked, markdown
@@ -48,6 +49,7 @@ Examples:
 @click.option("--allow-other-model", is_flag=True,
               help="Compare with a baseline recorded for a different model source or class.")
 @model_options
+@phase_options
 @rule_options
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Output format.")
@@ -76,17 +78,26 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         _refuse_same_file(destination, baseline_out)
         from mhaudit.api import AuditOptions
         from mhaudit.gate.baseline import baseline_text, check_same_model, load_baseline_report
-        from mhaudit.gate.budget import check_budget_applies, evaluate, load_budget, metric_values
+        from mhaudit.gate.budget import (
+            check_budget_applies,
+            evaluate,
+            load_budget,
+            metric_values,
+            phases_needed,
+        )
         from mhaudit.render.ci import verdict
 
         budget = load_budget(budget_path)
         recorded = (load_baseline_report(baseline)
                     if baseline is not None and not update_baseline else None)
         rule_config = rule_config_from(params)
+        phases = phase_options_from(params)
+        for phase in phases_needed(budget):  # a budget on a phase metric runs that phase
+            phases[phase] = True
         given = options_from(params)
         check_budget_applies(budget, given.get("device", "meta"))
         done, worst = audit_each(targets, lambda progress: AuditOptions(
-            rule_config=rule_config, progress=progress, **given), verbose)
+            rule_config=rule_config, progress=progress, **phases, **given), verbose)
         items = []
         for target, report in done:
             previous = None

@@ -17,6 +17,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.render import RENDERERS
 
@@ -34,6 +35,7 @@ Examples:
 @click.command("report", epilog=EXAMPLES, short_help="Audit the attention blocks of models.")
 @click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
 @model_options
+@phase_options
 @click.option("--format", "-f", "fmt", type=click.Choice(sorted(RENDERERS)), default="table",
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
@@ -58,13 +60,15 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
     with errors_to_exit(verbose):
         destination = output_path(output)
         rule_config = rule_config_from(params)
+        phases = phase_options_from(params)
         given = options_from(params)
         from mhaudit.api import AuditOptions
         from mhaudit.gate.budget import failing_findings
         from mhaudit.render import render_reports
 
         done, worst = audit_each(targets, lambda progress: AuditOptions(
-            rule_config=rule_config, repeats=repeats, progress=progress, **given), verbose)
+            rule_config=rule_config, repeats=repeats, progress=progress, **phases, **given),
+            verbose)
         reports = [report for _, report in done]
         if reports:
             sweeps = flagged_sweeps(reports) if fmt == "html" else ()

@@ -24,6 +24,13 @@ from mhaudit.data.findings import Finding, Severity
 from mhaudit.data.gate import BudgetLimit, BudgetResult, GateOutcome
 from mhaudit.data.layout import Deviation, Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
+from mhaudit.data.phases import (
+    BlockDecode,
+    BlockTraining,
+    DecodeCost,
+    MemoryBreakdown,
+    TrainingCost,
+)
 from mhaudit.data.report import (
     AttentionBlock,
     BlockGroup,
@@ -35,11 +42,14 @@ from mhaudit.data.report import (
 
 __all__ = [
     "AttentionBlock",
+    "BlockDecode",
     "BlockGroup",
     "BlockMemory",
+    "BlockTraining",
     "BudgetLimit",
     "BudgetResult",
     "Coverage",
+    "DecodeCost",
     "Deviation",
     "ExpertLayer",
     "Finding",
@@ -47,6 +57,7 @@ __all__ = [
     "GateOutcome",
     "Layout",
     "Measurement",
+    "MemoryBreakdown",
     "ModelInfo",
     "ParamBreakdown",
     "Projection",
@@ -58,4 +69,5 @@ __all__ = [
     "TargetEstimate",
     "Timing",
     "Totals",
+    "TrainingCost",
 ]

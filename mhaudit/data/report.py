@@ -16,6 +16,7 @@ from mhaudit.data.costs import (
 from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown
 from mhaudit.data.location import SourceLocation
+from mhaudit.data.phases import DecodeCost, TrainingCost
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,10 @@ class Report:
     """Routed-expert layers, costed at top-k dispatch."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Optional named sections (``folded_layers``, ``fvcore``) merged into the JSON."""
+    training: TrainingCost | None = None
+    """One optimizer step, with ``--train``."""
+    decode: DecodeCost | None = None
+    """One generation step, with ``--decode``."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""

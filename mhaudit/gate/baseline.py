@@ -12,7 +12,7 @@ from typing import Any
 
 from mhaudit.data import Report
 from mhaudit.errors import ConfigError
-from mhaudit.gate.budget import MAX_QUANTITY, METRICS, metrics_from
+from mhaudit.gate.budget import MAX_QUANTITY, METRICS, metrics_from, phase_metrics
 
 SCHEMA_VERSION = 1
 """The JSON report schema a baseline must have been written with."""
@@ -63,6 +63,9 @@ def metric_values_from_dict(
         raise ConfigError(f"{source} is not an mhaudit JSON report (no 'totals' object)",
                           "Create it with mhaudit check --baseline FILE --update-baseline.")
     values = metrics_from(lambda key: _number(totals, key, source))
+    training, decode = data.get("training"), data.get("decode")
+    values.update(phase_metrics(training if isinstance(training, Mapping) else None,
+                                decode if isinstance(decode, Mapping) else None))
     model, budget = data.get("model"), data.get("budget")
     if values["params_total"] is None and isinstance(model, Mapping):
         values["params_total"] = _number(model, "params_total", source)

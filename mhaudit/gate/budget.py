@@ -27,8 +27,18 @@ METRIC_KEYS: dict[str, str] = {
     "max_peak_activation_bytes": "peak_activation_bytes",
     "max_peak_memory_bytes": "peak_memory_bytes",
     "max_latency_ms": "latency_ms",
+    "max_train_peak_bytes": "train_peak_bytes",
+    "max_decode_step_ms": "decode_step_ms",
+    "max_decode_kv_cache_bytes": "decode_kv_cache_bytes",
 }
 """Budget key to the report metric it limits."""
+
+PHASE_METRICS: dict[str, str] = {
+    "train_peak_bytes": "train",
+    "decode_step_ms": "decode",
+    "decode_kv_cache_bytes": "decode",
+}
+"""Metrics read from the training or the decode section, and the option that adds it."""
 
 METRICS: tuple[str, ...] = tuple(METRIC_KEYS.values())
 """Every metric the gate can check, in report order."""
@@ -287,12 +297,35 @@ def metrics_from(get: Callable[[str], float | None]) -> dict[str, float | None]:
     return {m: peak if m == "peak_memory_bytes" else get(m) for m in METRICS}
 
 
+def phase_metrics(training: Mapping[str, Any] | None, decode: Mapping[str, Any] | None
+                  ) -> dict[str, float | None]:
+    """The phase metrics from the JSON ``training`` and ``decode`` sections (None if absent)."""
+    step_s = decode.get("time_per_step_s") if decode else None
+    return {
+        "train_peak_bytes": training.get("peak_bytes") if training else None,
+        "decode_step_ms": step_s * 1e3 if isinstance(step_s, (int, float)) else None,
+        "decode_kv_cache_bytes": decode.get("kv_cache_bytes") if decode else None,
+    }
+
+
+def phases_needed(budget: Budget) -> set[str]:
+    """``train`` and/or ``decode`` when the budget limits a metric of that phase."""
+    limited = {limit.metric for limit in budget.limits} | set(budget.increase_percent)
+    return {PHASE_METRICS[m] for m in limited if m in PHASE_METRICS}
+
+
 def metric_values(report: Report) -> dict[str, float | None]:
     """The gate's metrics from a report; None where the report has no figure.
 
     Peak memory is the measured peak, else estimated activations plus parameter bytes.
     """
-    return metrics_from(lambda key: getattr(report.totals, key, None))
+    values = metrics_from(lambda key: getattr(report.totals, key, None))
+    training, decode = report.training, report.decode
+    values.update(phase_metrics(
+        {"peak_bytes": training.peak_bytes} if training is not None else None,
+        {"time_per_step_s": decode.time_per_step_s, "kv_cache_bytes": decode.kv_cache_bytes}
+        if decode is not None else None))
+    return values
 
 
 def _judge(metric: str, value: float | None, bounds: list[tuple[Decimal, str, float | None]],

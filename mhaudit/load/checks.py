@@ -59,6 +59,12 @@ def check_options(opts: AuditOptions) -> None:
     ):
         raise ConfigError(f"timeout must be a number of seconds in (0, 86400], "
                           f"not {opts.timeout!r}", "Pass e.g. timeout=60.")
+    for name in ("train", "decode", "fold"):
+        if not isinstance(getattr(opts, name), bool):
+            raise ConfigError(f"{name} must be True or False, not {getattr(opts, name)!r}",
+                              f"Pass {name}=True or {name}=False.")
+    if opts.context is not None:
+        _positive_int("context", opts.context)
     if opts.rule_config is not None and not isinstance(opts.rule_config, RuleConfig):
         raise ConfigError("rule_config must be a RuleConfig", "Build one with RuleConfig(...).")
     if opts.progress is not None and not callable(opts.progress):

@@ -26,12 +26,21 @@ def _bound_text(r: BudgetResult) -> str:
     return f"budget {format_value(r.metric, r.limit)}"
 
 
+_MISSING_TIPS = {
+    "train_peak_bytes": "add --train to compute it",
+    "decode_step_ms": "add --decode to compute it",
+    "decode_kv_cache_bytes": "add --decode to compute it",
+}
+"""How to get a metric the report lacks, where it is not a measurement."""
+
+
 def budget_message(r: BudgetResult) -> str:
     """One sentence with metric, limit, actual and delta."""
     bound = _bound_text(r)
     if r.actual is None or r.limit is None:
-        return (f"{r.metric} is not in the report, so it cannot meet {bound}; measure on a "
-                "real device (--device cpu or cuda) to get it")
+        tip = _MISSING_TIPS.get(r.metric, "measure on a real device (--device cpu or cuda) to "
+                                "get it")
+        return f"{r.metric} is not in the report, so it cannot meet {bound}; {tip}"
     delta = r.actual - r.limit
     rel = f", {100.0 * delta / r.limit:+.1f}%" if r.limit else ""
     verb = "within" if r.passed else "exceeds"

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from mhaudit.data import Report
 from mhaudit.render.escape import defuse_lines, markdown, markdown_code
+from mhaudit.render.phases import phase_lines
 from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.table import (
     BLOCK_HEADERS,
@@ -56,6 +57,10 @@ def render_markdown(report: Report, options: RenderOptions = PLAIN) -> str:
         rows = [[markdown(cell) for cell in row] for row in measure_rows(report)]
         out.append(tabulate(rows, headers=MEASURE_HEADERS, tablefmt="github",
                             disable_numparse=True))
+    phases = phase_lines(report)
+    if phases:
+        out += ["", "### Phases", ""]
+        out.extend(f"- {line.strip()}" for line in phases[1:])
     out += ["", "### Totals", ""]
     out.extend(f"- {markdown(line)}" for line in total_lines(report))
     return defuse_lines("\n".join(out)) + "\n"

@@ -7,6 +7,7 @@ from typing import Any
 from mhaudit import __version__
 from mhaudit.data import (
     AttentionBlock,
+    DecodeCost,
     Finding,
     Measurement,
     Projection,
@@ -15,6 +16,7 @@ from mhaudit.data import (
     SourceLocation,
     TargetEstimate,
     Timing,
+    TrainingCost,
 )
 
 SCHEMA_VERSION = 1
@@ -197,6 +199,66 @@ def scaling_to_dict(point: ScalingPoint) -> dict[str, Any]:
     }
 
 
+def training_to_dict(t: TrainingCost) -> dict[str, Any]:
+    """The ``training`` section: one optimizer step."""
+    b = t.breakdown
+    return {
+        "optimizer": t.optimizer,
+        "precision": t.precision,
+        "checkpointing": t.checkpointing,
+        "loss": t.loss,
+        "batch_size": t.batch_size,
+        "peak_bytes": t.peak_bytes,
+        "peak_phase": t.peak_phase,
+        "breakdown_bytes": {
+            "params": b.params,
+            "grads": b.grads,
+            "optimizer_states": b.optimizer_states,
+            "activations": b.activations,
+            "temporaries": b.temporaries,
+            "buffers": b.buffers,
+        },
+        "flops": t.flops,
+        "blocks": [
+            {"name": r.name, "saved_bytes": r.saved_bytes,
+             "scores_saved_bytes": r.scores_saved_bytes}
+            for r in t.blocks
+        ],
+        "memory_bytes": t.memory_bytes,
+        "fits": t.fits,
+        "max_batch_size": t.max_batch_size,
+        "folded_layers": t.folded_layers,
+        "ops_without_formula": dict(t.ops_without_formula),
+        "convention": t.convention,
+    }
+
+
+def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
+    """The ``decode`` section: one generation step."""
+    return {
+        "context": d.context,
+        "batch_size": d.batch_size,
+        "flops_per_step": d.flops_per_step,
+        "weight_bytes": d.weight_bytes,
+        "kv_read_bytes": d.kv_read_bytes,
+        "kv_write_bytes": d.kv_write_bytes,
+        "bytes_per_step": d.bytes_per_step,
+        "time_per_step_s": d.time_per_step_s,
+        "tokens_per_s": d.tokens_per_s,
+        "bound": d.bound,
+        "kv_cache_bytes": d.kv_cache_bytes,
+        "param_bytes": d.param_bytes,
+        "memory_bytes": d.memory_bytes,
+        "fits": d.fits,
+        "blocks": [
+            {"name": r.name, "flops": r.flops, "kv_read_bytes": r.kv_read_bytes,
+             "time_s": r.time_s}
+            for r in d.blocks
+        ],
+        "convention": d.convention,
+    }
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The whole report, per the JSON contract."""
     info, totals = report.model, report.totals
@@ -255,5 +317,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         data["scaling"] = [scaling_to_dict(p) for p in report.scaling]
     if report.measurement is not None:
         data["measurement"] = measurement_to_dict(report.measurement)
+    if report.training is not None:
+        data["training"] = training_to_dict(report.training)
+    if report.decode is not None:
+        data["decode"] = decode_to_dict(report.decode)
     data.update(report.extras)
     return data

@@ -9,6 +9,7 @@ from tabulate import tabulate
 from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render import units
 from mhaudit.render.escape import defuse_lines, plain
+from mhaudit.render.phases import phase_lines
 from mhaudit.render.style import PLAIN, RenderOptions, paint, wrap
 
 BLOCK_HEADERS = (
@@ -303,5 +304,8 @@ def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
         out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="simple",
                             disable_numparse=True))
         out.append("")
+    phases = phase_lines(report)
+    if phases:
+        out.extend([*prose(phases), ""])
     out.extend(prose(total_lines(report)))
     return defuse_lines("\n".join(out)) + "\n"

@@ -55,6 +55,10 @@ METRIC_UNITS = {
     "kv_cache_bytes_per_token": "B",
     "peak_memory_bytes": "B",
     "latency_ms": "ms",
+    "peak_activation_bytes": "B",
+    "train_peak_bytes": "B",
+    "decode_step_ms": "ms",
+    "decode_kv_cache_bytes": "B",
 }
 """The unit of each gate metric that has one (the others are plain counts)."""
 

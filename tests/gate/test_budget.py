@@ -126,6 +126,9 @@ def test_full_budget_parses() -> None:
             "max_peak_activation_bytes": "1GiB",
             "max_peak_memory_bytes": "2GiB",
             "max_latency_ms": 12.5,
+            "max_train_peak_bytes": "40GiB",
+            "max_decode_step_ms": 25,
+            "max_decode_kv_cache_bytes": "8GiB",
             "fail_on": "warning",
             "max_increase_percent": {"default": 10, "flops": "5%", "max_params": 0},
         }
@@ -351,6 +354,7 @@ def test_baseline_round_trip_is_atomic(tmp_path: Path) -> None:
         "params_total": 16_640, "attention_params": 16_640, "flops": 11_000_000,
         "kv_cache_bytes_per_token": 256, "peak_activation_bytes": 1_000,
         "peak_memory_bytes": 34_280, "latency_ms": None,
+        "train_peak_bytes": None, "decode_step_ms": None, "decode_kv_cache_bytes": None,
     }
     current = {**TEXTBOOK, "peak_activation_bytes": 1_000, "peak_memory_bytes": 34_280}
     outcome = evaluate_metrics(current,

@@ -1,0 +1,44 @@
+"""The ``--train`` and ``--decode`` options of ``report`` and ``check``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+OPTIMIZER_CHOICES = ("adamw", "adam", "sgd", "sgd-momentum", "none")
+PRECISION_CHOICES = ("fp32", "bf16", "bf16-mixed")
+CHECKPOINTING_CHOICES = ("none", "layers")
+
+
+def phase_options(func: F) -> F:
+    """Options for the training step and the decode step."""
+    options = [
+        click.option("--train", is_flag=True,
+                     help="Add one training step: peak memory and what holds it, FLOPs, "
+                     "what each attention block keeps for the backward."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZER_CHOICES), default="adamw",
+                     show_default=True, help="Optimizer of the training step."),
+        click.option("--precision", type=click.Choice(PRECISION_CHOICES), default="fp32",
+                     show_default=True, help="fp32, pure bf16, or bf16-mixed (fp32 weights, "
+                     "grads and states; bf16 autocast) for the training step."),
+        click.option("--checkpointing", type=click.Choice(CHECKPOINTING_CHOICES),
+                     default="none", show_default=True,
+                     help="layers: recompute each repeated layer in the backward."),
+        click.option("--decode", is_flag=True,
+                     help="Add one generation step: FLOPs, bytes, time and the KV cache."),
+        click.option("--context", type=click.IntRange(min=0), default=None,
+                     help="Cached tokens for --decode (default: the audited sequence length)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def phase_options_from(params: dict[str, Any]) -> dict[str, Any]:
+    """AuditOptions keyword arguments for the phases, taken out of ``params``."""
+    keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context")
+    return {key: params.pop(key) for key in keys}

@@ -1,0 +1,247 @@
+"""Run a model's forward and backward on fake tensors with live-storage tracking.
+
+The model's parameters, buffers and tensor attributes are swapped for fake CPU
+tensors at the training precision (nothing is allocated, no arithmetic runs) and
+put back afterwards. Layer lists can be shortened to a few members, the rest being
+copied later from the timeline (:mod:`mhaudit.cost.timeline`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.checkpoint import checkpoint
+
+from mhaudit.cost.livemem import LiveStorages, StepLog, tensors_in
+from mhaudit.errors import TraceError, first_line
+
+PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
+    "fp32": (torch.float32, None),
+    "bf16": (torch.bfloat16, None),
+    "bf16-mixed": (torch.float32, torch.bfloat16),
+}
+"""Preset to (weight, grad and state dtype; autocast dtype of the forward or None)."""
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """A layer of a shortened list that runs, and the key its timeline marks use."""
+
+    key: str
+    module: nn.Module
+
+
+@dataclass
+class FakeRun:
+    """What a tracked forward and backward left: the log and the fixed state's bytes."""
+
+    log: StepLog
+    param_bytes: int
+    buffer_bytes: int
+    input_bytes: int
+    loss: str
+    grad_params: frozenset[int]
+    """``id`` of each original parameter that received a gradient."""
+    forward_end: int
+    """Tick at which the forward (loss included) ended."""
+
+
+def _fake_like(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    target = dtype if t.is_floating_point() else t.dtype
+    with mode:
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=target, device="cpu")
+
+
+@contextlib.contextmanager
+def fake_state(model: nn.Module, mode: FakeTensorMode, dtype: torch.dtype
+               ) -> Iterator[tuple[int, int, dict[int, nn.Parameter]]]:
+    """Swap parameters, buffers and tensor attributes for fake tensors.
+
+    Yields the parameter and buffer bytes and each original parameter's fake one by ``id``.
+    """
+    swapped: list[tuple[dict[str, Any], str, Any]] = []
+    made: dict[int, Any] = {}
+    param_bytes = buffer_bytes = 0
+    try:
+        for module in model.modules():
+            for table, is_param in ((module._parameters, True), (module._buffers, False)):
+                for name, value in list(table.items()):
+                    if value is None:
+                        continue
+                    if id(value) not in made:
+                        fake = _fake_like(mode, value, dtype)
+                        if is_param:
+                            fake = nn.Parameter(fake, requires_grad=value.requires_grad)
+                            param_bytes += fake.numel() * fake.element_size()
+                        else:
+                            buffer_bytes += fake.numel() * fake.element_size()
+                        made[id(value)] = fake
+                    swapped.append((table, name, value))
+                    table[name] = made[id(value)]
+            for name, value in list(vars(module).items()):
+                if isinstance(value, torch.Tensor) and not name.startswith("_"):
+                    swapped.append((vars(module), name, value))
+                    vars(module)[name] = made.setdefault(id(value), _fake_like(mode, value,
+                                                                               value.dtype))
+        fakes = {key: value for key, value in made.items() if isinstance(value, nn.Parameter)}
+        yield param_bytes, buffer_bytes, fakes
+    finally:
+        for table, name, value in reversed(swapped):
+            table[name] = value
+
+
+def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype) -> Any:
+    """Inputs with every tensor replaced by a fake CPU one (floats at ``dtype``)."""
+    if isinstance(value, torch.Tensor):
+        return _fake_like(mode, value, dtype)
+    if isinstance(value, dict):
+        return {k: fake_inputs(v, mode, dtype) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(fake_inputs(v, mode, dtype) for v in value)
+    return value
+
+
+def pick_loss(output: Any) -> tuple[torch.Tensor, str]:
+    """``.loss`` when the model returns one, else the first scalar output, else a sum."""
+    loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss, ".loss"
+    floats = [t for t in tensors_in(output) if t.is_floating_point() and t.requires_grad]
+    for t in floats:
+        if t.numel() == 1:
+            return t, "first scalar output"
+    if not floats:
+        raise TraceError("the model's output has no floating tensor that needs a gradient",
+                         "Return a loss (or logits) from forward() to audit --train.")
+    total = floats[0].sum()
+    for t in floats[1:]:
+        total = total + t.sum()
+    return total, "sum of floating outputs"
+
+
+def _first_grad_tensor(value: Any) -> torch.Tensor | None:
+    for t in tensors_in(value):
+        if t.is_floating_point() and t.requires_grad:
+            return t
+    return None
+
+
+def _recomputing(tracker: LiveStorages, forward: Any) -> Any:
+    """``forward``, with what it makes during the backward recorded as recomputation."""
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if tracker.phase != "backward":
+            return forward(*args, **kwargs)
+        tracker.phase = "recompute"
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            tracker.phase = "backward"
+
+    return run
+
+
+@contextlib.contextmanager
+def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
+                blocks: Sequence[tuple[str, nn.Module]], recompute: bool) -> Iterator[None]:
+    """Mark each layer's forward and backward in the log; note which block makes a tensor."""
+    handles: list[Any] = []
+    log = tracker.log
+
+    def hook_tensor(t: torch.Tensor | None, event: str, key: str) -> None:
+        def note(_grad: torch.Tensor) -> None:
+            log.marks.append((event, key, log.ticks))
+
+        if t is not None:
+            t.register_hook(note)  # type: ignore[no-untyped-call]
+
+    for layer in layers:
+        def pre(_m: nn.Module, args: Any, kwargs: Any, key: str = layer.key) -> None:
+            log.marks.append(("forward_start", key, log.ticks))
+            hook_tensor(_first_grad_tensor((args, kwargs)), "backward_end", key)
+
+        def post(_m: nn.Module, _a: Any, _k: Any, out: Any, key: str = layer.key) -> None:
+            log.marks.append(("forward_end", key, log.ticks))
+            hook_tensor(_first_grad_tensor(out), "backward_start", key)
+
+        handles.append(layer.module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(layer.module.register_forward_hook(post, with_kwargs=True))
+        if recompute:
+            layer.module.forward = functools.partial(  # type: ignore[method-assign]
+                checkpoint, _recomputing(tracker, layer.module.forward), use_reentrant=False,
+                preserve_rng_state=False)
+    for name, module in blocks:
+        def enter(_m: nn.Module, _a: Any, name: str = name) -> None:
+            tracker.owner = name
+
+        def leave(_m: nn.Module, _a: Any, _o: Any) -> None:
+            tracker.owner = None
+
+        handles.append(module.register_forward_pre_hook(enter))
+        handles.append(module.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        if recompute:
+            for layer in layers:
+                vars(layer.module).pop("forward", None)
+
+
+def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                  precision: str, layers: Sequence[LayerRun],
+                  blocks: Sequence[tuple[str, nn.Module]], recompute: bool) -> FakeRun:
+    """Forward, loss and backward of ``model`` on fake tensors, tracked."""
+    dtype, autocast = PRECISIONS[precision]
+    mode = FakeTensorMode()
+    tracker = LiveStorages()
+    was_training = model.training
+    with fake_state(model, mode, dtype) as (param_bytes, buffer_bytes, fakes):
+        f_args, f_kwargs = fake_inputs(args, mode, dtype), fake_inputs(kwargs, mode, dtype)
+        storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                    for t in tensors_in((f_args, f_kwargs))}
+        input_bytes = sum(storages.values())
+        tracker.known([*fakes.values(), *model.buffers(), *tensors_in((f_args, f_kwargs))])
+        model.train()
+        try:
+            with mode, tracker, layer_marks(tracker, layers, blocks, recompute):
+                cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
+                        else contextlib.nullcontext())
+                with cast:
+                    output = model(*f_args, **f_kwargs)
+                    loss, source = pick_loss(output)
+                del output
+                forward_end = tracker.log.ticks
+                tracker.phase = "backward"
+                loss.backward()  # type: ignore[no-untyped-call]
+                del loss
+                grads = frozenset(k for k, p in fakes.items() if p.grad is not None)
+                for p in fakes.values():
+                    index = tracker.storage_index(p.grad) if p.grad is not None else None
+                    if index is not None:
+                        tracker.log.records[index].category = "grads"
+                for rec in tracker.log.records:
+                    if rec.phase == "backward" and rec.category != "grads":
+                        rec.category = "temporaries"
+                for p in fakes.values():
+                    p.grad = None
+        except TraceError:
+            raise
+        except Exception as exc:
+            raise TraceError(
+                f"the training step failed on fake tensors: {first_line(exc)}",
+                "Check that forward() and its loss run under torch's FakeTensorMode "
+                "(no .item() or data-dependent control flow).") from exc
+        finally:
+            model.train(was_training)
+    return FakeRun(tracker.log, param_bytes, buffer_bytes, input_bytes, source, grads,
+                   forward_end)

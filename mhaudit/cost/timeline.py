@@ -1,0 +1,122 @@
+"""Fold a step's timeline over repeated layers: copy a middle layer's segments in.
+
+A run keeps a few members of each group of identical layers. The full model runs
+the same ops with more copies of each group's middle member: its forward segment
+once per extra layer right after it, and its backward segment once per extra layer
+right after that. Each copy adds the segment's net bytes to everything after it,
+and peaks inside the copies lie at the first or the last one (the levels grow
+linearly). The result is the timeline of the full model, without running it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mhaudit.cost.livemem import StepLog
+
+Vec = tuple[int, int, int]
+"""Live (activations, grads, temporaries) bytes."""
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A layer whose segments stand for ``extra`` more layers not run."""
+
+    key: str
+    extra: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: int
+    end: int
+    """Ticks [start, end) of the segment."""
+    delta: Vec
+    """Net bytes the segment adds."""
+    flops: int
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The highest point of the folded timeline."""
+
+    live: Vec
+    phase: str
+    """``forward`` or ``backward``."""
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The folded run: its peak, its FLOPs and what is alive when the backward ends."""
+
+    peak: Peak
+    flops: int
+    end: Vec
+    forward_flops: int
+
+
+def _add(a: Vec, b: Vec, times: int = 1) -> Vec:
+    return (a[0] + times * b[0], a[1] + times * b[1], a[2] + times * b[2])
+
+
+def _sub(a: Vec, b: Vec) -> Vec:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+def _segment(log: StepLog, bounds: Sequence[Vec], start: int | None, end: int | None
+             ) -> Segment | None:
+    if start is None or end is None or end <= start:
+        return None
+    delta = _sub(bounds[end], bounds[start])  # what the layer leaves once its locals are gone
+    return Segment(start, end, delta, sum(log.tick_flops[start:end]))
+
+
+def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
+    """The peak and FLOPs of the full model from a run with fewer layers."""
+    levels = log.levels()
+    bounds = log.boundaries()
+    inserts: list[tuple[int, Segment, int]] = []  # (boundary where copies go, segment, n)
+    for rep in repeats:
+        if rep.extra <= 0:
+            continue
+        fwd = _segment(log, bounds, log.mark("forward_start", rep.key),
+                       log.mark("forward_end", rep.key))
+        bwd = _segment(log, bounds, log.mark("backward_start", rep.key),
+                       log.mark("backward_end", rep.key))
+        for seg in (fwd, bwd):
+            if seg is not None:
+                inserts.append((seg.end, seg, rep.extra))
+    inserts.sort(key=lambda item: item[0])
+
+    def shift(tick: int) -> Vec:
+        """What the copies add to the live bytes after op ``tick``."""
+        total: Vec = (0, 0, 0)
+        for at, seg, n in inserts:
+            if tick >= at:
+                total = _add(total, seg.delta, n)
+        return total
+
+    best: tuple[int, Vec, str] | None = None
+
+    def consider(live: Vec, phase: str) -> None:
+        nonlocal best
+        if best is None or sum(live) > best[0]:
+            best = (sum(live), live, phase)
+
+    for tick, live in enumerate(levels):
+        consider(_add(live, shift(tick)), "forward" if tick < forward_end else "backward")
+    for at, seg, n in inserts:
+        base = _add(bounds[at], shift(at - 1))
+        phase = "forward" if seg.start < forward_end else "backward"
+        for tick in range(seg.start, seg.end):
+            inner = _sub(levels[tick], bounds[seg.start])
+            consider(_add(base, inner), phase)
+            consider(_add(_add(base, inner), seg.delta, n - 1), phase)
+    assert best is not None or not levels
+    peak = Peak(best[1], best[2]) if best is not None else Peak((0, 0, 0), "forward")
+    extra = sum(seg.flops * n for _, seg, n in inserts)
+    forward_extra = sum(seg.flops * n for _, seg, n in inserts if seg.start < forward_end)
+    end = _add(levels[-1], shift(len(levels))) if levels else (0, 0, 0)
+    return Folded(peak, sum(log.tick_flops) + extra, end,
+                  sum(log.tick_flops[:forward_end]) + forward_extra)

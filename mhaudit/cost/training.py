@@ -1,0 +1,261 @@
+"""One training step (forward, backward, optimizer update) measured on fake tensors.
+
+The forward and the backward run for real on fake tensors, with every storage an
+op makes tracked until it dies (:mod:`mhaudit.cost.livemem`); what a layer keeps
+for the backward is therefore what the real backward graph keeps. Identical
+layers run three of each kind and the timeline is folded to the full depth
+(:mod:`mhaudit.cost.timeline`). The optimizer step runs on fake tensors of every
+parameter's full shape, in steady state: its states exist before the step (they
+were made by the previous one), and the gradients are gone when the next forward
+starts (``zero_grad(set_to_none=True)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from mhaudit.cost.devices import GpuProfile
+from mhaudit.cost.fakestep import PRECISIONS, LayerRun, run_fake_step
+from mhaudit.cost.optimizer_step import OPTIMIZERS, optimizer_step
+from mhaudit.cost.timeline import Folded, Repeat, fold
+from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
+from mhaudit.errors import ConfigError
+from mhaudit.trace.fold import find_lists
+
+COPIES = 3
+"""Members of each group of identical layers that run; the middle one is copied."""
+
+CHECKPOINTING = ("none", "layers")
+
+
+@dataclass(frozen=True)
+class _Group:
+    path: str
+    run: tuple[int, ...]
+    """Original indices that run."""
+    members: tuple[int, ...]
+
+
+def _layer_groups(model: nn.Module, fold_layers: bool) -> list[_Group]:
+    groups: list[_Group] = []
+    for plan in find_lists(model):
+        if not plan.path:
+            continue
+        for members in plan.members:
+            run = members[:COPIES] if fold_layers else members
+            groups.append(_Group(plan.path, tuple(run), tuple(members)))
+    return groups or _short_lists(model)
+
+
+def _short_lists(model: nn.Module) -> list[_Group]:
+    """Layer lists too short to fold (two or three layers of one class), run in full."""
+    for name, module in model.named_modules():
+        children = list(module.children())
+        if name and isinstance(module, (nn.ModuleList, nn.Sequential)) and len(children) >= 2 \
+                and len({type(c) for c in children}) == 1:
+            every = tuple(range(len(children)))
+            return [_Group(name, every, every)]
+    return []
+
+
+@contextlib.contextmanager
+def _shortened(model: nn.Module, groups: Sequence[_Group]) -> Iterator[None]:
+    """Each folded list holds only the members that run, in their original order."""
+    swapped: list[tuple[nn.Module, str, nn.Module]] = []
+    try:
+        for path in dict.fromkeys(g.path for g in groups):
+            keep = sorted(i for g in groups if g.path == path for i in g.run)
+            parent_name, _, attr = path.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            original = parent._modules[attr]
+            assert original is not None
+            children = list(original.children())
+            if len(keep) == len(children):
+                continue
+            kept = [children[i] for i in keep]
+            parent._modules[attr] = (type(original)(*kept) if isinstance(original, nn.Sequential)
+                                     else nn.ModuleList(kept))
+            swapped.append((parent, attr, original))
+        yield
+    finally:
+        for parent, attr, original in reversed(swapped):
+            parent._modules[attr] = original
+
+
+def _middle_name(name: str, groups: Sequence[_Group]) -> str:
+    """The name of the same module in its group's middle member that runs."""
+    for g in groups:
+        match = re.match(rf"^{re.escape(g.path)}\.(\d+)(?=\.|$)", name)
+        if match and int(match.group(1)) in g.members and int(match.group(1)) not in g.run:
+            middle = g.run[min(1, len(g.run) - 1)]
+            return f"{g.path}.{middle}{name[match.end():]}"
+    return name
+
+
+def _batch(blocks: Sequence[AttentionBlock], args: tuple[Any, ...], kwargs: dict[str, Any]
+           ) -> int:
+    if blocks:
+        return blocks[0].layout.batch_size
+    for value in (*args, *kwargs.values()):
+        shape = getattr(value, "shape", None)
+        if shape:
+            return int(shape[0])
+    return 1
+
+
+def _block_rows(blocks: Sequence[AttentionBlock], run: Any, groups: Sequence[_Group],
+                forward_end: int) -> tuple[BlockTraining, ...]:
+    saved: dict[str, int] = {}
+    scores: dict[str, int] = {}
+    shapes = {b.name: b.layout for b in blocks}
+    for rec in run.log.records:
+        if rec.owner is None or rec.phase != "forward":
+            continue
+        if rec.freed is not None and rec.freed < forward_end:
+            continue
+        saved[rec.owner] = saved.get(rec.owner, 0) + rec.nbytes
+        lay = shapes.get(rec.owner)
+        if lay is not None and len(rec.shape) >= 2 and tuple(rec.shape[-2:]) == (
+                lay.seq_len_q, lay.seq_len_kv) and _numel(rec.shape) == (
+                lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv):
+            scores[rec.owner] = scores.get(rec.owner, 0) + rec.nbytes
+    rows = []
+    for block in blocks:
+        source = _middle_name(block.name, groups)
+        rows.append(BlockTraining(block.name, saved.get(source, 0), scores.get(source, 0)))
+    return tuple(rows)
+
+
+def _marked(log: Any, key: str) -> bool:
+    events = ("forward_start", "forward_end", "backward_start", "backward_end")
+    return all(log.mark(event, key) is not None for event in events)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    total = 1
+    for s in shape:
+        total *= s
+    return total
+
+
+def _grad_params(model: nn.Module, groups: Sequence[_Group], run_ids: frozenset[int]
+                 ) -> tuple[list[nn.Parameter], list[int]]:
+    """The parameters that got a gradient in the run, and how many of the full model's
+    parameters each stands for (a middle layer's stand for its folded copies)."""
+    named = dict(model.named_parameters())
+    counts: dict[int, int] = {}
+    sources: dict[int, nn.Parameter] = {}
+    for name, param in named.items():
+        source = named.get(_middle_name(name, groups), param)
+        if id(source) in run_ids:
+            counts[id(source)] = counts.get(id(source), 0) + 1
+            sources[id(source)] = source
+    return [sources[k] for k in counts], list(counts.values())
+
+
+def training_step(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    blocks: Sequence[AttentionBlock],
+    profile: GpuProfile,
+    *,
+    optimizer: str = "adamw",
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    fold_layers: bool = True,
+) -> TrainingCost:
+    """Peak memory, its breakdown and FLOPs of one steady-state optimizer step."""
+    validate_phases(optimizer, precision, checkpointing, None)
+    groups = _layer_groups(model, fold_layers)
+    if checkpointing == "layers" and not groups:
+        raise ConfigError("--checkpointing layers found no list of repeated layers to recompute",
+                          "Keep the layers in an nn.ModuleList, or use --checkpointing none.")
+    modules = dict(model.named_modules())
+    layers = [LayerRun(f"{g.path}.{i}", modules[f"{g.path}.{i}"]) for g in groups for i in g.run]
+    repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))
+               for g in groups if len(g.run) >= 2 and len(g.members) > len(g.run)]
+    run_blocks = [(b.name, modules[b.name]) for b in blocks if b.name in modules]
+    with _shortened(model, groups):
+        run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
+                            blocks=run_blocks, recompute=checkpointing == "layers")
+    if fold_layers and repeats and not all(_marked(run.log, r.key) for r in repeats):
+        # the forward does not call its layers as modules: run every layer instead
+        return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
+                             precision=precision, checkpointing=checkpointing,
+                             fold_layers=False)
+    folded = fold(run.log, repeats, run.forward_end)
+    params, copies = _grad_params(model, groups, run.grad_params)
+    master = PRECISIONS[precision][0]
+    full_param_bytes = sum(p.numel() for p in model.parameters()) * master.itemsize
+    full_buffer_bytes = sum(b.numel() * (master.itemsize if b.is_floating_point()
+                                         else b.element_size()) for b in model.buffers())
+    opt = optimizer_step(params, optimizer, master, copies)
+    during, update = _peaks(folded, opt, run.input_bytes, full_param_bytes, full_buffer_bytes)
+    breakdown, phase = (update, "optimizer") if update.total > during.total else (
+        during, folded.peak.phase)
+    batch = _batch(blocks, args, kwargs)
+    memory = profile.memory_bytes
+    max_batch = _max_batch(during, update, batch, memory)
+    extra = sum(r.extra for r in repeats)
+    convention = (
+        f"steady-state step: forward ({precision}), backward from the {run.loss}, "
+        f"{optimizer} update (torch.optim, foreach, states made by the previous step); "
+        "live tensor bytes as torch's MemTracker counts them (no allocator rounding); "
+        f"{len(layers)} layers run" + (f", {extra} folded from them" if extra else "")
+        + ("; checkpointing: torch.utils.checkpoint (non-reentrant), which stops recomputing "
+           "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
+        + "; max_batch_size scales activations and temporaries linearly with the batch")
+    return TrainingCost(
+        optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,
+        peak_bytes=breakdown.total, peak_phase=phase, breakdown=breakdown, flops=folded.flops,
+        blocks=_block_rows(blocks, run, groups, run.forward_end), memory_bytes=memory,
+        fits=breakdown.total <= memory, max_batch_size=max_batch, batch_size=batch,
+        folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
+    )
+
+
+def _max_batch(during: MemoryBreakdown, update: MemoryBreakdown, batch: int, memory: int
+               ) -> int:
+    """Largest batch whose forward/backward peak fits, activations and temporaries scaled."""
+    fixed = during.params + during.buffers + during.optimizer_states + during.grads
+    per_sample = (during.activations + during.temporaries) / batch
+    if update.total > memory or fixed >= memory:
+        return 0
+    if per_sample <= 0:
+        return batch
+    return int((memory - fixed) // per_sample)
+
+
+def _peaks(folded: Folded, opt: Any, inputs: int, params: int, buffers: int
+           ) -> tuple[MemoryBreakdown, MemoryBreakdown]:
+    """What is alive at the forward/backward peak and at the update's peak."""
+    act, grads, temps = folded.peak.live
+    during = MemoryBreakdown(params=params, grads=grads, optimizer_states=opt.state_bytes,
+                             activations=act + inputs, temporaries=temps, buffers=buffers)
+    left_act, _, left_temp = folded.end
+    update = MemoryBreakdown(params=params, grads=opt.grad_bytes,
+                             optimizer_states=opt.state_bytes, activations=left_act + inputs,
+                             temporaries=left_temp + opt.temporary_bytes, buffers=buffers)
+    return during, update
+
+
+def validate_phases(optimizer: str, precision: str, checkpointing: str,
+                    context: int | None) -> None:
+    """Raise ConfigError for training and decode options no step can use."""
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {optimizer!r}",
+                          f"Use one of: {', '.join(OPTIMIZERS)}.")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r}",
+                          f"Use one of: {', '.join(PRECISIONS)}.")
+    if checkpointing not in CHECKPOINTING:
+        raise ConfigError(f"unknown checkpointing {checkpointing!r}", "Use none or layers.")
+    if context is not None and context < 0:
+        raise ConfigError(f"--context {context} is negative", "Pass 0 or more cached tokens.")

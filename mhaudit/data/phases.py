@@ -1,0 +1,132 @@
+"""The two phases beside the prefill forward: one training step and one decode step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Live bytes by what they hold, at one moment of a training step."""
+
+    params: int
+    """Parameters (master weights) at the training precision."""
+    grads: int
+    """Parameter gradients alive at that moment."""
+    optimizer_states: int
+    """Optimizer state tensors (AdamW: exp_avg and exp_avg_sq; the step counters)."""
+    activations: int
+    """Tensors made by the forward (and by recomputation) that are still alive, inputs included."""
+    temporaries: int
+    """Other tensors made in the backward or the optimizer step (gradients of activations)."""
+    buffers: int = 0
+    """Module buffers (masks, rotary tables)."""
+
+    @property
+    def total(self) -> int:
+        """The sum of the parts."""
+        return (self.params + self.grads + self.optimizer_states + self.activations
+                + self.temporaries + self.buffers)
+
+
+@dataclass(frozen=True)
+class BlockTraining:
+    """What one attention block keeps alive for the backward."""
+
+    name: str
+    """The block's qualified module name."""
+    saved_bytes: int
+    """Bytes the block's forward made that are still alive when the forward ends."""
+    scores_saved_bytes: int
+    """The part of ``saved_bytes`` shaped like the score matrix (b·h·n_q·n_kv elements:
+    probabilities, dropout masks); 0 for kernels that keep only log-sum-exps."""
+
+
+@dataclass(frozen=True)
+class TrainingCost:
+    """One optimizer step (forward, backward, update), measured on fake tensors."""
+
+    optimizer: str
+    """``adamw``, ``adam``, ``sgd``, ``sgd-momentum`` or ``none``."""
+    precision: str
+    """``fp32``, ``bf16`` or ``bf16-mixed`` (fp32 weights, grads and states; bf16 autocast)."""
+    checkpointing: str
+    """``none`` or ``layers`` (each repeated layer recomputed in the backward)."""
+    loss: str
+    """Where the loss came from: ``.loss``, ``first scalar output`` or ``sum of outputs``."""
+    peak_bytes: int
+    """Peak of live tensor bytes over the step (no allocator rounding or caching)."""
+    peak_phase: str
+    """``forward``, ``backward`` or ``optimizer``: where the peak falls."""
+    breakdown: MemoryBreakdown
+    """What is alive at the peak; ``breakdown.total == peak_bytes``."""
+    flops: int
+    """Forward + backward + recomputation FLOPs (2 per multiply-add) of every op with a
+    formula; the optimizer update is not counted."""
+    blocks: tuple[BlockTraining, ...]
+    """One entry per attention block of the report, in report order."""
+    memory_bytes: int
+    """Device memory of the target GPU profile."""
+    fits: bool
+    """``peak_bytes <= memory_bytes``."""
+    max_batch_size: int
+    """Largest batch whose peak fits, the activations and temporaries at the
+    forward/backward peak scaled linearly with the batch (0 when none fits)."""
+    batch_size: int
+    """Batch size of the audited inputs."""
+    folded_layers: int = 0
+    """Layers whose costs were copied from a traced representative rather than run."""
+    ops_without_formula: dict[str, int] = field(default_factory=dict)
+    """Ops of the step no FLOP formula covers (not counted in ``flops``)."""
+    convention: str = ""
+    """How the step was run, stated for the report."""
+
+
+@dataclass(frozen=True)
+class BlockDecode:
+    """One attention block in one decode step."""
+
+    name: str
+    flops: int
+    """Projections for the new tokens plus QKᵀ, softmax and PV against the cache."""
+    kv_read_bytes: int
+    """Cached K/V (or latent) bytes read at the context, window-capped."""
+    time_s: float
+    """Roofline time of the block's share: its weights, cache reads and FLOPs."""
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """One generation step: every sequence of the batch emits one token at ``context``."""
+
+    context: int
+    """Tokens already in the cache."""
+    batch_size: int
+    """Sequences decoded together."""
+    flops_per_step: int
+    """Weight FLOPs for batch_size new tokens plus attention over the cache."""
+    weight_bytes: int
+    """Weights read once per step (gathered embedding rows only; touched experts only)."""
+    kv_read_bytes: int
+    """Cache bytes read: every layer's K/V at the context (window-capped), cross caches."""
+    kv_write_bytes: int
+    """Cache bytes written for the new tokens."""
+    bytes_per_step: int
+    """weight_bytes + kv_read_bytes + kv_write_bytes."""
+    time_per_step_s: float
+    """Roofline: max(flops / peak, bytes / bandwidth) on the target."""
+    tokens_per_s: float
+    """batch_size / time_per_step_s."""
+    bound: str
+    """``compute`` or ``memory``."""
+    kv_cache_bytes: int
+    """The cache for the batch at the context (window-capped, cross caches included)."""
+    param_bytes: int
+    """All weights resident on the device."""
+    memory_bytes: int
+    """Device memory of the target GPU profile."""
+    fits: bool
+    """``param_bytes + kv_cache_bytes <= memory_bytes``."""
+    blocks: tuple[BlockDecode, ...]
+    convention: str = ""
+    """How the step was counted, stated for the report."""

@@ -1,0 +1,58 @@
+"""One summary line per phase: prefill forward, decode step, training step."""
+
+from __future__ import annotations
+
+from mhaudit.data import Report
+from mhaudit.render import units
+
+
+def _prefill(report: Report) -> str:
+    t = report.totals
+    peak = (f", peak activations {units.nbytes(t.peak_activation_bytes)}"
+            if t.peak_activation_bytes is not None else "")
+    shape = ""
+    if report.blocks:
+        lay = report.blocks[0].layout
+        shape = f"{lay.batch_size}×{lay.seq_len_q} tokens, "
+    return (f"  prefill forward: {shape}{units.si(t.flops)}FLOP (attention "
+            f"{units.si(t.attention_flops)}FLOP){peak}")
+
+
+def _decode(report: Report) -> str | None:
+    d = report.decode
+    if d is None:
+        return None
+    fits = "fits" if d.fits else "does not fit"
+    return (f"  decode step: {d.batch_size} × 1 token at context {d.context:,}, "
+            f"{units.si(d.flops_per_step)}FLOP, {units.nbytes(d.bytes_per_step)} read "
+            f"(KV cache {units.nbytes(d.kv_read_bytes)}), {units.seconds(d.time_per_step_s)} "
+            f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; KV cache "
+            f"{units.nbytes(d.kv_cache_bytes)} {fits} beside the weights "
+            f"({units.nbytes(d.param_bytes)}) in {units.nbytes(d.memory_bytes)}")
+
+
+def _training(report: Report) -> str | None:
+    t = report.training
+    if t is None:
+        return None
+    b = t.breakdown
+    saved = sum(r.saved_bytes for r in t.blocks)
+    scores = sum(r.scores_saved_bytes for r in t.blocks)
+    fits = (f"fits in {units.nbytes(t.memory_bytes)}, up to batch {t.max_batch_size:,}"
+            if t.fits else f"does not fit in {units.nbytes(t.memory_bytes)}"
+            + (f" (batch {t.max_batch_size:,} would)" if t.max_batch_size else ""))
+    return (f"  training step ({t.optimizer}, {t.precision}, checkpointing {t.checkpointing}, "
+            f"loss: {t.loss}): peak {units.nbytes(t.peak_bytes)} in the {t.peak_phase} "
+            f"(params {units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer "
+            f"states {units.nbytes(b.optimizer_states)}, activations "
+            f"{units.nbytes(b.activations)}, temporaries {units.nbytes(b.temporaries)}); "
+            f"{units.si(t.flops)}FLOP; attention keeps {units.nbytes(saved)} for the backward "
+            f"(scores {units.nbytes(scores)}); {fits}")
+
+
+def phase_lines(report: Report) -> list[str]:
+    """The phases section, when a decode or training step was costed."""
+    lines = [line for line in (_decode(report), _training(report)) if line is not None]
+    if not lines:
+        return []
+    return ["Phases:", _prefill(report), *lines]

@@ -1,0 +1,277 @@
+"""The training step against torch's MemTracker, and what folding, kernels and options change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import mhaudit
+from mhaudit.cost.devices import get_profile
+from mhaudit.cost.training import training_step
+from mhaudit.data import TrainingCost
+from mhaudit.errors import ConfigError, TraceError
+from tests.cost.memtracker_oracle import memtracker_peak
+from tests.fixtures.small_models import TinyGPT
+
+transformers = pytest.importorskip("transformers")
+
+H100 = get_profile("h100")
+
+
+def _ours(build: Callable[[], nn.Module], inputs: Callable[[], dict[str, Any]],
+          **options: Any) -> TrainingCost:
+    with torch.device("meta"):
+        model, batch = build(), inputs()
+    return training_step(model, (), batch, [], H100, **options)
+
+
+def _lm_batch(batch: int, n: int) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        ids = torch.zeros(batch, n, dtype=torch.long)
+        return {"input_ids": ids, "labels": ids}
+
+    return make
+
+
+def _gpt2() -> nn.Module:
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=4, n_embd=64, n_head=4, vocab_size=500, n_positions=128, use_cache=False))
+
+
+def _llama(impl: str, layers: int = 6) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=128, intermediate_size=256, num_hidden_layers=layers,
+            num_attention_heads=8, num_key_value_heads=2, vocab_size=500,
+            max_position_embeddings=256, attn_implementation=impl, use_cache=False))
+
+    return build
+
+
+def _bert() -> nn.Module:
+    return transformers.BertForMaskedLM(transformers.BertConfig(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
+        vocab_size=500, max_position_embeddings=128, attn_implementation="eager"))
+
+
+@pytest.mark.slow
+def test_gpt2_lm_head_matches_memtracker() -> None:
+    reference = memtracker_peak(_gpt2, _lm_batch(1, 64))
+    ours = _ours(_gpt2, _lm_batch(1, 64))
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+    params = sum(p.numel() for p in _gpt2().parameters())
+    tensors = len(list(_gpt2().parameters()))
+    assert ours.breakdown.params == params * 4
+    # exp_avg and exp_avg_sq per parameter, plus a 4-byte step counter per tensor
+    assert ours.breakdown.optimizer_states == 2 * params * 4 + 4 * tensors
+    assert ours.loss == ".loss" and ours.folded_layers == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_llama_gqa_matches_memtracker(impl: str) -> None:
+    reference = memtracker_peak(_llama(impl), _lm_batch(2, 96))
+    ours = _ours(_llama(impl), _lm_batch(2, 96))
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+    assert ours.breakdown.activations == pytest.approx(
+        reference["ACT"] + reference["OTH"], rel=0.02)
+    assert ours.folded_layers == 3  # six identical layers: three run, three folded
+
+
+@pytest.mark.slow
+def test_bert_masked_lm_matches_memtracker() -> None:
+    reference = memtracker_peak(_bert, _lm_batch(2, 64))
+    ours = _ours(_bert, _lm_batch(2, 64))
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_checkpointing_matches_memtracker() -> None:
+    reference = memtracker_peak(_llama("sdpa"), _lm_batch(2, 96), layers="model.layers")
+    ours = _ours(_llama("sdpa"), _lm_batch(2, 96), checkpointing="layers")
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_bf16_mixed_matches_memtracker_under_autocast() -> None:
+    reference = memtracker_peak(_llama("sdpa"), _lm_batch(2, 96), autocast=True)
+    ours = _ours(_llama("sdpa"), _lm_batch(2, 96), precision="bf16-mixed")
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+
+
+def _tiny_gpt() -> nn.Module:
+    return TinyGPT(vocab=100, d=64, heads=4, layers=8)
+
+
+def _ids() -> dict[str, Any]:
+    return {"ids": torch.zeros(2, 32, dtype=torch.long)}
+
+
+class _Encoder(nn.Module):
+    """torch.nn.TransformerEncoderLayer layers between an embedding and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 64)
+        layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 8, enable_nested_tensor=False)
+        self.head = nn.Linear(64, 100)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(ids)))
+
+
+@pytest.mark.parametrize("build", [_Encoder, _tiny_gpt], ids=["layers-called", "dict-layers"])
+def test_folding_gives_the_unfolded_figures(build: Callable[[], nn.Module]) -> None:
+    folded = _ours(build, _ids)
+    full = _ours(build, _ids, fold_layers=False)
+    # layers called as modules fold (three of eight run); layers only indexed run in full
+    assert folded.folded_layers == (5 if build is _Encoder else 0) and full.folded_layers == 0
+    assert folded.peak_bytes == full.peak_bytes
+    assert folded.breakdown == full.breakdown
+    assert folded.flops == full.flops
+    assert folded.loss == "sum of floating outputs"
+
+
+def test_folding_an_update_that_peaks() -> None:
+    # two tokens: activations are tiny, and the peak is the update's foreach temporaries
+    def two_tokens() -> dict[str, Any]:
+        return {"ids": torch.zeros(1, 2, dtype=torch.long)}
+
+    folded = _ours(_Encoder, two_tokens)
+    full = _ours(_Encoder, two_tokens, fold_layers=False)
+    assert folded.peak_phase == full.peak_phase == "optimizer"
+    assert folded.breakdown == full.breakdown
+    # AdamW's foreach update keeps one parameter-sized temporary (the sqrt denominators)
+    assert folded.breakdown.temporaries >= folded.breakdown.params
+
+
+def test_optimizer_states_by_optimizer() -> None:
+    params = sum(p.numel() for p in _tiny_gpt().parameters())
+    tensors = len(list(_tiny_gpt().parameters()))
+    states = {name: _ours(_tiny_gpt, _ids, optimizer=name).breakdown.optimizer_states
+              for name in ("adamw", "adam", "sgd", "sgd-momentum", "none")}
+    assert states["adamw"] == states["adam"] == 2 * 4 * params + 4 * tensors
+    assert states["sgd-momentum"] == 4 * params  # one momentum buffer per parameter
+    assert states["sgd"] == states["none"] == 0
+
+
+def test_precision_presets() -> None:
+    params = sum(p.numel() for p in _tiny_gpt().parameters())
+    fp32 = _ours(_tiny_gpt, _ids)
+    bf16 = _ours(_tiny_gpt, _ids, precision="bf16")
+    mixed = _ours(_tiny_gpt, _ids, precision="bf16-mixed")
+    assert bf16.breakdown.params == 2 * params and mixed.breakdown.params == 4 * params
+    assert mixed.breakdown.optimizer_states == fp32.breakdown.optimizer_states
+    assert bf16.breakdown.activations < fp32.breakdown.activations
+    assert mixed.breakdown.activations < fp32.breakdown.activations
+
+
+def test_max_batch_size_is_the_largest_that_fits() -> None:
+    base = _ours(_tiny_gpt, _ids)
+    profile = replace(H100, memory_bytes=base.peak_bytes * 6)
+
+    def at(batch: int) -> TrainingCost:
+        with torch.device("meta"):
+            model, ids = _tiny_gpt(), torch.zeros(batch, 32, dtype=torch.long)
+        return training_step(model, (ids,), {}, [], profile)
+
+    estimate = at(2).max_batch_size
+    assert estimate > 2
+    assert at(estimate).peak_bytes <= profile.memory_bytes
+    assert at(estimate + 2).peak_bytes > profile.memory_bytes
+
+
+class _ScalarFirst(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.lin(x)
+        return y, y.pow(2).mean()
+
+
+class _NoFloats(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).argmax(-1)
+
+
+def test_loss_is_the_first_scalar_output() -> None:
+    cost = _ours(_ScalarFirst, lambda: {"x": torch.zeros(4, 8)})
+    assert cost.loss == "first scalar output"
+
+
+def test_a_model_without_a_differentiable_output_is_a_trace_error() -> None:
+    with pytest.raises(TraceError, match="needs a gradient"):
+        _ours(_NoFloats, lambda: {"x": torch.zeros(4, 8)})
+
+
+def test_unknown_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="optimizer"):
+        _ours(_tiny_gpt, _ids, optimizer="lion")
+    with pytest.raises(ConfigError, match="precision"):
+        mhaudit.audit(_tiny_gpt(), (torch.zeros(1, 8, dtype=torch.long),), train=True,
+                      precision="fp8")
+
+
+def _audit_llama(impl: str, layers: int = 6, **options: Any) -> mhaudit.data.Report:
+    with torch.device("meta"):
+        model = _llama(impl, layers)()
+        batch = _lm_batch(2, 96)()
+    return mhaudit.audit(model, batch, **options)
+
+
+@pytest.mark.slow
+def test_saved_scores_eager_against_sdpa() -> None:
+    eager = _audit_llama("eager", train=True).training
+    sdpa = _audit_llama("sdpa", train=True).training
+    assert eager is not None and sdpa is not None
+    assert len(eager.blocks) == len(sdpa.blocks) == 6
+    # eager keeps at least the fp32 probabilities: b·h·n² · 4 B = 2·8·96²·4 per block
+    assert all(b.scores_saved_bytes >= 2 * 8 * 96 * 96 * 4 for b in eager.blocks)
+    assert all(b.scores_saved_bytes == 0 and b.saved_bytes > 0 for b in sdpa.blocks)
+    assert eager.peak_bytes > sdpa.peak_bytes
+
+
+@pytest.mark.slow
+def test_checkpointing_lowers_activations_and_adds_one_forward_of_the_layers() -> None:
+    plain = _audit_llama("sdpa", train=True)
+    ckpt = _audit_llama("sdpa", train=True, checkpointing="layers")
+    assert plain.training is not None and ckpt.training is not None
+    assert ckpt.training.breakdown.activations < plain.training.breakdown.activations / 2
+    assert all(b.saved_bytes == 0 for b in ckpt.training.blocks)
+    # one layer's forward, from the traced eval forward of a model one layer shorter
+    layer = plain.totals.flops - _audit_llama("sdpa", layers=5).totals.flops
+    # torch's non-reentrant checkpoint stops recomputing at the last tensor the backward
+    # needs: the MLP's down projection (2·b·n·d·I = 2·192·128·256) is not run again
+    down_proj = 2 * 2 * 96 * 128 * 256
+    extra = ckpt.training.flops - plain.training.flops
+    assert extra == pytest.approx(6 * (layer - down_proj), rel=0.02)
+
+
+def test_checkpointing_needs_a_layer_list() -> None:
+    with pytest.raises(ConfigError, match="no list of repeated layers"):
+        _ours(_ScalarFirst, lambda: {"x": torch.zeros(4, 8)}, checkpointing="layers")
+
+
+def test_checkpointing_a_list_too_short_to_fold() -> None:
+    def two_layers() -> nn.Module:
+        model = _Encoder()
+        model.encoder.layers = model.encoder.layers[:2]
+        return model
+
+    plain = _ours(two_layers, _ids)
+    ckpt = _ours(two_layers, _ids, checkpointing="layers")
+    assert plain.folded_layers == ckpt.folded_layers == 0
+    assert ckpt.flops > plain.flops
+    assert ckpt.blocks == plain.blocks == ()
