@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -14,16 +13,15 @@ import torch
 from torch import nn
 
 from mhaudit.cost.builder import build_block
-from mhaudit.cost.decode import decode_for_report
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import Progress, measure
 from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
 from mhaudit.cost.peak import fake_forward_peak
+from mhaudit.cost.phases import with_phases
 from mhaudit.cost.scaling import project
-from mhaudit.cost.step_weights import expert_groups, gathered_parameters, step_weight_bytes
-from mhaudit.cost.training import training_step, validate_phases
+from mhaudit.cost.training import validate_phases
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
@@ -38,6 +36,7 @@ from mhaudit.errors import ConfigError, TraceError
 from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_options, check_runs_on
 from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
+from mhaudit.load.describe import describe_inputs
 from mhaudit.load.offline import hub_offline
 from mhaudit.load.target import (
     LoadedModel,
@@ -228,31 +227,6 @@ def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None
         return None
 
 
-def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
-                opts: AuditOptions, plans: tuple[FoldedList, ...] = ()) -> Report:
-    """Add the training step and the decode step the options ask for."""
-    profile = get_profile(opts.gpu)
-    if opts.train:
-        training = training_step(
-            loaded.module, loaded.args, loaded.kwargs, report.blocks, profile,
-            optimizer=opts.optimizer, precision=opts.precision,
-            checkpointing=opts.checkpointing, fold_layers=opts.fold)
-        report = replace(report, training=training)
-    if opts.decode:
-        e = dtype_bytes(report.model.dtype)
-        weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
-                                    _decode_batch(report), e)
-        experts = expert_groups(traced, loaded.module, e, plans)
-        report = replace(report, decode=decode_for_report(report, weights, e, profile,
-                                                          opts.context, experts))
-    return report
-
-
-def _decode_batch(report: Report) -> int:
-    selfs = [b for b in report.blocks if b.layout.kind == "self"]
-    return selfs[0].layout.batch_size if selfs else 1
-
-
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
     """Add fvcore's whole-model count (its MACs × 2) beside mhaudit's own."""
     with contained("forward() under fvcore", loaded.source, trace=True):
@@ -413,28 +387,3 @@ def _traced_element_bytes(traced: TracedGraph) -> int:
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 return int(value.element_size())
     return 0
-
-
-def describe_inputs(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """Input names to ``{"shape": [...], "dtype": "..."}`` (other values by type)."""
-    try:
-        names = list(inspect.signature(model.forward).parameters)
-    except (TypeError, ValueError):
-        names = []
-    described: dict[str, Any] = {}
-    for index, value in enumerate(args):
-        name = names[index] if index < len(names) else f"arg{index}"
-        described[name] = _describe(value)
-    for name, value in kwargs.items():
-        described[name] = _describe(value)
-    return described
-
-
-def _describe(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
-    if isinstance(value, (int, float, bool, str)) or value is None:
-        return value
-    return type(value).__name__

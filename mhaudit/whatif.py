@@ -12,7 +12,6 @@ from typing import Any
 
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.cost.phase_whatif import phase_columns
 from mhaudit.data import AttentionBlock, Layout, Projection
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
@@ -179,6 +178,8 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
     lay, flops, memory, target = block.layout, block.flops, block.memory, block.target
     assert target is not None
     roof = target.roofline
+    from mhaudit.cost.phase_whatif import phase_columns  # torch: only when a sweep runs
+
     phases = phase_columns(lay, spec.dtype, ctx.profile)
     return WhatIfRow(
         heads=heads, kv_heads=kv_heads, head_dim=lay.head_dim,

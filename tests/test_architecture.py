@@ -135,3 +135,10 @@ def test_package_root_holds_at_most_ten_modules() -> None:
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
 def test_modules_stay_under_400_lines(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= 400
+
+
+@pytest.mark.parametrize("stage", ["mhaudit.rules", "mhaudit.gate"])
+def test_rules_and_gate_never_import_renderers(stage: str) -> None:
+    for module, targets in _graph(top_level=False).items():
+        if module == stage or module.startswith(stage + "."):
+            assert not any(t.startswith("mhaudit.render") for t in targets), (module, targets)

@@ -59,8 +59,8 @@ _NUMBER = re.compile(
 MAX_QUANTITY = 10**30
 """Largest budget value accepted: far above any model (10^30 FLOPs, bytes or parameters),
 and small enough that every comparison and percentage stays exact and finite."""
-BYTE_METRICS = frozenset({"kv_cache_bytes_per_token", "peak_memory_bytes"})
-"""Metrics counted in bytes: the only ones whose values may end in ``B``."""
+BYTE_METRICS = frozenset(m for m in METRIC_KEYS.values() if "_bytes" in m)
+"""Metrics counted in bytes (units in names): the only ones whose values may end in ``B``."""
 
 
 @dataclass(frozen=True)

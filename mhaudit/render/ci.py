@@ -11,11 +11,11 @@ from tabulate import tabulate
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity, SourceLocation
 from mhaudit.render import escape
 from mhaudit.render.serialize import finding_to_dict
-from mhaudit.render.units import metric_value
+from mhaudit.units import metric_value
 
 
 def format_value(metric: str, value: float | None) -> str:
-    """A metric value with its unit (:func:`mhaudit.render.units.metric_value`)."""
+    """A metric value with its unit (:func:`mhaudit.units.metric_value`)."""
     return metric_value(metric, value)
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from mhaudit import units
 from mhaudit.data import Report
-from mhaudit.render import units
 
 
 def _prefill(report: Report) -> str:

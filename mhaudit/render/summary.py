@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
+from mhaudit import units
 from mhaudit.data import Report, Severity
-from mhaudit.render import units
 
 SUMMARY_HEADERS = ("model", "blocks", "params", "attention", "FLOPs", "KV/token", "findings")
 

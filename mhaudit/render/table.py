@@ -6,8 +6,8 @@ import re
 
 from tabulate import tabulate
 
+from mhaudit import units
 from mhaudit.data import BlockGroup, Finding, Report
-from mhaudit.render import units
 from mhaudit.render.escape import defuse_lines, plain
 from mhaudit.render.phases import phase_lines
 from mhaudit.render.style import PLAIN, RenderOptions, paint, wrap

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
-from mhaudit.render import units
+from mhaudit import units
 from mhaudit.render.escape import plain
 
 if TYPE_CHECKING:

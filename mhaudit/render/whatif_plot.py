@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mhaudit import units
 from mhaudit.errors import ConfigError
-from mhaudit.render import units
 
 if TYPE_CHECKING:
     from mhaudit.whatif import WhatIf, WhatIfRow

@@ -6,8 +6,8 @@ import functools
 import math
 
 from mhaudit.cost.kernels import FA2_HEAD_DIMS
-from mhaudit.render.units import nbytes as fmt_bytes
-from mhaudit.render.units import si as fmt_si
+from mhaudit.units import nbytes as fmt_bytes
+from mhaudit.units import si as fmt_si
 
 __all__ = ["divisors", "fmt_bytes", "fmt_si", "heads_hint", "kernel_friendly_heads",
            "reduced_kv_heads"]

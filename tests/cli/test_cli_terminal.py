@@ -81,11 +81,12 @@ def test_several_targets_in_one_process() -> None:
     assert summary[0].split() == ["model", "blocks", "params", "attention", "FLOPs", "KV/token",
                                   "findings"]
     assert "2 warning, 1 info" in summary[2]  # MHA004, MHA005; MHA010
-    assert "2 warning, 2 info" in summary[3]  # MHA002 and MHA010 on each of two layers
+    # MHA010 on each of two layers; on H100 at bf16 the cuDNN kernel runs d_k = 32 unpadded
+    assert "2 info" in summary[3] and "warning" not in summary[3]
     data = json.loads(_run("report", TEXTBOOK, llama, "-f", "json").stdout)
     assert [d["model"]["class"] for d in data] == ["MultiHeadAttention", "Llama"]
     sarif = json.loads(_run("report", TEXTBOOK, llama, "-f", "sarif").stdout)
-    assert len(sarif["runs"]) == 1 and len(sarif["runs"][0]["results"]) == 3 + 4
+    assert len(sarif["runs"]) == 1 and len(sarif["runs"][0]["results"]) == 3 + 2
 
 
 def test_worst_exit_code_wins_and_the_others_still_report(tmp_path: Path) -> None:

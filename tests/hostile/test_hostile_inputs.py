@@ -174,11 +174,11 @@ def test_library_audit_keeps_torch_logging_off_stderr(
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.lin(x) if x.sum() > 0 else x
 
-    with pytest.raises(mhaudit.errors.TraceError) as err:
-        mhaudit.audit(DataDependent(), torch.zeros(1, 4, 8))
+    # torch.export fails on the branch (and logs fake-tensor tracebacks); a later rung traces it
+    report = mhaudit.audit(DataDependent(), torch.zeros(1, 4, 8))
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
-    assert err.value.log  # the noise is kept on the error for --verbose
+    assert not report.model.trace_method.startswith("torch.export")
 
 
 # --- messages ---------------------------------------------------------------------------

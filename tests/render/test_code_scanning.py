@@ -129,14 +129,14 @@ def test_library_class_falls_back_to_the_model_file(tmp_path: Path) -> None:
     model.write_text(
         "from transformers import GPT2Config, GPT2Model\n\n\n"
         "def build_model():\n"
-        "    return GPT2Model(GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=64))\n",
+        "    return GPT2Model(GPT2Config(n_layer=1, n_embd=64, n_head=8, vocab_size=64))\n",
         encoding="utf-8")
     done = _cli("report", str(model), "--format", "sarif", "--seq-len", "16")
     assert done.exit_code == 0, done.output
     log = json.loads(done.stdout)
     _validate(log)
     results = log["runs"][0]["results"]
-    assert results  # GPT-2's d_k = 32 pads to 64 on H100 (MHA002), its c_attn is fused
+    assert results  # d_k = 64 / 8 = 8 is below every kernel's smallest head dim (MHA004)
     for result in results:
         place = result["locations"][0]["physicalLocation"]
         assert place["artifactLocation"]["uri"] == model.resolve().as_posix()

@@ -1,4 +1,4 @@
-"""Human-readable numbers for renderers: counts, FLOPs and bytes."""
+"""The one number formatter: every figure a user reads (reports, findings, budgets) prints here."""
 
 from __future__ import annotations
 

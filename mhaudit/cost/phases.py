@@ -1,0 +1,61 @@
+"""The training step and the decode step on a report, as the audit options ask."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from mhaudit.cost.decode import decode_for_report
+from mhaudit.cost.devices import dtype_bytes, get_profile
+from mhaudit.cost.step_weights import expert_groups, gathered_parameters, step_weight_bytes
+from mhaudit.cost.training import training_step
+from mhaudit.data import Report
+from mhaudit.load.target import LoadedModel
+from mhaudit.trace.export import TracedGraph
+from mhaudit.trace.fold import FoldedList
+
+
+class PhaseOptions(Protocol):
+    """The audit options the phases read."""
+
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def train(self) -> bool: ...
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def checkpointing(self) -> str: ...
+    @property
+    def fold(self) -> bool: ...
+    @property
+    def decode(self) -> bool: ...
+    @property
+    def context(self) -> int | None: ...
+
+
+def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
+                opts: PhaseOptions, plans: tuple[FoldedList, ...] = ()) -> Report:
+    """Add the training step and the decode step the options ask for."""
+    profile = get_profile(opts.gpu)
+    if opts.train:
+        training = training_step(
+            loaded.module, loaded.args, loaded.kwargs, report.blocks, profile,
+            optimizer=opts.optimizer, precision=opts.precision,
+            checkpointing=opts.checkpointing, fold_layers=opts.fold)
+        report = replace(report, training=training)
+    if opts.decode:
+        e = dtype_bytes(report.model.dtype)
+        weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
+                                    _decode_batch(report), e)
+        experts = expert_groups(traced, loaded.module, e, plans)
+        report = replace(report, decode=decode_for_report(report, weights, e, profile,
+                                                          opts.context, experts))
+    return report
+
+
+def _decode_batch(report: Report) -> int:
+    selfs = [b for b in report.blocks if b.layout.kind == "self"]
+    return selfs[0].layout.batch_size if selfs else 1
