@@ -9,7 +9,6 @@ Each figure is the median wall time of fresh processes (start-up included).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -17,6 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from runner import run_benchmarks
 
 MHAUDIT = [sys.executable, "-m", "mhaudit"]
 
@@ -90,15 +91,7 @@ BENCHES = {"startup": bench_startup, "many": bench_many}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(BENCHES)}")
-    args = parser.parse_args()
-    unknown = [name for name in args.which if name not in BENCHES]
-    if unknown:
-        parser.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
-    for name in args.which or list(BENCHES):
-        BENCHES[name]()
-        print()
+    run_benchmarks(BENCHES, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ makes the optimizer states, the second is tracked.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from runner import run_benchmarks
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -54,6 +55,7 @@ done(started, peak_bytes=t.peak_bytes, params=t.breakdown.params,
 
 MHAUDIT_DECODE = _PRELUDE + """
 from mhaudit.api import audit_target
+
 report = audit_target(sys.argv[1], decode=True, context=4096)
 d = report.decode
 non_embedding = report.model.params_total - 32000 * 8192
@@ -120,15 +122,7 @@ BENCHES = {"train": bench_train, "llama": bench_llama}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(BENCHES)}")
-    args = parser.parse_args()
-    unknown = [name for name in args.which if name not in BENCHES]
-    if unknown:
-        parser.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
-    for name in args.which or list(BENCHES):
-        BENCHES[name]()
-        print()
+    run_benchmarks(BENCHES, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

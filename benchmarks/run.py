@@ -11,12 +11,13 @@ Peak memory is each process's own maximum resident set.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from runner import run_benchmarks
 
 HERE = Path(__file__).resolve().parent
 LLAMA = HERE / "models" / "llama2_70b.py"
@@ -69,6 +70,7 @@ done(started, flops=2 * macs)
 # that SDPA dispatches to without grad; eager attention makes QKᵀ and PV matmuls it sees.
 FLOP_COUNTER = _PRELUDE + """
 from torch.utils.flop_counter import FlopCounterMode
+
 model = mod.build_model(attn_implementation="eager")
 inputs = mod.example_inputs()
 counter = FlopCounterMode(display=False)
@@ -141,15 +143,7 @@ BENCHES = {"llama": bench_llama, "gpt2": bench_gpt2}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(BENCHES)}")
-    args = parser.parse_args()
-    unknown = [name for name in args.which if name not in BENCHES]
-    if unknown:
-        parser.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}")
-    for name in args.which or list(BENCHES):
-        BENCHES[name]()
-        print()
+    run_benchmarks(BENCHES, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
