@@ -114,7 +114,7 @@ class WhatIfRow:
     """Roofline time of the block's share of one decode step at n_kv cached tokens."""
     decode_kv_read_bytes: int = 0
     """Cached K/V bytes that decode step reads."""
-    train_scores_saved_bytes: int = 0
+    train_scores_saved_bytes: int | None = 0
     """Score-shaped bytes the block's forward keeps for the backward (fake-tensor run)."""
 
 

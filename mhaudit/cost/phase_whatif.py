@@ -29,7 +29,7 @@ class PhaseColumns:
     """Roofline time of the block's share of one decode step at n_kv cached tokens."""
     decode_kv_read_bytes: int
     """Cached K/V bytes the step reads (window-capped)."""
-    train_scores_saved_bytes: int
+    train_scores_saved_bytes: int | None
     """Score-shaped bytes the forward keeps alive for the backward."""
 
 
@@ -37,10 +37,18 @@ def _weights(layout: Layout) -> int:
     return sum(p.params for p in (layout.q, layout.k, layout.v, layout.o) if p is not None)
 
 
-def saved_scores_bytes(layout: Layout, dtype: str) -> int:
-    """Score-shaped bytes a fake forward of ``layout`` keeps for the backward."""
+MAX_FAKE_NUMEL = 2**62
+"""Largest tensor a fake forward can describe (torch's storage sizes are 64-bit)."""
+
+
+def saved_scores_bytes(layout: Layout, dtype: str) -> int | None:
+    """Score-shaped bytes a fake forward of ``layout`` keeps for the backward; None when a
+    tensor of the layout is too large for torch to describe at all."""
     b, n_q, n_kv = layout.batch_size, layout.seq_len_q, layout.seq_len_kv
     d, h, h_kv, d_k = layout.d_model, layout.num_heads, layout.num_kv_heads, layout.head_dim
+    widest = max(d, h * max(d_k, layout.v_head_dim))
+    if max(b * h * n_q * n_kv, widest * d, b * max(n_q, n_kv) * widest) > MAX_FAKE_NUMEL:
+        return None
     d_v, tdtype = layout.v_head_dim, getattr(torch, canonical_dtype(dtype))
     tracker = LiveStorages()
     with FakeTensorMode():

@@ -28,6 +28,8 @@ class CapturedLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
+        self.saved: list[tuple[logging.Logger, list[logging.Handler], bool]] = []
+        """Each logger's state before it was routed here, to restore at the end."""
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -54,6 +56,30 @@ def current() -> CapturedLog | None:
     return _active[-1] if _active else None
 
 
+Saved = list[tuple[logging.Logger, list[logging.Handler], bool]]
+
+
+def _route(capture: CapturedLog, saved: Saved) -> None:
+    """Point the listed loggers at ``capture`` and let their children propagate to them,
+    recording each logger's previous state in ``saved`` (first change first)."""
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.handlers != [capture] or logger.propagate:
+            saved.append((logger, list(logger.handlers), logger.propagate))
+            logger.handlers = [capture]
+            logger.propagate = False
+    children = [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+        if name.startswith(("torch.", "transformers.")) and
+        isinstance(logging.root.manager.loggerDict[name], logging.Logger)
+    ]
+    for logger in children:
+        if logger.handlers or not logger.propagate:
+            saved.append((logger, list(logger.handlers), logger.propagate))
+            logger.handlers = []
+            logger.propagate = True
+
+
 @contextlib.contextmanager
 def captured_logs() -> Iterator[CapturedLog]:
     """Route the listed loggers and every warning into a CapturedLog for the block.
@@ -62,26 +88,13 @@ def captured_logs() -> Iterator[CapturedLog]:
     active capture this only yields the outer one, so nested stages share one log.
     """
     outer = current()
-    if outer is not None:
+    if outer is not None:  # torch may have been imported since, with handlers of its own
+        _route(outer, outer.saved)
         yield outer
         return
     capture = CapturedLog()
-    saved: list[tuple[logging.Logger, list[logging.Handler], bool]] = []
-    for name in LOGGERS:
-        logger = logging.getLogger(name)
-        saved.append((logger, list(logger.handlers), logger.propagate))
-        logger.handlers = [capture]
-        logger.propagate = False
-    torch_children = [
-        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-        if name.startswith(("torch.", "transformers.")) and
-        isinstance(logging.root.manager.loggerDict[name], logging.Logger)
-    ]
-    for logger in torch_children:
-        if logger.handlers or not logger.propagate:
-            saved.append((logger, list(logger.handlers), logger.propagate))
-            logger.handlers = []
-            logger.propagate = True
+    saved = capture.saved
+    _route(capture, saved)
     _active.append(capture)
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -97,7 +110,7 @@ def captured_logs() -> Iterator[CapturedLog]:
         raise
     finally:
         _active.pop()
-        for logger, handlers, propagate in saved:
+        for logger, handlers, propagate in reversed(saved):
             logger.handlers = handlers
             logger.propagate = propagate
 

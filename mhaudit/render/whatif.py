@@ -21,7 +21,7 @@ def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
         units.nbytes(row.kv_cache_bytes_per_token), kernel, row.kernel_head_dim or "-",
         f"{row.padding_waste:.1%}", f"{units.seconds(row.est_time_s)} ({row.bound})",
         units.seconds(row.decode_step_s), units.nbytes(row.decode_kv_read_bytes),
-        units.nbytes(row.train_scores_saved_bytes),
+        "-" if row.train_scores_saved_bytes is None else units.nbytes(row.train_scores_saved_bytes),
     ]
     if measured:
         cells.append("-" if row.measured_ms is None else f"{row.measured_ms:.3g} ms")

@@ -62,7 +62,7 @@ def test_json_on_stdout_survives_prints_fd_writes_and_threads(tmp_path: Path) ->
 def test_non_utf8_stdout_falls_back_to_ascii(tmp_path: Path) -> None:
     model = model_file(tmp_path, "def build_model():\n    return Attention()\n")
     env = subprocess_env(PYTHONIOENCODING="cp1252")
-    run = run_process("report", model, env=env, timeout=120)
+    run = run_process("report", model, "--wide", env=env, timeout=120)
     assert run.code == 0, run.stderr
     assert "delta" in run.stdout  # the Δ column header, which cp1252 cannot encode
     assert "Traceback" not in run.stderr
