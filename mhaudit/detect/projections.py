@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -150,10 +151,12 @@ def _learned_input(name: str, x: fx.Node) -> bool:
 _OUT_PASSTHROUGH = VIEW_OPS | {"cat", "stack", "mul", "div", "getitem"}
 
 
-def find_output_projection(
-    output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None]
-) -> ProjectionOp | None:
-    """Walk forward from a core's context tensor to the projection that consumes it."""
+def projections_after(
+    output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None],
+    follow: Callable[[fx.Node], bool],
+) -> Iterator[ProjectionOp]:
+    """Projections that read a tensor reached forward from ``output`` through ops that
+    ``follow`` accepts, nearest first (at most 16 ops deep)."""
     frontier = [output]
     seen = {output}
     for _ in range(16):
@@ -166,14 +169,23 @@ def find_output_projection(
                 if user not in cache:
                     cache[user] = as_projection(user, params)
                 proj = cache[user]
-                if proj is not None and proj.activation in seen | {node}:
-                    return proj
-                if op_name(user) in _OUT_PASSTHROUGH or _in_head_layout_add(user):
+                if proj is not None and proj.activation in seen:
+                    yield proj
+                elif follow(user):
                     nxt.append(user)
         if not nxt:
-            return None
+            return
         frontier = nxt
-    return None
+
+
+def find_output_projection(
+    output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None]
+) -> ProjectionOp | None:
+    """Walk forward from a core's context tensor to the projection that consumes it."""
+    def follow(user: fx.Node) -> bool:
+        return op_name(user) in _OUT_PASSTHROUGH or _in_head_layout_add(user)
+
+    return next(projections_after(output, params, cache, follow), None)
 
 
 def _in_head_layout_add(node: fx.Node) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import fx
 
-from mhaudit.detect.projections import ProjectionOp, as_projection
+from mhaudit.detect.projections import ProjectionOp, projections_after
 from mhaudit.trace.ops import VIEW_OPS, op_name
 
 _SPLIT_OPS = VIEW_OPS | {"split", "split_with_sizes", "chunk", "getitem", "slice"}
@@ -19,21 +19,4 @@ def stream_outputs(
     output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None]
 ) -> list[ProjectionOp]:
     """Every projection that reads a slice of the context along views and splits only."""
-    found: list[ProjectionOp] = []
-    frontier, seen = [output], {output}
-    for _ in range(16):
-        nxt: list[fx.Node] = []
-        for node in frontier:
-            for user in node.users:
-                if user in seen:
-                    continue
-                seen.add(user)
-                if user not in cache:
-                    cache[user] = as_projection(user, params)
-                proj = cache[user]
-                if proj is not None and proj.activation in seen:
-                    found.append(proj)
-                elif op_name(user) in _SPLIT_OPS:
-                    nxt.append(user)
-        frontier = nxt
-    return found
+    return list(projections_after(output, params, cache, lambda user: op_name(user) in _SPLIT_OPS))
