@@ -152,4 +152,4 @@ class RuleRegistry:
 
 
 REGISTRY = RuleRegistry()
-"""The rules mhaudit ships; :mod:`mhaudit.rules.catalog` fills it."""
+"""The rules mhaudit ships; :mod:`mhaudit.rules.head_dim` fills it."""

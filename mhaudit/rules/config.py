@@ -13,7 +13,7 @@ from typing import Any
 
 from mhaudit.data import Severity
 from mhaudit.errors import ConfigError
-from mhaudit.rules import catalog as _catalog  # noqa: F401  (fills the registry)
+from mhaudit.rules import head_dim as _rules  # noqa: F401  (fills the registry)
 from mhaudit.rules.base import REGISTRY, Rule
 
 if sys.version_info >= (3, 11):
