@@ -13,8 +13,8 @@ from typing import Any
 
 from mhaudit.data import Severity
 from mhaudit.errors import ConfigError
-from mhaudit.rules import head_dim as _rules  # noqa: F401  (fills the registry)
-from mhaudit.rules.base import REGISTRY, Rule
+from mhaudit.rules.base import Rule
+from mhaudit.rules.registry import REGISTRY
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -265,3 +265,4 @@ def load_config(
         config = config_from_table(table, str(path), other_keys)
     return config.merged(select=select, ignore=ignore, severity=severity,
                          thresholds=thresholds, per_module_ignores=per_module_ignores)
+
