@@ -266,3 +266,17 @@ def load_config(
     return config.merged(select=select, ignore=ignore, severity=severity,
                          thresholds=thresholds, per_module_ignores=per_module_ignores)
 
+
+def _toml_number(value: float) -> str:
+    return f"{value:g}"
+
+
+def config_example(rule: Rule) -> str:
+    """A ``pyproject.toml`` excerpt that configures ``rule``: ignore, severity, thresholds."""
+    lines = ["[tool.mhaudit]", f'ignore = ["{rule.code}"]', "",
+             "[tool.mhaudit.severity]", f'{rule.code} = "{rule.severity.value}"']
+    if rule.thresholds:
+        lines += ["", f"[tool.mhaudit.thresholds.{rule.code}]"]
+        lines += [f"{t.key} = {_toml_number(t.default)}" for t in rule.thresholds]
+    lines += ["", "[tool.mhaudit.per-module-ignores]", f'"encoder.*" = ["{rule.code}"]']
+    return "\n".join(lines)
