@@ -34,6 +34,7 @@ def _prefix(value: Any, key: str) -> str:
     text = value.strip().upper()
     if text == "ALL":
         return "MHA"
+    _refuse_retired(value, key)
     rule = REGISTRY.get(value)
     if rule is not None:
         return rule.code
@@ -55,7 +56,16 @@ def _prefixes(values: Any, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _refuse_retired(code: str, key: str) -> None:
+    retired = REGISTRY.retired(code)
+    if retired is not None:
+        raise ConfigError(f"{key}: rule {code.strip().upper()} was retired in mhaudit {retired}",
+                          "Remove it from the configuration; retired codes are never reused.")
+
+
 def _rule(code: Any, key: str) -> Rule:
+    if isinstance(code, str):
+        _refuse_retired(code, key)
     rule = REGISTRY.get(code) if isinstance(code, str) else None
     if rule is None:
         raise ConfigError(f"{key}: unknown rule {code!r}", "Run `mhaudit rules` to list them.")
