@@ -15,7 +15,7 @@ from mhaudit.rules.base import Rule
 from mhaudit.rules.config import config_example
 
 _INLINE = re.compile(r"`([^`]+)`")
-LIST_HEADERS = ("code", "name", "severity", "summary")
+LIST_HEADERS = ("code", "name", "severity", "since", "summary")
 
 
 def _plain(text: str) -> str:
@@ -41,12 +41,14 @@ def render_rule_list(rules: Sequence[Rule], fmt: str = "table", width: int = 88)
     """``rules`` as a table for people (``table``), GitHub markdown or JSON."""
     if fmt == "json":
         return json.dumps([rule_dict(r) for r in rules], indent=2) + "\n"
-    rows = [(r.code, r.name, r.severity.value, r.summary) for r in rules]
+    rows = [(r.code, r.name, r.severity.value, r.since, r.summary) for r in rules]
     if fmt == "markdown":
         return tabulate(rows, headers=LIST_HEADERS, tablefmt="github") + "\n"
-    fixed = max(len(r.code) for r in rules) + max(len(r.name) for r in rules) + 14
-    return tabulate(rows, headers=LIST_HEADERS,
-                    maxcolwidths=[None, None, None, max(24, width - fixed)]) + "\n"
+    # tabulate pads headers by 2 and puts 2 spaces between columns
+    fixed = sum(max(len(LIST_HEADERS[i]) + 2, *(len(row[i]) for row in rows)) + 2
+                for i in range(4))
+    return tabulate(rows, headers=LIST_HEADERS, disable_numparse=True,
+                    maxcolwidths=[None, None, None, None, max(24, width - fixed)]) + "\n"
 
 
 def _table(rows: Sequence[Sequence[str]], width: int) -> list[str]:

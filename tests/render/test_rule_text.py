@@ -44,7 +44,8 @@ def test_rule_text_follows_the_object_not_a_page() -> None:
 def test_rule_list_formats() -> None:
     rules = list(REGISTRY)
     table = render_rule_list(rules, "table", width=100)
-    assert all(r.code in table for r in rules)
+    assert all(r.code in table and r.since in table for r in rules)
+    assert max(len(line) for line in table.splitlines()) <= 100
     markdown = render_rule_list(rules, "markdown")
     assert markdown.startswith("| code ") and "| MHA010 " in markdown
     listed = json.loads(render_rule_list(rules, "json"))
