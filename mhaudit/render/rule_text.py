@@ -43,7 +43,7 @@ def render_rule_list(rules: Sequence[Rule], fmt: str = "table", width: int = 88)
         return json.dumps([rule_dict(r) for r in rules], indent=2) + "\n"
     rows = [(r.code, r.name, r.severity.value, r.since, r.summary) for r in rules]
     if fmt == "markdown":
-        return tabulate(rows, headers=LIST_HEADERS, tablefmt="github") + "\n"
+        return tabulate(rows, headers=LIST_HEADERS, tablefmt="github", disable_numparse=True) + "\n"
     # tabulate pads headers by 2 and puts 2 spaces between columns
     fixed = sum(max(len(LIST_HEADERS[i]) + 2, *(len(row[i]) for row in rows)) + 2
                 for i in range(4))
