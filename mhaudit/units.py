@@ -37,9 +37,19 @@ def signed(value: int) -> str:
     return f"{value:+,}" if value else "0"
 
 
-def percent(value: float) -> str:
-    """``12.5%``."""
-    return f"{100 * value:.1f}%"
+def percent(value: float, digits: int = 1) -> str:
+    """``12.5%`` (``digits`` decimals)."""
+    return f"{100 * value:.{digits}f}%"
+
+
+def decimal(value: float, digits: int = 2) -> str:
+    """``1.50``: a fractional count with ``digits`` decimals."""
+    return f"{value:,.{digits}f}"
+
+
+def ratio(value: float) -> str:
+    """``1.33×``: how many times a reference."""
+    return f"{decimal(value)}×"
 
 
 def seconds(value: float) -> str:

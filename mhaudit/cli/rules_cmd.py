@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
-from tabulate import tabulate
 
 from mhaudit.cli.common import errors_to_exit, verbose_option, write_output
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.errors import ConfigError
-from mhaudit.render.rule_text import render_rule_text
+from mhaudit.render.rule_text import render_rule_list, render_rule_text, rule_dict
 from mhaudit.render.style import RenderOptions
-from mhaudit.rules import REGISTRY, Rule
+from mhaudit.rules import REGISTRY
 from mhaudit.rules.docs import rule_page
 
 EXAMPLES = """\b
@@ -24,15 +22,6 @@ Examples:
   mhaudit rules kv-cache-heavy        # by name
   mhaudit rules MHA007 --format markdown
 """
-
-
-def _as_dict(rule: Rule) -> dict[str, Any]:
-    return {
-        "code": rule.code, "name": rule.name, "severity": rule.severity.value,
-        "summary": rule.summary, "why": rule.why, "example": rule.example, "fix": rule.fix,
-        "thresholds": {t.key: {"default": t.default, "description": t.description}
-                       for t in rule.thresholds},
-    }
 
 
 @click.command("rules", epilog=EXAMPLES, short_help="List the rules, or explain one.")
@@ -47,23 +36,14 @@ def rules(code: str | None, fmt: str, verbose: bool) -> None:
 
 
 def _text(code: str | None, fmt: str) -> str:
-    width = terminal_width()
     if code is None:
-        if fmt == "json":
-            return json.dumps([_as_dict(r) for r in REGISTRY], indent=2) + "\n"
-        table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
-        headers = ("code", "name", "severity", "summary")
-        if fmt == "markdown":
-            return tabulate(table, headers=headers, tablefmt="github") + "\n"
-        fixed = max(len(r.code) for r in REGISTRY) + max(len(r.name) for r in REGISTRY) + 14
-        return tabulate(table, headers=headers,
-                        maxcolwidths=[None, None, None, max(24, width - fixed)]) + "\n"
+        return render_rule_list(list(REGISTRY), fmt, terminal_width())
     rule = REGISTRY.get(code)
     if rule is None:
         raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
     if fmt == "json":
-        return json.dumps(_as_dict(rule), indent=2) + "\n"
+        return json.dumps(rule_dict(rule), indent=2) + "\n"
     if fmt == "markdown":
         return rule_page(rule)
-    options = RenderOptions(width=width, color=use_color(report_stream()))
-    return render_rule_text(rule_page(rule), options)
+    options = RenderOptions(width=terminal_width(), color=use_color(report_stream()))
+    return render_rule_text(rule, options)

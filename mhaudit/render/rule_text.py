@@ -1,58 +1,98 @@
-"""A rule page (markdown) for the terminal: headings set off, paragraphs wrapped, no markup."""
+"""The rules as text: the list (table, markdown, JSON) and one rule's page for the terminal."""
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
 
 from mhaudit.render.style import PLAIN, RenderOptions, paint
+from mhaudit.rules.base import Rule
+from mhaudit.rules.config import config_example
 
-_INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]+)`")
+_INLINE = re.compile(r"`([^`]+)`")
+LIST_HEADERS = ("code", "name", "severity", "since", "summary")
 
 
 def _plain(text: str) -> str:
-    return _INLINE.sub(lambda m: m.group(1) or m.group(2), text)
+    """``text`` without the inline-code marks rule fields use."""
+    return _INLINE.sub(lambda m: m.group(1), text)
 
 
-def render_rule_text(markdown: str, options: RenderOptions = PLAIN) -> str:
-    """``markdown`` (a page from :func:`mhaudit.rules.docs.rule_page`) as terminal text."""
+def rule_dict(rule: Rule) -> dict[str, Any]:
+    """Every declared field of ``rule`` but its check, for ``--format json``."""
+    return {
+        "code": rule.code, "name": rule.name, "severity": rule.severity.value,
+        "since": rule.since, "summary": rule.summary, "why": rule.why,
+        "known_problems": rule.known_problems, "example": rule.example, "fix": rule.fix,
+        "references": list(rule.references),
+        "numbers": {n.key: {"unit": n.unit, "meaning": n.meaning, "when": n.when}
+                    for n in rule.numbers},
+        "thresholds": {t.key: {"default": t.default, "description": t.description}
+                       for t in rule.thresholds},
+    }
+
+
+def render_rule_list(rules: Sequence[Rule], fmt: str = "table", width: int = 88) -> str:
+    """``rules`` as a table for people (``table``), GitHub markdown or JSON."""
+    if fmt == "json":
+        return json.dumps([rule_dict(r) for r in rules], indent=2) + "\n"
+    rows = [(r.code, r.name, r.severity.value, r.since, r.summary) for r in rules]
+    if fmt == "markdown":
+        return tabulate(rows, headers=LIST_HEADERS, tablefmt="github", disable_numparse=True) + "\n"
+    # tabulate pads headers by 2 and puts 2 spaces between columns
+    fixed = sum(max(len(LIST_HEADERS[i]) + 2, *(len(row[i]) for row in rows)) + 2
+                for i in range(4))
+    return tabulate(rows, headers=LIST_HEADERS, disable_numparse=True,
+                    maxcolwidths=[None, None, None, None, max(24, width - fixed)]) + "\n"
+
+
+def _table(rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """An indented table, the first row its header, the last column wrapped to ``width``."""
+    fixed = sum(max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]) - 1)) + 2
+    limits: list[int | None] = [None] * (len(rows[0]) - 1) + [max(24, width - fixed)]
+    text = tabulate(rows[1:], headers=rows[0], maxcolwidths=limits, disable_numparse=True)
+    return ["  " + line.rstrip() for line in text.splitlines()]
+
+
+def _numbers(rule: Rule, width: int) -> list[str]:
+    rows = [("key", "unit", "meaning")]
+    rows += [(n.key, n.unit, n.meaning + (f" (only when {n.when})" if n.when else ""))
+             for n in rule.numbers]
+    return _table(rows, width)
+
+
+def _configuration(rule: Rule, width: int) -> list[str]:
+    lines: list[str] = []
+    if rule.thresholds:
+        rows = [("threshold", "default", "meaning")]
+        rows += [(t.key, f"{t.default:g}", t.description) for t in rule.thresholds]
+        lines += [*_table(rows, width), ""]
+    else:
+        lines += ["This rule has no thresholds.", ""]
+    return lines + ["    " + line if line else "" for line in config_example(rule).splitlines()]
+
+
+def render_rule_text(rule: Rule, options: RenderOptions = PLAIN) -> str:
+    """One rule's page for the terminal: headings set off, paragraphs wrapped, no markup."""
     width = min(options.width or 88, 100)
-    out: list[str] = []
-    in_code = False
-    table: list[list[str]] = []
+    title = f"{rule.code}: {rule.name}"
+    out = [paint(title, None, options), "=" * len(title), "",
+           f"Default severity: {rule.severity.value} · Since: {rule.since}", ""]
 
-    def flush_table() -> None:
-        if not table:
-            return
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        for n, row in enumerate(table):
-            out.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-                       .rstrip())
-            if n == 0:
-                out.append("  " + "  ".join("-" * w for w in widths))
-        table.clear()
+    def section(heading: str, body: list[str]) -> None:
+        out.extend([paint(heading, None, options), "", *body, ""])
 
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            in_code = not in_code
-            continue
-        if in_code:
-            out.append("    " + line if line else "")
-            continue
-        if line.startswith("|"):
-            cells = [_plain(c.strip()) for c in line.strip().strip("|").split("|")]
-            if not all(set(c) <= {"-", " ", ":"} for c in cells):
-                table.append(cells)
-            continue
-        flush_table()
-        if line.startswith("# "):
-            title = _plain(line[2:])
-            out += [paint(title, None, options), "=" * len(title)]
-        elif line.startswith("## "):
-            out.append(paint(_plain(line[3:]), None, options))
-        elif not line.strip():
-            out.append("")
-        else:
-            out += textwrap.wrap(_plain(line), width=width, break_on_hyphens=False) or [""]
-    flush_table()
+    for heading, text in rule.sections():
+        section(heading, textwrap.wrap(_plain(text), width=width, break_on_hyphens=False))
+    section("Numbers", ["Each finding's numbers carries these keys.", "", *_numbers(rule, width)])
+    section("Configuration", _configuration(rule, width))
+    refs = [line for ref in rule.references
+            for line in textwrap.wrap(ref, width=width, initial_indent="- ",
+                                      subsequent_indent="  ", break_on_hyphens=False)]
+    section("References", refs)
     return "\n".join(out).rstrip() + "\n"

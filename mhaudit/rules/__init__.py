@@ -1,13 +1,17 @@
-"""Head-layout rules: declared rule objects, their configuration and the evaluator."""
+"""Head-layout rules: declared rule objects by family, their configuration and the evaluator."""
 
 from __future__ import annotations
 
-from mhaudit.rules.base import REGISTRY, Rule, RuleContext, RuleRegistry, Threshold
+from mhaudit.rules.base import Hit, NumberSpec, Rule, RuleContext, Threshold
 from mhaudit.rules.config import RuleConfig, config_from_table, find_pyproject, load_config
 from mhaudit.rules.engine import check_block, evaluate
+from mhaudit.rules.registry import REGISTRY, RETIRED_CODES, RuleRegistry
 
 __all__ = [
     "REGISTRY",
+    "RETIRED_CODES",
+    "Hit",
+    "NumberSpec",
     "Rule",
     "RuleConfig",
     "RuleContext",

@@ -1,20 +1,22 @@
-"""The rule object, the context a check sees, and the registry of rules."""
+"""The rule object, its declared numbers, and the context a check sees."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from mhaudit.cost.devices import DEFAULT_GPU, GpuProfile, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.data import AttentionBlock, Finding, Severity
 
-CODE_PATTERN = re.compile(r"^MHA\d{3}$")
-NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$")
-
-RETIRED_CODES: frozenset[str] = frozenset()
-"""Codes of removed rules; codes are never reused."""
+NUMBER_UNITS: tuple[str, ...] = (
+    "count", "elements", "bytes", "bytes/token", "flops", "flops/byte", "bytes/flop",
+    "fraction", "ratio",
+)
+"""Units a rule may declare for a key of its findings' ``numbers``: ``count`` (heads,
+parameters, projections), ``elements`` (a dimension or width), ``bytes``, ``bytes/token``,
+``flops`` (2 per multiply-add), ``flops/byte``, ``bytes/flop``, ``fraction`` (0 to 1) and
+``ratio`` (a multiple, 1 = equal)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,19 @@ class RuleContext:
         return self.thresholds[key]
 
 
-CheckFn = Callable[[AttentionBlock, RuleContext], "Finding | None"]
+@dataclass(frozen=True)
+class Hit:
+    """What a check returns when its rule fires on a block."""
+
+    message: str
+    """One sentence stating the problem and its cost, numbers worded by :mod:`mhaudit.units`."""
+    numbers: Mapping[str, float]
+    """The figures behind the message; keys as the rule declares them."""
+    fix: str | None = None
+    """A fix for this block; None keeps the rule's general fix."""
+
+
+CheckFn = Callable[[AttentionBlock, RuleContext], "Hit | None"]
 
 
 @dataclass(frozen=True)
@@ -56,100 +70,87 @@ class Threshold:
     """One configurable number of a rule."""
 
     key: str
+    """Key under ``[tool.mhaudit.thresholds.CODE]``."""
     default: float
+    """Value when not configured."""
     description: str
+    """What the number means."""
 
 
 @dataclass(frozen=True)
+class NumberSpec:
+    """One key of a rule's findings' ``numbers``: its unit and meaning."""
+
+    key: str
+    """Key in :attr:`mhaudit.data.Finding.numbers`."""
+    unit: str
+    """One of :data:`NUMBER_UNITS`."""
+    meaning: str
+    """What the figure is."""
+    when: str | None = None
+    """When the key is present; None for always."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rule:
-    """One declared rule: its code, name, documentation, severity and check."""
+    """One declared rule, in ruff's template: what it does, why it costs, known problems,
+    example, fix, references and since, with its severity, numbers and check."""
 
     code: str
     """Stable code, e.g. ``MHA005``; never reused."""
     name: str
     """Kebab-case name of the problem, e.g. ``materialized-attention-scores``."""
     summary: str
-    """One sentence: what the rule flags."""
+    """What it does: one sentence saying what the rule flags."""
     why: str
-    """Why the flagged layout costs (compute, memory, kernels)."""
+    """Why it costs: compute, memory or kernels the flagged layout loses."""
+    known_problems: str
+    """Where the rule is blind, approximate, or fires on intended designs."""
     example: str
     """A layout that fires the rule."""
     fix: str
     """What to do instead, in general."""
+    references: tuple[str, ...]
+    """Sources of the cost facts the rule relies on."""
+    since: str
+    """The mhaudit version that introduced the rule."""
     severity: Severity
     """Default severity."""
-    thresholds: tuple[Threshold, ...]
-    """Configurable numbers with their defaults."""
+    numbers: tuple[NumberSpec, ...]
+    """The keys every finding's ``numbers`` carries, with their units."""
     check: CheckFn = field(compare=False, repr=False)
-    """``(block, ctx) -> Finding | None``; ``ctx.thresholds`` holds this rule's values."""
+    """``(block, ctx) -> Hit | None``; ``ctx.thresholds`` holds this rule's values."""
+    thresholds: tuple[Threshold, ...] = ()
+    """Configurable numbers with their defaults."""
 
     @property
     def default_thresholds(self) -> Mapping[str, float]:
         """Threshold key to default value."""
         return MappingProxyType({t.key: t.default for t in self.thresholds})
 
-    def finding(
-        self, block: AttentionBlock, message: str, numbers: Mapping[str, float],
-        fix: str | None = None,
-    ) -> Finding:
-        """A finding of this rule about ``block`` at the default severity."""
-        return Finding(
-            code=self.code, name=self.name, severity=self.severity, message=message,
-            fix=fix or self.fix, block=block.name, numbers=dict(numbers),
+    @property
+    def required_numbers(self) -> frozenset[str]:
+        """Keys every finding carries."""
+        return frozenset(n.key for n in self.numbers if n.when is None)
+
+    @property
+    def declared_numbers(self) -> frozenset[str]:
+        """Keys a finding may carry."""
+        return frozenset(n.key for n in self.numbers)
+
+    def sections(self) -> tuple[tuple[str, str], ...]:
+        """The rule's prose in reading order: (heading, text) pairs."""
+        return (
+            ("What it does", self.summary),
+            ("Why it costs", self.why),
+            ("Known problems", self.known_problems),
+            ("Example", self.example),
+            ("Fix", self.fix),
         )
 
-
-class RuleRegistry:
-    """Rules by code; rejects duplicate or retired codes and duplicate names."""
-
-    def __init__(self) -> None:
-        self._rules: dict[str, Rule] = {}
-
-    def add(self, rule: Rule) -> Rule:
-        """Register ``rule`` and return it."""
-        if not CODE_PATTERN.match(rule.code):
-            raise ValueError(f"rule code {rule.code!r} is not MHA followed by three digits")
-        if not NAME_PATTERN.match(rule.name):
-            raise ValueError(f"rule name {rule.name!r} is not kebab-case")
-        if rule.code in RETIRED_CODES:
-            raise ValueError(f"rule code {rule.code} is retired and cannot be reused")
-        if rule.code in self._rules:
-            raise ValueError(f"duplicate rule code {rule.code}")
-        if any(r.name == rule.name for r in self._rules.values()):
-            raise ValueError(f"duplicate rule name {rule.name}")
-        self._rules[rule.code] = rule
-        return rule
-
-    def get(self, key: str) -> Rule | None:
-        """A rule by code (any case) or name; None when unknown."""
-        wanted = key.strip()
-        rule = self._rules.get(wanted.upper())
-        if rule is not None:
-            return rule
-        return next((r for r in self._rules.values() if r.name == wanted.lower()), None)
-
-    def __iter__(self) -> Iterator[Rule]:
-        return iter(sorted(self._rules.values(), key=lambda r: r.code))
-
-    def __len__(self) -> int:
-        return len(self._rules)
-
-    def codes(self) -> tuple[str, ...]:
-        """All registered codes in order."""
-        return tuple(r.code for r in self)
-
-    def rule(
-        self, *, code: str, name: str, summary: str, why: str, example: str, fix: str,
-        severity: Severity, thresholds: tuple[Threshold, ...] = (),
-    ) -> Callable[[CheckFn], Rule]:
-        """Decorator: declare a rule around its check function and register it."""
-
-        def wrap(check: CheckFn) -> Rule:
-            return self.add(Rule(code, name, summary, why, example, fix, severity,
-                                 thresholds, check))
-
-        return wrap
-
-
-REGISTRY = RuleRegistry()
-"""The rules mhaudit ships; :mod:`mhaudit.rules.catalog` fills it."""
+    def finding(self, block: AttentionBlock, hit: Hit) -> Finding:
+        """The finding of ``hit`` about ``block`` at the default severity."""
+        return Finding(
+            code=self.code, name=self.name, severity=self.severity, message=hit.message,
+            fix=hit.fix or self.fix, block=block.name, numbers=dict(hit.numbers),
+        )

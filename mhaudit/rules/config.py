@@ -13,8 +13,8 @@ from typing import Any
 
 from mhaudit.data import Severity
 from mhaudit.errors import ConfigError
-from mhaudit.rules import catalog as _catalog  # noqa: F401  (fills the registry)
-from mhaudit.rules.base import REGISTRY, Rule
+from mhaudit.rules.base import Rule
+from mhaudit.rules.registry import REGISTRY
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,6 +34,7 @@ def _prefix(value: Any, key: str) -> str:
     text = value.strip().upper()
     if text == "ALL":
         return "MHA"
+    _refuse_retired(value, key)
     rule = REGISTRY.get(value)
     if rule is not None:
         return rule.code
@@ -55,7 +56,16 @@ def _prefixes(values: Any, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _refuse_retired(code: str, key: str) -> None:
+    retired = REGISTRY.retired(code)
+    if retired is not None:
+        raise ConfigError(f"{key}: rule {code.strip().upper()} was retired in mhaudit {retired}",
+                          "Remove it from the configuration; retired codes are never reused.")
+
+
 def _rule(code: Any, key: str) -> Rule:
+    if isinstance(code, str):
+        _refuse_retired(code, key)
     rule = REGISTRY.get(code) if isinstance(code, str) else None
     if rule is None:
         raise ConfigError(f"{key}: unknown rule {code!r}", "Run `mhaudit rules` to list them.")
@@ -265,3 +275,18 @@ def load_config(
         config = config_from_table(table, str(path), other_keys)
     return config.merged(select=select, ignore=ignore, severity=severity,
                          thresholds=thresholds, per_module_ignores=per_module_ignores)
+
+
+def _toml_number(value: float) -> str:
+    return f"{value:g}"
+
+
+def config_example(rule: Rule) -> str:
+    """A ``pyproject.toml`` excerpt that configures ``rule``: ignore, severity, thresholds."""
+    lines = ["[tool.mhaudit]", f'ignore = ["{rule.code}"]', "",
+             "[tool.mhaudit.severity]", f'{rule.code} = "{rule.severity.value}"']
+    if rule.thresholds:
+        lines += ["", f"[tool.mhaudit.thresholds.{rule.code}]"]
+        lines += [f"{t.key} = {_toml_number(t.default)}" for t in rule.thresholds]
+    lines += ["", "[tool.mhaudit.per-module-ignores]", f'"encoder.*" = ["{rule.code}"]']
+    return "\n".join(lines)

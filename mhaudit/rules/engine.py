@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mhaudit.data import AttentionBlock, Finding
-from mhaudit.rules.base import REGISTRY, RuleContext
+from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
+from mhaudit.rules.registry import REGISTRY
 
 
 def check_block(block: AttentionBlock, ctx: RuleContext, config: RuleConfig) -> tuple[Finding, ...]:
@@ -16,9 +17,9 @@ def check_block(block: AttentionBlock, ctx: RuleContext, config: RuleConfig) -> 
     for rule in REGISTRY:
         if not config.enabled(rule.code) or config.suppressed(block.name, rule.code):
             continue
-        finding = rule.check(block, replace(ctx, thresholds=config.thresholds_for(rule)))
-        if finding is not None:
-            found.append(replace(finding, severity=config.severity_for(rule), block=block.name))
+        hit = rule.check(block, replace(ctx, thresholds=config.thresholds_for(rule)))
+        if hit is not None:
+            found.append(replace(rule.finding(block, hit), severity=config.severity_for(rule)))
     return tuple(found)
 
 

@@ -1,4 +1,4 @@
-"""Head-count arithmetic shared by the rules and what-if, and the units they print."""
+"""Head-count arithmetic shared by the rules and what-if."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import functools
 import math
 
 from mhaudit.cost.kernels import FA2_HEAD_DIMS
-from mhaudit.units import nbytes as fmt_bytes
-from mhaudit.units import si as fmt_si
 
-__all__ = ["divisors", "fmt_bytes", "fmt_si", "heads_hint", "kernel_friendly_heads",
-           "reduced_kv_heads"]
+__all__ = ["divisors", "heads_hint", "kernel_friendly_heads", "reduced_kv_heads"]
+
 
 @functools.lru_cache(maxsize=256)
 def divisors(n: int) -> tuple[int, ...]:

@@ -99,3 +99,12 @@ def test_cli_values_are_checked_too() -> None:
         RuleConfig().merged(thresholds=["MHA007=3"])
     with pytest.raises(ConfigError, match="--severity"):
         RuleConfig().merged(severity=["MHA007"])
+
+
+def test_retired_codes_are_refused_with_their_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mhaudit.rules import REGISTRY
+
+    monkeypatch.setattr(REGISTRY, "_retired", {"MHA099": "0.2.0"})
+    for table in ({"ignore": ["MHA099"]}, {"severity": {"MHA099": "error"}}):
+        with pytest.raises(ConfigError, match=r"MHA099 was retired in mhaudit 0\.2\.0"):
+            config_from_table(table)
