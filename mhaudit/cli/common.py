@@ -18,19 +18,24 @@ from mhaudit.cli.guard import (
     terminate_as_exception,
     write_report,
 )
-from mhaudit.cost.devices import PROFILES
+from mhaudit.cost.devices import ALIASES, DEFAULT_GPU, PROFILES
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, MhauditError, first_line
 from mhaudit.load.device import parse_device
+from mhaudit.options import MAX_SIZE, FlopsBackend
 from mhaudit.render.escape import plain
 from mhaudit.rules import RuleConfig, load_config
 
 if TYPE_CHECKING:
-    from mhaudit.api import AuditOptions
     from mhaudit.data import Report
+    from mhaudit.options import AuditOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float8", "fp8")
+DTYPE = click.Choice(DTYPES, case_sensitive=False)
+"""``--dtype``: every spelling the cost model accepts."""
+GPU = click.Choice(sorted({*PROFILES, *ALIASES}), case_sensitive=False)
+"""``--gpu``: every profile name and alias that :func:`~mhaudit.cost.devices.get_profile` takes."""
 
 
 def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
@@ -50,10 +55,6 @@ def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
     if any(d > MAX_SIZE for d in dims):
         raise click.BadParameter(f"{value!r} holds a size above {MAX_SIZE:,}")
     return tuple(dims)
-
-
-MAX_SIZE = 2**40
-"""Largest batch, length or dimension accepted: beyond it no shape is meant."""
 
 
 def _parse_shape(value: str | None) -> tuple[int, ...] | None:
@@ -78,15 +79,14 @@ def model_options(func: F) -> F:
                      help="Shape of the model's single input, e.g. 1,128 or 2x3x224x224."),
         click.option("--device", default="meta", show_default=True,
                      help="Build on meta (nothing allocated), cpu or cuda[:i]."),
-        click.option("--dtype", type=click.Choice(DTYPES, case_sensitive=False),
-                     default="bfloat16", show_default=True,
+        click.option("--dtype", type=DTYPE, default="bfloat16", show_default=True,
                      help="Element type for bytes and kernel choice."),
-        click.option("--gpu", type=click.Choice(sorted(PROFILES), case_sensitive=False),
-                     default="h100", show_default=True, help="Target GPU profile."),
+        click.option("--gpu", type=GPU, default=DEFAULT_GPU, show_default=True,
+                     help="Target GPU profile (a name or an alias such as a100)."),
         click.option("--tensor-parallel", type=click.IntRange(min=1), default=None,
                      help="Tensor-parallel degree to check head counts against."),
-        click.option("--flops-backend", type=click.Choice(["graph", "fvcore"]),
-                     default="graph", show_default=True,
+        click.option("--flops-backend", type=click.Choice(FlopsBackend.values()),
+                     default=FlopsBackend.GRAPH.value, show_default=True,
                      help="fvcore adds fvcore's count (MACs × 2) for comparison; "
                      "needs --device cpu."),
         click.option("--fold/--no-fold", default=True, show_default=True,

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from mhaudit.cli.common import (
-    MAX_SIZE,
+    DTYPE,
+    GPU,
     _parse_shape,
     audit_quietly,
     errors_to_exit,
@@ -21,6 +22,7 @@ from mhaudit.cli.common import (
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
+from mhaudit.options import MAX_SIZE
 from mhaudit.render.whatif import render_whatif_table
 from mhaudit.whatif import LayoutSpec, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
@@ -57,7 +59,7 @@ def _pick_block(
 
 
 def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> LayoutSpec:
-    from mhaudit.api import AuditOptions
+    from mhaudit.options import AuditOptions
 
     given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu", "timeout")
              if opts[k] is not None}
@@ -103,8 +105,9 @@ Examples:
 @click.option("--batch-size", type=_SIZE, help="Batch size b (spec default 1).")
 @click.option("--input-shape", help="Shape of the model's single input, e.g. 2x3x224x224 "
               "(model mode).")
-@click.option("--dtype", help="Element type: bfloat16, float16, float32 (spec default bf16).")
-@click.option("--gpu", help=f"Target GPU profile (default {DEFAULT_GPU}).")
+@click.option("--dtype", type=DTYPE,
+              help="Element type: bfloat16, float16, float32 (spec default bf16).")
+@click.option("--gpu", type=GPU, help=f"Target GPU profile (default {DEFAULT_GPU}).")
 @click.option("--implementation", type=click.Choice(["sdpa", "eager"]),
               help="Attention implementation of every layout (spec default sdpa).")
 @click.option("--causal/--no-causal", default=None, help="Causal attention (spec: causal).")
