@@ -38,10 +38,9 @@ from mhaudit.load.describe import describe_inputs
 from mhaudit.load.offline import hub_offline
 from mhaudit.load.target import (
     LoadedModel,
-    infer_inputs,
     load_target,
     model_folder,
-    normalize_inputs,
+    model_inputs,
 )
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.render.grouping import group_blocks
@@ -75,13 +74,11 @@ def audit(
     if source is not None and not isinstance(source, str):
         raise ConfigError(f"source must be a string, not {type(source).__name__}",
                           "Pass a label such as source=\"my_model\".")
-    if example_inputs is None:
-        args: tuple[Any, ...] = (infer_inputs(model, opts.batch_size, opts.seq_len),)
-        kwargs: dict[str, Any] = {}
-    else:
-        args, kwargs = normalize_inputs(example_inputs)
+    args, kwargs, inferred = model_inputs(
+        model, None if example_inputs is None else lambda: example_inputs,
+        opts.batch_size, opts.seq_len, opts.input_shape, opts.input_shapes)
     loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
-                         inputs_inferred=example_inputs is None)
+                         inputs_inferred=inferred)
     with hub_offline(), captured_logs(), time_limit(opts.timeout):
         return audit_loaded(loaded, opts)
 
@@ -107,6 +104,7 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
             batch_size=opts.batch_size,
             seq_len=opts.seq_len,
             input_shape=opts.input_shape,
+            input_shapes=opts.input_shapes,
         )
         return audit_loaded(loaded, opts)
 

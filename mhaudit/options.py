@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, TypeVar
@@ -106,7 +106,10 @@ class AuditOptions:
     tensor_parallel: int | None = None
     """Tensor-parallel degree for MHA008."""
     input_shape: tuple[int, ...] | None = None
-    """Shape of a single input tensor, overriding example_inputs()."""
+    """Shape of a single unnamed input tensor, overriding example_inputs()."""
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Inputs by name and shape (a mapping is accepted), e.g.
+    ``{"input_features": (1, 80, 3000)}``: added to, or replacing, the other inputs."""
     rule_config: RuleConfig | None = None
     """Rule selection, severities and thresholds; None for the defaults."""
     scaling_seq_lens: tuple[int, ...] = ()
@@ -135,6 +138,10 @@ class AuditOptions:
     """Cached tokens for the decode step; None means the audited sequence length."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.input_shapes, Mapping):
+            object.__setattr__(self, "input_shapes", tuple(
+                (name, tuple(shape) if isinstance(shape, (list, tuple)) else shape)
+                for name, shape in self.input_shapes.items()))
         # Accepted spellings become their enum member; anything else is left for validate()
         # to refuse with a message, so that building options never raises.
         for name, kind in _CHOICES.items():
@@ -231,3 +238,25 @@ def _check_sizes(opts: AuditOptions) -> None:
                               "Pass e.g. input_shape=(1, 128).")
         for dim in opts.input_shape:
             check_size("input_shape item", dim)
+    _check_named_shapes(opts.input_shapes)
+
+
+def _check_named_shapes(shapes: Any) -> None:
+    tip = "Pass e.g. input_shapes={\"input_features\": (1, 80, 3000)}."
+    if not isinstance(shapes, (tuple, list)):
+        raise ConfigError("input_shapes must map input names to shapes", tip)
+    names: set[str] = set()
+    for item in shapes:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise ConfigError("input_shapes must map input names to shapes", tip)
+        name, shape = item
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"input name {name!r} is not an identifier", tip)
+        if name in names:
+            raise ConfigError(f"input {name!r} is given two shapes", "Give each input once.")
+        names.add(name)
+        if not isinstance(shape, (tuple, list)) or not shape:
+            raise ConfigError(f"the shape of input {name!r} must be a non-empty tuple of sizes",
+                              tip)
+        for dim in shape:
+            check_size(f"input_shapes[{name!r}] item", dim)

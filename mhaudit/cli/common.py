@@ -63,6 +63,32 @@ def _parse_shape(value: str | None) -> tuple[int, ...] | None:
     return _positive_ints(value, "shape", "1,128 or 2x3x224x224")
 
 
+InputShapes = tuple[tuple[int, ...] | None, tuple[tuple[str, tuple[int, ...]], ...]]
+
+
+def parse_input_shapes(values: tuple[str, ...] | list[str] | None) -> InputShapes:
+    """``--input-shape`` values: at most one unnamed ``AxB``, and any ``NAME=AxB``."""
+    unnamed: tuple[int, ...] | None = None
+    named: dict[str, tuple[int, ...]] = {}
+    for value in values or ():
+        name, sep, shape = value.partition("=")
+        if not sep:
+            if unnamed is not None:
+                raise click.BadParameter(f"{value!r} is a second unnamed shape; name each "
+                                         "input as NAME=1x80x3000", param_hint="--input-shape")
+            unnamed = _parse_shape(value)
+            continue
+        name = name.strip()
+        if not (name.isascii() and name.isidentifier()):
+            raise click.BadParameter(f"{value!r}: {name!r} is not an input name; write "
+                                     "NAME=1x80x3000", param_hint="--input-shape")
+        if name in named:
+            raise click.BadParameter(f"input {name!r} is given twice",
+                                     param_hint="--input-shape")
+        named[name] = _positive_ints(shape, "shape", "1x80x3000")
+    return unnamed, tuple(named.items())
+
+
 def _parse_seq_lens(value: str) -> tuple[int, ...]:
     return _positive_ints(value, "length list", "512,2048")
 
@@ -75,8 +101,9 @@ def model_options(func: F) -> F:
         click.option("--seq-len", "-n", default="128", show_default=True,
                      help="Sequence length for inferred inputs; a list (512,2048,8192) "
                      "also projects block costs to each length."),
-        click.option("--input-shape", default=None,
-                     help="Shape of the model's single input, e.g. 1,128 or 2x3x224x224."),
+        click.option("--input-shape", multiple=True, metavar="[NAME=]SHAPE",
+                     help="Shape of the model's single input (1,128 or 2x3x224x224), or of "
+                     "an input by name (input_features=1x80x3000); repeat for each input."),
         click.option("--device", default="meta", show_default=True,
                      help="Build on meta (nothing allocated), cpu or cuda[:i]."),
         click.option("--dtype", type=DTYPE, default="bfloat16", show_default=True,
@@ -138,12 +165,14 @@ def rule_config_from(params: dict[str, Any]) -> RuleConfig:
 def options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments from the parsed model options."""
     lens = _parse_seq_lens(params["seq_len"])
+    shapes = parse_input_shapes(params["input_shape"])
     device = parse_device(params["device"])
     return {
         "batch_size": params["batch_size"],
         "seq_len": lens[0],
         "scaling_seq_lens": lens if len(lens) > 1 else (),
-        "input_shape": _parse_shape(params["input_shape"]),
+        "input_shape": shapes[0],
+        "input_shapes": shapes[1],
         "device": device,
         "dtype": params["dtype"],
         "gpu": params["gpu"],
