@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from mhaudit.api import AuditOptions, audit, audit_target
+    from mhaudit.api import audit, audit_target
     from mhaudit.gate.check import check
+    from mhaudit.options import AuditOptions
 
 _LAZY = {
     "audit": "mhaudit.api",
     "audit_target": "mhaudit.api",
-    "AuditOptions": "mhaudit.api",
+    "AuditOptions": "mhaudit.options",
     "check": "mhaudit.gate.check",
 }
 

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from mhaudit.cost.builder import build_block
-from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
+from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
 from mhaudit.cost.graph import graph_flops, peak_activation_bytes
-from mhaudit.cost.measure import Progress, measure
+from mhaudit.cost.measure import measure
 from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
 from mhaudit.cost.peak import fake_forward_peak
 from mhaudit.cost.phases import with_phases
 from mhaudit.cost.scaling import project
-from mhaudit.cost.training import validate_phases
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
@@ -34,19 +32,19 @@ from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
 from mhaudit.load.capture import captured_logs, printed_to_log
-from mhaudit.load.checks import check_module, check_options, check_runs_on
+from mhaudit.load.checks import check_module, check_runs_on
 from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
 from mhaudit.load.describe import describe_inputs
 from mhaudit.load.offline import hub_offline
 from mhaudit.load.target import (
     LoadedModel,
-    infer_inputs,
     load_target,
     model_folder,
-    normalize_inputs,
+    model_inputs,
 )
+from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.render.grouping import group_blocks
-from mhaudit.rules import RuleConfig, RuleContext, evaluate
+from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import (
     FoldedList,
@@ -56,72 +54,6 @@ from mhaudit.trace.fold import (
     node_weight,
     traced_folded,
 )
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    """How to build, trace and cost a model."""
-
-    batch_size: int = 1
-    """Batch size for inferred inputs."""
-    seq_len: int = 128
-    """Sequence length for inferred inputs."""
-    device: str = "meta"
-    """Where to build the model: ``meta`` (nothing allocated), ``cpu`` or ``cuda[:i]``."""
-    dtype: str = "bfloat16"
-    """Element type that bytes and kernels are costed at."""
-    gpu: str = DEFAULT_GPU
-    """Target GPU profile for kernels and roofline estimates."""
-    tensor_parallel: int | None = None
-    """Tensor-parallel degree for MHA008."""
-    input_shape: tuple[int, ...] | None = None
-    """Shape of a single input tensor, overriding example_inputs()."""
-    rule_config: RuleConfig | None = None
-    """Rule selection, severities and thresholds; None for the defaults."""
-    scaling_seq_lens: tuple[int, ...] = ()
-    """Sequence lengths to project block costs to."""
-    flops_backend: str = "graph"
-    """``graph`` (mhaudit's formulas), or ``fvcore`` to add fvcore's figure for comparison."""
-    fold: bool = True
-    """Trace one representative of repeated identical layers and multiply its costs."""
-    repeats: int = 10
-    """Timed forwards when measuring on cpu or cuda."""
-    progress: Progress | None = None
-    """Called with (done, total) while measuring."""
-    timeout: float | None = None
-    """Seconds building and tracing may take before the audit gives up (None: no limit)."""
-    train: bool = False
-    """Add a ``training`` section: one optimizer step measured on fake tensors."""
-    optimizer: str = "adamw"
-    """``adamw``, ``adam``, ``sgd``, ``sgd-momentum`` or ``none`` (with ``train``)."""
-    precision: str = "fp32"
-    """``fp32``, ``bf16`` or ``bf16-mixed`` (with ``train``)."""
-    checkpointing: str = "none"
-    """``none`` or ``layers``: recompute each repeated layer in the backward (with ``train``)."""
-    decode: bool = False
-    """Add a ``decode`` section: one generation step at ``context``."""
-    context: int | None = None
-    """Cached tokens for the decode step; None means the audited sequence length."""
-
-    def validate(self) -> None:
-        """Raise ConfigError for values no stage can use: wrong types, ranges, empty lists."""
-        check_options(self)
-        validate_phases(self.optimizer, self.precision, self.checkpointing, self.context)
-
-
-def resolve_options(options: AuditOptions | None, overrides: dict[str, Any]) -> AuditOptions:
-    """``options`` with ``overrides`` applied and validated; unknown names are refused."""
-    if options is not None and not isinstance(options, AuditOptions):
-        raise ConfigError(f"options must be an AuditOptions, not {type(options).__name__}",
-                          "Pass options=AuditOptions(...) or the fields as keywords.")
-    fields = [f.name for f in dataclasses.fields(AuditOptions)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise ConfigError(f"unknown audit option {unknown[0]!r}",
-                          f"Valid options: {', '.join(fields)}.")
-    opts = replace(options or AuditOptions(), **overrides)
-    opts.validate()
-    return opts
 
 
 def audit(
@@ -142,13 +74,11 @@ def audit(
     if source is not None and not isinstance(source, str):
         raise ConfigError(f"source must be a string, not {type(source).__name__}",
                           "Pass a label such as source=\"my_model\".")
-    if example_inputs is None:
-        args: tuple[Any, ...] = (infer_inputs(model, opts.batch_size, opts.seq_len),)
-        kwargs: dict[str, Any] = {}
-    else:
-        args, kwargs = normalize_inputs(example_inputs)
+    args, kwargs, inferred = model_inputs(
+        model, None if example_inputs is None else lambda: example_inputs,
+        opts.batch_size, opts.seq_len, opts.input_shape, opts.input_shapes)
     loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
-                         inputs_inferred=example_inputs is None)
+                         inputs_inferred=inferred)
     with hub_offline(), captured_logs(), time_limit(opts.timeout):
         return audit_loaded(loaded, opts)
 
@@ -174,6 +104,7 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
             batch_size=opts.batch_size,
             seq_len=opts.seq_len,
             input_shape=opts.input_shape,
+            input_shapes=opts.input_shapes,
         )
         return audit_loaded(loaded, opts)
 
@@ -209,7 +140,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     report = replace(report, model=replace(report.model, location=where))
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
-    if opts.flops_backend == "fvcore":
+    if opts.flops_backend == FlopsBackend.FVCORE:
         report = with_fvcore(report, loaded)
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)

@@ -13,7 +13,7 @@ from mhaudit.render.ci import budget_message
 if TYPE_CHECKING:
     from torch import nn
 
-    from mhaudit.api import AuditOptions
+    from mhaudit.options import AuditOptions
 
 
 def breaches(outcome: GateOutcome) -> list[str]:

@@ -76,7 +76,6 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
         _refuse_same_file(destination, baseline_out)
-        from mhaudit.api import AuditOptions
         from mhaudit.gate.baseline import baseline_text, check_same_model, load_baseline_report
         from mhaudit.gate.budget import (
             check_budget_applies,
@@ -85,6 +84,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
             metric_values,
             phases_needed,
         )
+        from mhaudit.options import AuditOptions
         from mhaudit.render.ci import verdict
 
         budget = load_budget(budget_path)

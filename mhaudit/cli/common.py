@@ -18,19 +18,24 @@ from mhaudit.cli.guard import (
     terminate_as_exception,
     write_report,
 )
-from mhaudit.cost.devices import PROFILES
+from mhaudit.cost.devices import ALIASES, DEFAULT_GPU, PROFILES
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, MhauditError, first_line
 from mhaudit.load.device import parse_device
+from mhaudit.options import MAX_SIZE, FlopsBackend
 from mhaudit.render.escape import plain
 from mhaudit.rules import RuleConfig, load_config
 
 if TYPE_CHECKING:
-    from mhaudit.api import AuditOptions
     from mhaudit.data import Report
+    from mhaudit.options import AuditOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "float8", "fp8")
+DTYPE = click.Choice(DTYPES, case_sensitive=False)
+"""``--dtype``: every spelling the cost model accepts."""
+GPU = click.Choice(sorted({*PROFILES, *ALIASES}), case_sensitive=False)
+"""``--gpu``: every profile name and alias that :func:`~mhaudit.cost.devices.get_profile` takes."""
 
 
 def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
@@ -52,14 +57,36 @@ def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
     return tuple(dims)
 
 
-MAX_SIZE = 2**40
-"""Largest batch, length or dimension accepted: beyond it no shape is meant."""
-
-
 def _parse_shape(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
     return _positive_ints(value, "shape", "1,128 or 2x3x224x224")
+
+
+InputShapes = tuple[tuple[int, ...] | None, tuple[tuple[str, tuple[int, ...]], ...]]
+
+
+def parse_input_shapes(values: tuple[str, ...] | list[str] | None) -> InputShapes:
+    """``--input-shape`` values: at most one unnamed ``AxB``, and any ``NAME=AxB``."""
+    unnamed: tuple[int, ...] | None = None
+    named: dict[str, tuple[int, ...]] = {}
+    for value in values or ():
+        name, sep, shape = value.partition("=")
+        if not sep:
+            if unnamed is not None:
+                raise click.BadParameter(f"{value!r} is a second unnamed shape; name each "
+                                         "input as NAME=1x80x3000", param_hint="--input-shape")
+            unnamed = _parse_shape(value)
+            continue
+        name = name.strip()
+        if not (name.isascii() and name.isidentifier()):
+            raise click.BadParameter(f"{value!r}: {name!r} is not an input name; write "
+                                     "NAME=1x80x3000", param_hint="--input-shape")
+        if name in named:
+            raise click.BadParameter(f"input {name!r} is given twice",
+                                     param_hint="--input-shape")
+        named[name] = _positive_ints(shape, "shape", "1x80x3000")
+    return unnamed, tuple(named.items())
 
 
 def _parse_seq_lens(value: str) -> tuple[int, ...]:
@@ -74,19 +101,19 @@ def model_options(func: F) -> F:
         click.option("--seq-len", "-n", default="128", show_default=True,
                      help="Sequence length for inferred inputs; a list (512,2048,8192) "
                      "also projects block costs to each length."),
-        click.option("--input-shape", default=None,
-                     help="Shape of the model's single input, e.g. 1,128 or 2x3x224x224."),
+        click.option("--input-shape", multiple=True, metavar="[NAME=]SHAPE",
+                     help="Shape of the model's single input (1,128 or 2x3x224x224), or of "
+                     "an input by name (input_features=1x80x3000); repeat for each input."),
         click.option("--device", default="meta", show_default=True,
                      help="Build on meta (nothing allocated), cpu or cuda[:i]."),
-        click.option("--dtype", type=click.Choice(DTYPES, case_sensitive=False),
-                     default="bfloat16", show_default=True,
+        click.option("--dtype", type=DTYPE, default="bfloat16", show_default=True,
                      help="Element type for bytes and kernel choice."),
-        click.option("--gpu", type=click.Choice(sorted(PROFILES), case_sensitive=False),
-                     default="h100", show_default=True, help="Target GPU profile."),
+        click.option("--gpu", type=GPU, default=DEFAULT_GPU, show_default=True,
+                     help="Target GPU profile (a name or an alias such as a100)."),
         click.option("--tensor-parallel", type=click.IntRange(min=1), default=None,
                      help="Tensor-parallel degree to check head counts against."),
-        click.option("--flops-backend", type=click.Choice(["graph", "fvcore"]),
-                     default="graph", show_default=True,
+        click.option("--flops-backend", type=click.Choice(FlopsBackend.values()),
+                     default=FlopsBackend.GRAPH.value, show_default=True,
                      help="fvcore adds fvcore's count (MACs × 2) for comparison; "
                      "needs --device cpu."),
         click.option("--fold/--no-fold", default=True, show_default=True,
@@ -138,12 +165,14 @@ def rule_config_from(params: dict[str, Any]) -> RuleConfig:
 def options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments from the parsed model options."""
     lens = _parse_seq_lens(params["seq_len"])
+    shapes = parse_input_shapes(params["input_shape"])
     device = parse_device(params["device"])
     return {
         "batch_size": params["batch_size"],
         "seq_len": lens[0],
         "scaling_seq_lens": lens if len(lens) > 1 else (),
-        "input_shape": _parse_shape(params["input_shape"]),
+        "input_shape": shapes[0],
+        "input_shapes": shapes[1],
         "device": device,
         "dtype": params["dtype"],
         "gpu": params["gpu"],

@@ -7,11 +7,10 @@ from typing import Any, TypeVar
 
 import click
 
+from mhaudit.options import Checkpointing, Optimizer, Precision
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-OPTIMIZER_CHOICES = ("adamw", "adam", "sgd", "sgd-momentum", "none")
-PRECISION_CHOICES = ("fp32", "bf16", "bf16-mixed")
-CHECKPOINTING_CHOICES = ("none", "layers")
 
 
 def phase_options(func: F) -> F:
@@ -20,12 +19,12 @@ def phase_options(func: F) -> F:
         click.option("--train", is_flag=True,
                      help="Add one training step: peak memory and what holds it, FLOPs, "
                      "what each attention block keeps for the backward."),
-        click.option("--optimizer", type=click.Choice(OPTIMIZER_CHOICES), default="adamw",
+        click.option("--optimizer", type=click.Choice(Optimizer.values()), default="adamw",
                      show_default=True, help="Optimizer of the training step."),
-        click.option("--precision", type=click.Choice(PRECISION_CHOICES), default="fp32",
+        click.option("--precision", type=click.Choice(Precision.values()), default="fp32",
                      show_default=True, help="fp32, pure bf16, or bf16-mixed (fp32 weights, "
                      "grads and states; bf16 autocast) for the training step."),
-        click.option("--checkpointing", type=click.Choice(CHECKPOINTING_CHOICES),
+        click.option("--checkpointing", type=click.Choice(Checkpointing.values()),
                      default="none", show_default=True,
                      help="layers: recompute each repeated layer in the backward."),
         click.option("--decode", is_flag=True,

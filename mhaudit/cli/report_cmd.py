@@ -62,8 +62,8 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
         rule_config = rule_config_from(params)
         phases = phase_options_from(params)
         given = options_from(params)
-        from mhaudit.api import AuditOptions
         from mhaudit.gate.budget import failing_findings
+        from mhaudit.options import AuditOptions
         from mhaudit.render import render_reports
 
         done, worst = audit_each(targets, lambda progress: AuditOptions(

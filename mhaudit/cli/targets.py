@@ -12,8 +12,8 @@ from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.render.style import RenderOptions
 
 if TYPE_CHECKING:
-    from mhaudit.api import AuditOptions
     from mhaudit.data import Report
+    from mhaudit.options import AuditOptions
 
 INTERRUPTED = 130
 

@@ -9,11 +9,12 @@ from typing import Any
 import click
 
 from mhaudit.cli.common import (
-    MAX_SIZE,
-    _parse_shape,
+    DTYPE,
+    GPU,
     audit_quietly,
     errors_to_exit,
     output_path,
+    parse_input_shapes,
     say,
     verbose_option,
     write_output,
@@ -21,6 +22,7 @@ from mhaudit.cli.common import (
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
+from mhaudit.options import MAX_SIZE
 from mhaudit.render.whatif import render_whatif_table
 from mhaudit.whatif import LayoutSpec, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
@@ -57,12 +59,11 @@ def _pick_block(
 
 
 def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> LayoutSpec:
-    from mhaudit.api import AuditOptions
+    from mhaudit.options import AuditOptions
 
     given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu", "timeout")
              if opts[k] is not None}
-    if opts["input_shape"] is not None:
-        given["input_shape"] = _parse_shape(opts["input_shape"])
+    given["input_shape"], given["input_shapes"] = parse_input_shapes(opts["input_shape"])
     report = audit_quietly(target, AuditOptions(**given))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
@@ -101,10 +102,12 @@ Examples:
 @click.option("--head-dim", type=_SIZE, help="d_k when h·d_k ≠ d (default: d/h).")
 @click.option("--seq-len", type=_SIZE, help=f"Sequence length n (spec default {DEFAULT_SEQ_LEN}).")
 @click.option("--batch-size", type=_SIZE, help="Batch size b (spec default 1).")
-@click.option("--input-shape", help="Shape of the model's single input, e.g. 2x3x224x224 "
-              "(model mode).")
-@click.option("--dtype", help="Element type: bfloat16, float16, float32 (spec default bf16).")
-@click.option("--gpu", help=f"Target GPU profile (default {DEFAULT_GPU}).")
+@click.option("--input-shape", multiple=True, metavar="[NAME=]SHAPE",
+              help="Shape of the model's single input (2x3x224x224), or of an input by name "
+              "(input_features=1x80x3000); repeat for each input (model mode).")
+@click.option("--dtype", type=DTYPE,
+              help="Element type: bfloat16, float16, float32 (spec default bf16).")
+@click.option("--gpu", type=GPU, help=f"Target GPU profile (default {DEFAULT_GPU}).")
 @click.option("--implementation", type=click.Choice(["sdpa", "eager"]),
               help="Attention implementation of every layout (spec default sdpa).")
 @click.option("--causal/--no-causal", default=None, help="Causal attention (spec: causal).")
@@ -133,7 +136,7 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         if target is not None and spec_flags:
             raise ConfigError("give a model or a --d-model/--heads spec, not both",
                               f"Drop --{spec_flags[0].replace('_', '-')} or the model.")
-        if target is None and opts["input_shape"] is not None:
+        if target is None and opts["input_shape"]:
             raise ConfigError("--input-shape shapes a model's input, and no model was given",
                               "Add the model file, or drop --input-shape.")
         spec = _model_spec(target, block_name, opts) if target else _spec(opts)

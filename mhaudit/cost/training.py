@@ -22,16 +22,15 @@ from torch import nn
 
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.cost.fakestep import PRECISIONS, LayerRun, run_fake_step
-from mhaudit.cost.optimizer_step import OPTIMIZERS, optimizer_step
+from mhaudit.cost.optimizer_step import optimizer_step
 from mhaudit.cost.timeline import Folded, Repeat, fold
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError
+from mhaudit.options import check_phase_options
 from mhaudit.trace.fold import find_lists
 
 COPIES = 3
 """Members of each group of identical layers that run; the middle one is copied."""
-
-CHECKPOINTING = ("none", "layers")
 
 
 @dataclass(frozen=True)
@@ -172,7 +171,7 @@ def training_step(
     fold_layers: bool = True,
 ) -> TrainingCost:
     """Peak memory, its breakdown and FLOPs of one steady-state optimizer step."""
-    validate_phases(optimizer, precision, checkpointing, None)
+    check_phase_options(optimizer, precision, checkpointing)
     groups = _layer_groups(model, fold_layers)
     if checkpointing == "layers" and not groups:
         raise ConfigError("--checkpointing layers found no list of repeated layers to recompute",
@@ -244,18 +243,3 @@ def _peaks(folded: Folded, opt: Any, inputs: int, params: int, buffers: int
                              optimizer_states=opt.state_bytes, activations=left_act + inputs,
                              temporaries=left_temp + opt.temporary_bytes, buffers=buffers)
     return during, update
-
-
-def validate_phases(optimizer: str, precision: str, checkpointing: str,
-                    context: int | None) -> None:
-    """Raise ConfigError for training and decode options no step can use."""
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError(f"unknown optimizer {optimizer!r}",
-                          f"Use one of: {', '.join(OPTIMIZERS)}.")
-    if precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}",
-                          f"Use one of: {', '.join(PRECISIONS)}.")
-    if checkpointing not in CHECKPOINTING:
-        raise ConfigError(f"unknown checkpointing {checkpointing!r}", "Use none or layers.")
-    if context is not None and context < 0:
-        raise ConfigError(f"--context {context} is negative", "Pass 0 or more cached tokens.")

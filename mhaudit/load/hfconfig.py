@@ -12,6 +12,7 @@ from torch import nn
 
 from mhaudit.errors import LoadError, first_line
 from mhaudit.load.contain import contained
+from mhaudit.load.inputs import Shapes, config_inputs, with_shapes
 from mhaudit.load.offline import hub_offline, set_offline_env
 
 HF_TIP = "pip install 'mhaudit[hf]' (from PyPI)"
@@ -67,7 +68,6 @@ def _transformers() -> Any:
     return transformers
 
 
-
 def _build(transformers: Any, data: dict[str, Any], config: Any) -> nn.Module:
     """The first listed architecture (so task heads count), else the base AutoModel."""
     for name in data.get("architectures") or ():
@@ -79,47 +79,18 @@ def _build(transformers: Any, data: dict[str, Any], config: Any) -> nn.Module:
     return built
 
 
-def _image_size(config: Any) -> tuple[int, int]:
-    size = config.image_size
-    if isinstance(size, (list, tuple)):
-        return int(size[0]), int(size[-1])
-    return int(size), int(size)
-
-
-def _example_kwargs(
-    model: nn.Module, config: Any, batch_size: int, seq_len: int
-) -> dict[str, Any]:
-    main = getattr(model, "main_input_name", "input_ids")
-    if main == "input_ids" and hasattr(config, "vision_config"):
-        raise LoadError(
-            f"{type(model).__name__} takes text and images together",
-            "Write a model file with build_model() and example_inputs() for this model.",
-        )
-    if main == "input_ids":
-        ids = torch.zeros(batch_size, seq_len, dtype=torch.long)  # (B, n)
-        kwargs: dict[str, Any] = {"input_ids": ids}
-        if getattr(config, "is_encoder_decoder", False):
-            kwargs["decoder_input_ids"] = torch.zeros(batch_size, seq_len, dtype=torch.long)
-        return kwargs
-    if main == "pixel_values" and hasattr(config, "image_size"):
-        height, width = _image_size(config)
-        channels = int(getattr(config, "num_channels", 3))
-        return {"pixel_values": torch.zeros(batch_size, channels, height, width)}  # (B, C, H, W)
-    raise LoadError(
-        f"cannot make example inputs for {type(model).__name__} (main input {main!r})",
-        "Write a model file with build_model() and example_inputs() for this model.",
-    )
-
-
 def load_hf_config(
-    path: Path, batch_size: int, seq_len: int, *, device: str | None = None
+    path: Path, batch_size: int, seq_len: int, *, device: str | None = None,
+    input_shape: tuple[int, ...] | None = None, input_shapes: Shapes = (),
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """Build the model of a transformers config file and its example inputs.
 
-    Returns ``(model, args, kwargs)``: no positional args, and keyword inputs
-    (``input_ids`` of ``(batch_size, seq_len)``, plus ``decoder_input_ids`` for
-    encoder-decoders, or ``pixel_values`` for vision models). Tensors follow the
-    default device; pass ``device="meta"`` to build without allocating.
+    Returns ``(model, args, kwargs)``: no positional args, and keyword inputs for the
+    model's modality (:func:`~mhaudit.load.inputs.config_inputs`: token ids, audio
+    features, raw audio or pixels at the config's sizes, plus decoder ids for
+    encoder-decoders). ``input_shape`` reshapes the main input; ``input_shapes`` sets
+    inputs by name. Tensors follow the default device; pass ``device="meta"`` to build
+    without allocating.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -151,6 +122,15 @@ def load_hf_config(
         _check_sizes(config, path)
         with place:
             model = _build(transformers, data, config)
-            kwargs = _example_kwargs(model, config, batch_size, seq_len)
+            main = str(getattr(model, "main_input_name", "input_ids"))
+            shapes = ((main, input_shape),) if input_shape is not None else ()
+            given = {name for name, _ in (*shapes, *input_shapes)}
+            try:
+                kwargs = config_inputs(main, config, batch_size, seq_len)
+            except LoadError:
+                if main not in given:  # nothing the user named stands in for it
+                    raise
+                kwargs = {}
+            kwargs = with_shapes(kwargs, (*shapes, *input_shapes))
         model.eval()
     return model, (), kwargs

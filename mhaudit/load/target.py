@@ -8,7 +8,7 @@ import importlib.util
 import inspect
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.errors import ConfigError, LoadError
+from mhaudit.errors import LoadError
 from mhaudit.load.contain import contained, preserved_state
 from mhaudit.load.device import parse_device
+from mhaudit.load.inputs import Shapes, with_shapes
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def load_target(
     batch_size: int = 1,
     seq_len: int = 128,
     input_shape: tuple[int, ...] | None = None,
+    input_shapes: Shapes = (),
 ) -> LoadedModel:
     """Resolve ``model.py[:NAME]``, ``pkg.mod:NAME``, a ``config.json`` or a model folder.
 
@@ -76,16 +78,14 @@ def load_target(
                             "Point at a .py model file, a config.json, or a folder holding one.")
         path = config
     if path.suffix == ".json":
-        if input_shape is not None:
-            raise ConfigError("--input-shape does not apply to a config.json target",
-                              "Use --batch-size and --seq-len to shape its inputs.")
-        return _load_hf_config(path, target, device, batch_size, seq_len)
+        return _load_hf_config(path, target, device, batch_size, seq_len, input_shape,
+                               input_shapes)
     with preserved_state(model_folder(target)), quiet_stdout():
         module = _import_target(path_part)  # outside the device context: libraries it
         with device_context(device):  # imports keep their import-time tensors real
             model = _build(module, attr, target)
             args, kwargs, inferred = _inputs(module, model, batch_size, seq_len, input_shape,
-                                             target)
+                                             input_shapes, target)
         model, args, kwargs = _on_device(model, args, kwargs, device, target)
     return LoadedModel(model, args, kwargs, target, inferred)
 
@@ -193,18 +193,44 @@ def _inputs(
     batch_size: int,
     seq_len: int,
     input_shape: tuple[int, ...] | None,
+    input_shapes: Shapes,
     target: str,
 ) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
     provider = getattr(module, "example_inputs", None)
     if provider is None:
         provider = getattr(module, "EXAMPLE_INPUTS", None)
-    if input_shape is not None:
-        return (infer_input_from_shape(model, input_shape),), {}, True
-    if provider is not None:
+
+    def provided() -> Any:
         with contained("example_inputs()", target):
-            value = _call_provider(provider, model)
-        return (*normalize_inputs(value), False)
-    return (infer_inputs(model, batch_size, seq_len),), {}, True
+            return _call_provider(provider, model)
+
+    return model_inputs(model, provided if provider is not None else None, batch_size,
+                        seq_len, input_shape, input_shapes)
+
+
+def model_inputs(
+    model: nn.Module,
+    provided: Callable[[], Any] | None,
+    batch_size: int,
+    seq_len: int,
+    input_shape: tuple[int, ...] | None = None,
+    input_shapes: Shapes = (),
+) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
+    """``(args, kwargs, inferred)`` of the call: an unnamed shape, else the user's own inputs
+    (``provided()``), else inferred from the first layer; then the named shapes on top,
+    replacing inputs of those names. ``inferred`` is False only for the user's own inputs."""
+    if input_shape is not None:
+        args: tuple[Any, ...] = (infer_input_from_shape(model, input_shape),)
+        kwargs: dict[str, Any] = {}
+    elif provided is not None:
+        args, kwargs = normalize_inputs(provided())
+        if not input_shapes:
+            return args, kwargs, False
+    elif input_shapes:
+        args, kwargs = (), {}  # the named inputs are the whole call
+    else:
+        return (infer_inputs(model, batch_size, seq_len),), {}, True
+    return args, with_shapes(kwargs, input_shapes), True
 
 
 def _call_provider(provider: Any, model: nn.Module) -> Any:
@@ -284,7 +310,8 @@ def infer_input_from_shape(model: nn.Module, shape: tuple[int, ...]) -> torch.Te
 
 
 def _load_hf_config(
-    path: Path, target: str, device: str, batch_size: int, seq_len: int
+    path: Path, target: str, device: str, batch_size: int, seq_len: int,
+    input_shape: tuple[int, ...] | None, input_shapes: Shapes,
 ) -> LoadedModel:
     from mhaudit.load.hfconfig import load_hf_config
 
@@ -293,5 +320,6 @@ def _load_hf_config(
     if not path.is_file():
         raise LoadError(f"{path} is not a regular file", "Point at a model's config.json.")
     with quiet_stdout(), device_context(device):
-        model, args, kwargs = load_hf_config(path, batch_size, seq_len)
+        model, args, kwargs = load_hf_config(path, batch_size, seq_len,
+                                             input_shape=input_shape, input_shapes=input_shapes)
     return LoadedModel(model, args, kwargs, target, True)

@@ -1,0 +1,174 @@
+"""Example inputs for every modality, from a config.json or by name on the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from mhaudit import audit, audit_target
+from mhaudit.cli import main as cli
+from mhaudit.load.inputs import config_inputs, named_input, with_shapes
+
+pytest.importorskip("transformers")
+
+# Tiny configs of each modality; the expected heads and head dims are read off them.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "whisper": {  # audio features (B, mel bins, 2·max_source_positions) + decoder ids
+        "model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"],
+        "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+        "vocab_size": 64, "num_mel_bins": 16, "max_source_positions": 24,
+        "max_target_positions": 16, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+        "decoder_start_token_id": 1},
+    "wav2vec2": {  # raw audio (B, samples)
+        "model_type": "wav2vec2", "hidden_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "intermediate_size": 64, "conv_dim": [16, 16],
+        "conv_stride": [5, 2], "conv_kernel": [10, 3], "num_conv_pos_embeddings": 8,
+        "num_conv_pos_embedding_groups": 2},
+    "vit": {  # pixels at the config's image size
+        "model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "intermediate_size": 64, "image_size": 16, "patch_size": 8},
+    "t5": {  # encoder-decoder text
+        "model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 1,
+        "num_decoder_layers": 1, "num_heads": 4, "vocab_size": 64},
+    "clip": {  # text and image together
+        "model_type": "clip", "projection_dim": 16,
+        "text_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+                        "intermediate_size": 64, "vocab_size": 64,
+                        "max_position_embeddings": 8},
+        "vision_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+                          "intermediate_size": 64, "image_size": 16, "patch_size": 8}},
+}
+
+EXPECTED_INPUTS = {
+    # name -> {input: shape} at batch 1, seq_len 16
+    "whisper": {"input_features": [1, 16, 48], "decoder_input_ids": [1, 16]},
+    "wav2vec2": {"input_values": [1, 160]},  # 16 frames · (5·2) samples per frame
+    "vit": {"pixel_values": [1, 3, 16, 16]},
+    "t5": {"input_ids": [1, 16], "decoder_input_ids": [1, 16]},
+    "clip": {"input_ids": [1, 8], "pixel_values": [1, 3, 16, 16]},  # text capped at 8
+}
+
+
+def _write(tmp_path: Path, name: str, data: dict[str, Any]) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _heads(data: dict[str, Any]) -> set[tuple[int, int]]:
+    """(heads, head_dim) of every attention layer the config declares."""
+    if "text_config" in data:
+        return {_heads(data["text_config"]).pop(), _heads(data["vision_config"]).pop()}
+    heads = data.get("num_heads") or data.get("num_attention_heads") or data[
+        "encoder_attention_heads"]
+    width = data.get("d_model") or data["hidden_size"]
+    return {(heads, data.get("d_kv") or width // heads)}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_config_of_every_modality_audits_with_inputs_from_its_sizes(
+        tmp_path: Path, name: str) -> None:
+    data = CONFIGS[name]
+    report = audit_target(_write(tmp_path, name, data), seq_len=16).to_dict()
+    shapes = {k: v["shape"] for k, v in report["model"]["inputs"].items()}
+    assert shapes == EXPECTED_INPUTS[name]
+    assert report["blocks"], name
+    assert {(b["num_heads"], b["head_dim"]) for b in report["blocks"]} == _heads(data)
+
+
+def test_named_shape_sets_a_config_input(tmp_path: Path) -> None:
+    target = _write(tmp_path, "t5", CONFIGS["t5"])
+    result = CliRunner().invoke(cli, ["report", target, "--format", "json",
+                                      "--input-shape", "input_ids=2x12",
+                                      "--input-shape", "decoder_input_ids=2x4"])
+    assert result.exit_code == 0, result.output
+    inputs = json.loads(result.stdout)["model"]["inputs"]
+    assert inputs["input_ids"]["shape"] == [2, 12]
+    assert inputs["decoder_input_ids"]["shape"] == [2, 4]
+
+
+def test_unnamed_shape_sets_a_config_main_input(tmp_path: Path) -> None:
+    target = _write(tmp_path, "vit", CONFIGS["vit"])
+    result = CliRunner().invoke(cli, ["report", target, "--format", "json",
+                                      "--input-shape", "2x3x16x16"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["model"]["inputs"]["pixel_values"]["shape"] == [2, 3, 16, 16]
+
+
+MODEL_FILE = '''
+import torch
+from torch import nn
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, x, key_padding_mask=None):
+        return self.attn(x, x, x, key_padding_mask=key_padding_mask)[0]
+
+
+def build_model():
+    return Masked()
+'''
+
+
+def test_named_shapes_are_the_whole_call_of_a_model_file(tmp_path: Path) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(MODEL_FILE)
+    result = CliRunner().invoke(cli, ["report", str(path), "--format", "json",
+                                      "--input-shape", "x=2x10x32"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["model"]["inputs"] == {"x": {"shape": [2, 10, 32], "dtype": "float32"}}
+    assert report["blocks"][0]["seq_len_q"] == 10
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--input-shape", "1x8", "--input-shape", "1x9"], "second unnamed shape"),
+    (["--input-shape", "x=1x8", "--input-shape", "x=1x9"], "given twice"),
+    (["--input-shape", "1-x=1x8"], "not an input name"),
+    (["--input-shape", "x=1x0"], "positive sizes"),
+    (["--input-shape", "x="], "empty item"),
+])
+def test_bad_input_shapes_are_usage_errors(tmp_path: Path, flags: list[str],
+                                           message: str) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(MODEL_FILE)
+    result = CliRunner().invoke(cli, ["report", str(path), *flags])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_library_takes_named_shapes_for_a_built_model() -> None:
+    class Pair(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, query: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+            return self.attn(query, memory, memory)[0]
+
+    report = audit(Pair(), input_shapes={"query": (1, 4, 16), "memory": (1, 9, 16)})
+    (block,) = report.blocks
+    assert (block.layout.kind, block.layout.seq_len_q, block.layout.seq_len_kv) == ("cross", 4, 9)
+
+
+def test_named_input_kinds() -> None:
+    assert named_input("attention_mask", (1, 3)).tolist() == [[1, 1, 1]]  # masks keep all
+    assert named_input("decoder_input_ids", (1, 2)).dtype == torch.long
+    assert named_input("input_features", (1, 2)).dtype == torch.float32
+    assert set(with_shapes({"a": 1, "b": 2}, [("b", (1,))])) == {"a", "b"}
+
+
+def test_unknown_main_input_names_the_fix() -> None:
+    with pytest.raises(Exception, match="--input-shape NAME=AxB"):
+        config_inputs("spectrogram", object(), 1, 8)
