@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -44,6 +45,13 @@ def test_wheel_and_sdist_build_without_warnings_and_pass_twine(tmp_path: Path) -
     assert "License-Expression: MIT\n" in meta and "License-File: LICENSE\n" in meta
     assert f"mhaudit-{__version__}.dist-info/licenses/LICENSE" in names
     assert "mhaudit/py.typed" in names
+    with tarfile.open(sdist) as archive:
+        carried = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    for wanted in ("tests/conftest.py", "tests/data/sarif-schema-2.1.0.json",
+                   "tests/golden/ci_pass_budget.json", "examples/textbook_mha.py",
+                   "docs/rules/MHA001.md", "constraints.txt"):
+        assert wanted in carried, wanted  # the sdist runs its own tests and examples
+    assert not any("__pycache__" in name for name in carried)
 
 
 def test_version_lives_in_one_place() -> None:
@@ -66,15 +74,34 @@ def test_pre_commit_hooks_run_the_gate_and_the_report() -> None:
     yaml = pytest.importorskip("yaml")
     hooks = {h["id"]: h for h in yaml.safe_load(
         (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))}
-    assert set(hooks) == {"mhaudit-check", "mhaudit-report"}
+    assert set(hooks) == {"mhaudit-check", "mhaudit-report", "mhaudit-check-isolated",
+                          "mhaudit-report-isolated"}
+    for name in ("mhaudit-check", "mhaudit-report"):
+        # the default hooks run the installed mhaudit and install nothing (no CUDA torch)
+        assert hooks[name]["language"] == "system"
+        isolated = hooks[f"{name}-isolated"]
+        assert isolated["language"] == "python"
+        assert isolated["entry"] == hooks[name]["entry"]
     assert hooks["mhaudit-check"]["entry"] == "mhaudit check"
     assert hooks["mhaudit-report"]["entry"].startswith("mhaudit report")
     for hook in hooks.values():
-        assert hook["language"] == "python" and hook["pass_filenames"] is False
+        assert hook["pass_filenames"] is False and "args" not in hook
     example = yaml.safe_load((ROOT / "examples" / "ci" / "pre-commit-config.example.yaml")
                              .read_text(encoding="utf-8"))
     used = {h["id"] for repo in example["repos"] for h in repo["hooks"]}
-    assert used == set(hooks)
+    assert used <= set(hooks) and {"mhaudit-check", "mhaudit-report"} <= used
+
+
+def test_action_splits_its_arguments_as_a_shell_would() -> None:
+    yaml = pytest.importorskip("yaml")
+    action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    script = "\n".join(step.get("run", "") for step in action["runs"]["steps"])
+    split = next(line for line in script.splitlines() if line.strip().startswith("split()"))
+    probe = split + '\nmapfile -d "" -t got < <(split "$ARGS"); printf "[%s]" "${got[@]}"'
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=False,
+                          env={**os.environ, "ARGS": "'models/my model.py' --gpu a100 $(id)"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[models/my model.py][--gpu][a100][$(id)]"  # quoted, never run
 
 
 def test_action_runs_the_gate_with_annotations_and_a_summary() -> None:
