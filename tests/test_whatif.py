@@ -232,9 +232,9 @@ def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
         return types.SimpleNamespace(blocks=(block,), model=model)  # type: ignore[return-value]
 
     api = types.ModuleType("mhaudit.api")
-    api.AuditOptions = AuditOptions  # type: ignore[attr-defined]
     api.audit_target = audit_target  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "mhaudit.api", api)
+    monkeypatch.setattr("mhaudit.options.AuditOptions", AuditOptions)
     done = invoke(whatif_command, "model.py", "--block", "layers.0.attn", "--seq-len", "64")
     assert done.exit_code == 0, done.output
     assert seen == {"target": "model.py", "seq_len": 64}

@@ -63,7 +63,11 @@ def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> La
 
     given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu", "timeout")
              if opts[k] is not None}
-    given["input_shape"], given["input_shapes"] = parse_input_shapes(opts["input_shape"])
+    shape, shapes = parse_input_shapes(opts["input_shape"])
+    if shape is not None:
+        given["input_shape"] = shape
+    if shapes:
+        given["input_shapes"] = shapes
     report = audit_quietly(target, AuditOptions(**given))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))

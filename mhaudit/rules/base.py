@@ -33,6 +33,9 @@ class RuleContext:
     """Tensor-parallel degree to check head counts against; None when not asked."""
     thresholds: Mapping[str, float] = field(default_factory=dict)
     """Resolved thresholds of the rule being checked (defaults plus configuration)."""
+    peers: tuple[tuple[Rule, Mapping[str, float]], ...] = ()
+    """The enabled rules with their thresholds: a fix proposes only layouts none of them
+    flags. Empty when the check runs for a proposed layout itself (no nested proposals)."""
 
     @classmethod
     def for_target(

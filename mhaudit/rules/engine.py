@@ -14,10 +14,12 @@ from mhaudit.rules.registry import REGISTRY
 def check_block(block: AttentionBlock, ctx: RuleContext, config: RuleConfig) -> tuple[Finding, ...]:
     """The findings of every enabled, unsuppressed rule on one block, in code order."""
     found: list[Finding] = []
-    for rule in REGISTRY:
-        if not config.enabled(rule.code) or config.suppressed(block.name, rule.code):
+    peers = tuple((rule, config.thresholds_for(rule)) for rule in REGISTRY
+                  if config.enabled(rule.code))
+    for rule, thresholds in peers:
+        if config.suppressed(block.name, rule.code):
             continue
-        hit = rule.check(block, replace(ctx, thresholds=config.thresholds_for(rule)))
+        hit = rule.check(block, replace(ctx, thresholds=thresholds, peers=peers))
         if hit is not None:
             found.append(replace(rule.finding(block, hit), severity=config.severity_for(rule)))
     return tuple(found)

@@ -35,7 +35,7 @@ def _not_multiple_of_8(block: AttentionBlock, ctx: RuleContext) -> Hit | None:
         f"memory-efficient kernel rejects it in fp16/bf16",
         {"head_dim": lay.head_dim, "v_head_dim": lay.v_head_dim, "multiple": multiple,
          "padded_head_dim": padded, "padding_waste_fraction": waste},
-        fix=f"Make d_k a multiple of {multiple}; {kernel_hint(block, ctx)}.",
+        fix=f"Make d_k a multiple of {multiple}; {kernel_hint(block, ctx, 'MHA001')}.",
     )
 
 
@@ -79,7 +79,7 @@ def _kernel_padding(block: AttentionBlock, ctx: RuleContext) -> Hit | None:
         f"PV work ({units.si(wasted, 'FLOP')} at this shape) is padding",
         {"head_dim": lay.head_dim, "kernel_head_dim": kernel,
          "padding_waste_fraction": waste, "wasted_flops": wasted},
-        fix=f"Pick a compiled head dim; {kernel_hint(block, ctx)}.",
+        fix=f"Pick a compiled head dim; {kernel_hint(block, ctx, 'MHA002')}.",
     )
 
 
@@ -124,7 +124,7 @@ def _above_kernel_limit(block: AttentionBlock, ctx: RuleContext) -> Hit | None:
     return Hit(
         f"d_k = {lay.head_dim} exceeds the {limit} limit of FlashAttention: {cost}",
         numbers,
-        fix=f"Use more heads so that d_k ≤ {limit}; {kernel_hint(block, ctx)}.",
+        fix=f"Use more heads so that d_k ≤ {limit}; {kernel_hint(block, ctx, 'MHA003')}.",
     )
 
 
@@ -179,7 +179,7 @@ def _too_small(block: AttentionBlock, ctx: RuleContext) -> Hit | None:
     if lay.head_dim < lay.seq_len_kv:
         text += (f", and each head's scores have rank ≤ {lay.head_dim} over "
                  f"{lay.seq_len_kv} positions")
-    return Hit(text, numbers, fix=f"Use fewer, wider heads; {kernel_hint(block, ctx)}.")
+    return Hit(text, numbers, fix=f"Use fewer, wider heads; {kernel_hint(block, ctx, 'MHA004')}.")
 
 
 HEAD_DIM_TOO_SMALL = Rule(

@@ -79,8 +79,9 @@ KV_CACHE_HEAVY = Rule(
     code="MHA007", name="kv-cache-heavy", severity=Severity.WARNING, since="0.1.0",
     summary="Decoder (causal) self-attention without GQA/MQA (nor a cached latent) whose "
             "KV cache per token crosses a threshold.",
-    why="Generation keeps K and V of every past position: 2·h_kv·d_k bytes per token per "
-        "layer. With h_kv = h the cache, not the weights, caps batch size and context; "
+    why="Generation keeps K and V of every past position: 2·h_kv·d_k elements per token "
+        "per layer, times the bytes per element of the cache dtype (2 in bf16/fp16, 4 in "
+        "fp32, 1 in fp8). With h_kv = h the cache, not the weights, caps batch size and context; "
         "grouped-query attention with h_kv = h/8 cuts it 8× at a small quality cost "
         "(Ainslie et al. 2023).",
     known_problems="The threshold is per block, not per model: many small layers can add "
@@ -88,7 +89,8 @@ KV_CACHE_HEAVY = Rule(
                    "is judged by its per-token cache although its cache stops growing at "
                    "the window. The savings assume the quality of GQA is acceptable, which "
                    "needs uptraining to check.",
-    example="A 32-layer decoder with h = 32, d_k = 128 in bf16: 16 KiB per token per layer.",
+    example="A 32-layer decoder with h = 32, d_k = 128 in bf16: 2·32·128 elements × 2 bytes "
+            "= 16 KiB per token per layer.",
     fix="Use grouped-query attention (h_kv = h/4 or h/8) or multi-query attention.",
     references=(GQA, MQA),
     thresholds=(Threshold("min_bytes_per_token", 8192,
