@@ -115,6 +115,12 @@ def test_data_model_imports_only_itself(module: str) -> None:
     assert "torch" not in _external(module)
 
 
+def test_data_model_defers_no_import_outside_itself() -> None:
+    for module, targets in _graph(top_level=False).items():
+        if module.startswith("mhaudit.data"):
+            assert all(t.startswith("mhaudit.data") for t in targets), (module, targets)
+
+
 def test_detection_does_not_import_costs() -> None:
     for module, targets in _graph(top_level=False).items():
         if module.startswith("mhaudit.detect"):

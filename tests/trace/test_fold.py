@@ -8,7 +8,7 @@ from torch import nn
 from transformers import GPTNeoConfig, GPTNeoModel, LlamaConfig, LlamaModel
 
 from mhaudit.api import audit
-from mhaudit.render.serialize import block_to_dict
+from mhaudit.data.schema import block_to_dict
 from mhaudit.trace.fold import find_lists, folded
 
 
