@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mhaudit.cli.common import audit_quietly, errors_to_exit, warn_unused_shape_options
 from mhaudit.cli.guard import report_stream
@@ -13,7 +13,7 @@ from mhaudit.render.style import RenderOptions
 
 if TYPE_CHECKING:
     from mhaudit.api import AuditOptions
-    from mhaudit.data import Report
+    from mhaudit.data import Report, WhatIf
 
 INTERRUPTED = 130
 
@@ -42,7 +42,7 @@ def audit_each(
     return done, worst
 
 
-def render_options(fmt: str, wide: bool, to_stdout: bool, sweeps: tuple[Any, ...] = ()
+def render_options(fmt: str, wide: bool, to_stdout: bool, sweeps: tuple[WhatIf, ...] = ()
                    ) -> RenderOptions:
     """Width and colour for the terminal table; plain for files and machine formats."""
     if fmt != "table":
@@ -51,13 +51,13 @@ def render_options(fmt: str, wide: bool, to_stdout: bool, sweeps: tuple[Any, ...
                          color=to_stdout and use_color(report_stream()), sweeps=sweeps)
 
 
-def flagged_sweeps(reports: Sequence[Report], limit: int = 4) -> tuple[Any, ...]:
+def flagged_sweeps(reports: Sequence[Report], limit: int = 4) -> tuple[WhatIf, ...]:
     """What-if sweeps of the blocks that findings name (for the HTML charts)."""
     from mhaudit.cost.devices import get_profile
     from mhaudit.errors import MhauditError
     from mhaudit.whatif import spec_from_block, whatif
 
-    sweeps: list[Any] = []
+    sweeps: list[WhatIf] = []
     for report in reports:
         named = {f.block for f in report.findings}
         for group in report.groups:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from mhaudit.data.costs import Measurement, ScalingPoint, TargetEstimate, Timing
@@ -9,6 +10,7 @@ from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
 from mhaudit.data.phases import DecodeCost, TrainingCost
+from mhaudit.data.whatif import WhatIf
 
 if TYPE_CHECKING:  # annotations only: report.py imports this module to serialise itself
     from mhaudit.data.report import AttentionBlock, ModelInfo, Report, Totals
@@ -300,4 +302,11 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     }
     data.update(_sections(report))
     data.update(report.extras)
+    return data
+
+
+def whatif_to_dict(result: WhatIf) -> dict[str, Any]:
+    """A what-if sweep: ``spec``, ``gpu``, ``by_heads``, ``by_kv_heads`` and the merged ``rows``."""
+    data = asdict(result)
+    data["rows"] = [asdict(r) for r in result.rows]
     return data
