@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from mhaudit.cli.common import errors_to_exit, verbose_option, write_output
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.errors import ConfigError
-from mhaudit.render.rule_text import render_rule_text
+from mhaudit.render.formats import FORMATS, formats_with
 from mhaudit.render.style import RenderOptions
 from mhaudit.rules import REGISTRY, Rule
 from mhaudit.rules.docs import rule_page
@@ -37,7 +35,7 @@ def _as_dict(rule: Rule) -> dict[str, Any]:
 
 @click.command("rules", epilog=EXAMPLES, short_help="List the rules, or explain one.")
 @click.argument("code", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
+@click.option("--format", "fmt", type=click.Choice(formats_with("rules")),
               default="table", show_default=True, help="Output format.")
 @verbose_option
 def rules(code: str | None, fmt: str, verbose: bool) -> None:
@@ -47,23 +45,12 @@ def rules(code: str | None, fmt: str, verbose: bool) -> None:
 
 
 def _text(code: str | None, fmt: str) -> str:
-    width = terminal_width()
+    form = FORMATS[fmt]
+    assert form.rules is not None and form.rule is not None
+    options = RenderOptions(width=terminal_width(), color=use_color(report_stream()))
     if code is None:
-        if fmt == "json":
-            return json.dumps([_as_dict(r) for r in REGISTRY], indent=2) + "\n"
-        table = [(r.code, r.name, r.severity.value, r.summary) for r in REGISTRY]
-        headers = ("code", "name", "severity", "summary")
-        if fmt == "markdown":
-            return tabulate(table, headers=headers, tablefmt="github") + "\n"
-        fixed = max(len(r.code) for r in REGISTRY) + max(len(r.name) for r in REGISTRY) + 14
-        return tabulate(table, headers=headers,
-                        maxcolwidths=[None, None, None, max(24, width - fixed)]) + "\n"
+        return form.rules([_as_dict(r) for r in REGISTRY], options)
     rule = REGISTRY.get(code)
     if rule is None:
         raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
-    if fmt == "json":
-        return json.dumps(_as_dict(rule), indent=2) + "\n"
-    if fmt == "markdown":
-        return rule_page(rule)
-    options = RenderOptions(width=width, color=use_color(report_stream()))
-    return render_rule_text(rule_page(rule), options)
+    return form.rule(_as_dict(rule), rule_page(rule), options)

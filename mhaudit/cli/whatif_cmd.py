@@ -20,7 +20,7 @@ from mhaudit.cli.common import (
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
-from mhaudit.render.whatif import render_whatif_json, render_whatif_table
+from mhaudit.render.formats import FORMATS, formats_with
 from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
@@ -114,7 +114,7 @@ Examples:
               help="Timed runs per layout.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+@click.option("--format", "fmt", type=click.Choice(formats_with("whatif")), default="table",
               show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Also draw both sweeps to FILE.png (needs matplotlib).")
@@ -139,7 +139,8 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         profile = get_profile(opts["gpu"] or DEFAULT_GPU)
         result = run_whatif(spec, profile, try_heads=_int_list(opts["try_heads"]),
                         device=opts["device"], repeats=opts["repeats"])
-        render = render_whatif_json if opts["fmt"] == "json" else render_whatif_table
+        render = FORMATS[opts["fmt"]].whatif
+        assert render is not None
         text = render(result)
         if opts["plot"]:
             say(f"wrote {plot_whatif(result, opts['plot'])}")

@@ -1,4 +1,4 @@
-"""Renderers of the gate's verdict for CI: text table, GitHub annotations, markdown, JUnit, JSON."""
+"""One gate outcome for CI: text table, GitHub annotations, markdown, JUnit, the JSON section."""
 
 from __future__ import annotations
 
