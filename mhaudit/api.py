@@ -10,7 +10,13 @@ from typing import Any
 
 from torch import nn
 
-from mhaudit.assemble import build_report, expand_layouts
+from mhaudit.assemble import (
+    build_report,
+    expand_layouts,
+    located,
+    with_fvcore_count,
+    with_measured,
+)
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
@@ -184,9 +190,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     blocks = evaluate(blocks, ctx, opts.rule_config)
     where = model_location(loaded.source) or class_location(type(loaded.module))
     found = block_locations(loaded.module, [b.name for b in blocks], where)
-    blocks = tuple(replace(b, location=loc) for b, loc in zip(blocks, found, strict=True))
-    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak)
-    report = replace(report, model=replace(report.model, location=where))
+    blocks = located(blocks, found)
+    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == "fvcore":
@@ -211,13 +216,7 @@ def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
     """Add fvcore's whole-model count (its MACs × 2) beside mhaudit's own."""
     with contained("forward() under fvcore", loaded.source, trace=True):
         result = fvcore_flops(loaded.module, loaded.args, loaded.kwargs)
-    extras = dict(report.extras)
-    extras["fvcore"] = {
-        "flops": result.flops,
-        "convention": "fvcore counts one multiply-add as one flop; shown here doubled",
-        "unsupported_ops": dict(result.unsupported_ops),
-    }
-    return replace(report, extras=extras)
+    return with_fvcore_count(report, result)
 
 
 def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) -> Report:
@@ -227,9 +226,4 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
             loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
             device=opts.device, repeats=opts.repeats, progress=opts.progress, dtype=opts.dtype,
         )
-    totals = replace(
-        report.totals,
-        latency_ms=result.forward.median_ms,
-        measured_peak_memory_bytes=result.peak_memory_bytes,
-    )
-    return replace(report, totals=totals, measurement=result)
+    return with_measured(report, result)

@@ -13,7 +13,7 @@ from mhaudit.assemble.totals import model_totals
 from mhaudit.cost.devices import dtype_bytes
 from mhaudit.cost.graph import graph_flops
 from mhaudit.cost.moe import routed_experts
-from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report
+from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
 from mhaudit.load.describe import describe_inputs
 from mhaudit.load.target import LoadedModel
 from mhaudit.trace.export import TracedGraph
@@ -28,11 +28,13 @@ def build_report(
     device: str,
     plans: tuple[FoldedList, ...] = (),
     activation_peak: int | None = None,
+    location: SourceLocation | None = None,
 ) -> Report:
     """Put the model facts, blocks, totals and coverage together.
 
     ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
-    it the graph's tensor-lifetime estimate is used.
+    it the graph's tensor-lifetime estimate is used. ``location`` is where the model is
+    built or its class defined.
     """
     model = loaded.module
     costs = graph_flops(traced.graph)
@@ -48,6 +50,7 @@ def build_report(
         inputs=describe_inputs(model, loaded.args, loaded.kwargs),
         param_bytes=totals.params_total * dtype_bytes(dtype),
         inputs_inferred=loaded.inputs_inferred,
+        location=location,
     )
     coverage = Coverage(
         ops_without_formula=dict(costs.ops_without_formula),
