@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mhaudit.data.schema import TOOL_VERSION as __version__
 
 if TYPE_CHECKING:
     from mhaudit.api import audit, audit_target

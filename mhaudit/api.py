@@ -4,37 +4,32 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import torch
 from torch import nn
 
+from mhaudit.assemble import (
+    build_report,
+    expand_layouts,
+    located,
+    with_fvcore_count,
+    with_measured,
+)
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
-from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 from mhaudit.cost.measure import measure
-from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
 from mhaudit.cost.peak import fake_forward_peak
 from mhaudit.cost.phases import with_phases
 from mhaudit.cost.scaling import project
-from mhaudit.data import (
-    AttentionBlock,
-    Coverage,
-    ExpertLayer,
-    ModelInfo,
-    Report,
-    Totals,
-)
+from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
 from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_runs_on
 from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
-from mhaudit.load.describe import describe_inputs
 from mhaudit.load.offline import hub_offline
 from mhaudit.load.target import (
     LoadedModel,
@@ -43,17 +38,8 @@ from mhaudit.load.target import (
     model_inputs,
 )
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
-from mhaudit.render.grouping import group_blocks
 from mhaudit.rules import RuleContext, evaluate
-from mhaudit.trace.export import TracedGraph
-from mhaudit.trace.fold import (
-    FoldedList,
-    describe,
-    expand_layouts,
-    expand_names,
-    node_weight,
-    traced_folded,
-)
+from mhaudit.trace.fold import FoldedList, traced_folded
 
 
 def audit(
@@ -135,9 +121,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     blocks = evaluate(blocks, ctx, opts.rule_config)
     where = model_location(loaded.source) or class_location(type(loaded.module))
     found = block_locations(loaded.module, [b.name for b in blocks], where)
-    blocks = tuple(replace(b, location=loc) for b, loc in zip(blocks, found, strict=True))
-    report = build_report(loaded, traced, blocks, dtype, opts, plans, peak)
-    report = replace(report, model=replace(report.model, location=where))
+    blocks = located(blocks, found)
+    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == FlopsBackend.FVCORE:
@@ -162,13 +147,7 @@ def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
     """Add fvcore's whole-model count (its MACs × 2) beside mhaudit's own."""
     with contained("forward() under fvcore", loaded.source, trace=True):
         result = fvcore_flops(loaded.module, loaded.args, loaded.kwargs)
-    extras = dict(report.extras)
-    extras["fvcore"] = {
-        "flops": result.flops,
-        "convention": "fvcore counts one multiply-add as one flop; shown here doubled",
-        "unsupported_ops": dict(result.unsupported_ops),
-    }
-    return replace(report, extras=extras)
+    return with_fvcore_count(report, result)
 
 
 def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) -> Report:
@@ -178,143 +157,4 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
             loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
             device=opts.device, repeats=opts.repeats, progress=opts.progress, dtype=opts.dtype,
         )
-    totals = replace(
-        report.totals,
-        latency_ms=result.forward.median_ms,
-        measured_peak_memory_bytes=result.peak_memory_bytes,
-    )
-    return replace(report, totals=totals, measurement=result)
-
-
-def build_report(
-    loaded: LoadedModel,
-    traced: TracedGraph,
-    blocks: Sequence[AttentionBlock],
-    dtype: str,
-    opts: AuditOptions,
-    plans: tuple[FoldedList, ...] = (),
-    activation_peak: int | None = None,
-) -> Report:
-    """Put the model facts, blocks, totals and coverage together.
-
-    ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
-    it the graph's tensor-lifetime estimate is used.
-    """
-    model = loaded.module
-    params_total = sum(p.numel() for p in model.parameters())
-    param_bytes = params_total * dtype_bytes(dtype)
-    costs = graph_flops(traced.graph)
-    excluded = set(traced.params) | set(traced.buffers)
-    info = ModelInfo(
-        source=loaded.source,
-        class_name=type(model).__name__,
-        params_total=params_total,
-        trace_method=traced.method,
-        device=opts.device,
-        dtype=dtype,
-        inputs=describe_inputs(model, loaded.args, loaded.kwargs),
-        param_bytes=param_bytes,
-        inputs_inferred=loaded.inputs_inferred,
-    )
-    attention_params = _attention_params(blocks)
-    weights = _node_weights(traced, plans)
-    graph_peak = peak_activation_bytes(traced.graph, excluded)
-    activations = _scale_bytes(
-        activation_peak if activation_peak is not None else graph_peak, traced, dtype
-    )
-    buffer_bytes = sum(
-        b.numel() * (dtype_bytes(dtype) if b.is_floating_point() else b.element_size())
-        for b in model.buffers()
-    )
-    experts = routed_experts(traced.graph, traced.params, traced.module_path)
-    totals = Totals(
-        num_blocks=len(blocks),
-        attention_params=attention_params,
-        params_total=params_total,
-        attention_params_share=attention_params / params_total if params_total else 0.0,
-        flops=sum(f * weights(name) for name, f in costs.node_flops.items()),
-        attention_flops=sum(b.flops.total for b in blocks),
-        kv_cache_bytes_per_token=sum(b.memory.kv_cache_bytes_per_token for b in blocks),
-        param_bytes=param_bytes,
-        peak_activation_bytes=activations,
-        buffer_bytes=buffer_bytes,
-        peak_memory_bytes=param_bytes + buffer_bytes + activations,
-        flops_by_family=costs.by_family(weights),
-        params_active=params_total - _inactive_params(model, experts, plans),
-    )
-    flags = tuple(f for b in blocks for f in b.findings)
-    coverage = Coverage(
-        ops_without_formula=dict(costs.ops_without_formula),
-        untraced_modules=untraced_modules(model, traced, plans),
-    )
-    extras = {"folded_layers": describe(plans)} if plans else {}
-    return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
-                  experts=experts, extras=extras)
-
-
-def _node_weights(traced: TracedGraph, plans: tuple[FoldedList, ...]) -> Callable[[str], int]:
-    """Node name to how many layers it stands for (folded layers count once per layer)."""
-    weights: dict[str, int] = {}
-    for node in traced.graph.nodes if plans else ():
-        weight = node_weight(traced.module_path(node), plans)
-        weights[node.name] = weight
-        for arg in node.args:  # a wrapped submodule graph is costed under its get_attr name
-            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-                weights[arg.name] = weight
-    return lambda name: weights.get(name.split(".")[0], 1)
-
-
-def _inactive_params(
-    model: nn.Module, experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]
-) -> int:
-    """Expert parameters a token does not touch, (E − k)/E of each layer, every layer."""
-    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    return sum(
-        round(expert_tensor_numel(shapes, layer) * inactive_fraction(layer))
-        * node_weight(layer.module, plans)
-        for layer in experts
-    )
-
-
-def untraced_modules(
-    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
-) -> tuple[str, ...]:
-    """Modules holding parameters the forward never used (their costs are not counted)."""
-    read = {
-        traced.params[node.name] for node in traced.graph.nodes
-        if node.op == "placeholder" and node.name in traced.params and node.users
-    }
-    used: set[int] = set()
-    for name in expand_names(read, plans):
-        with contextlib.suppress(AttributeError):
-            used.add(id(model.get_parameter(name)))
-    owners = {
-        name.rpartition(".")[0] for name, p in model.named_parameters() if id(p) not in used
-    }
-    return tuple(sorted(owners))
-
-
-def _attention_params(blocks: Sequence[AttentionBlock]) -> int:
-    """Block parameters with weights shared between blocks counted once."""
-    seen: dict[tuple[str, str, int], int] = {}
-    for block in blocks:
-        for role in ("q", "k", "v", "o"):
-            proj = getattr(block.layout, role)
-            if proj is not None:
-                seen[(proj.weight, role, proj.out_features)] = proj.params
-    return sum(seen.values())
-
-
-def _scale_bytes(graph_bytes: int, traced: TracedGraph, dtype: str) -> int:
-    """Convert activation bytes traced at the model's dtype to the audited dtype."""
-    traced_bytes = _traced_element_bytes(traced)
-    return graph_bytes * dtype_bytes(dtype) // traced_bytes if traced_bytes else graph_bytes
-
-
-def _traced_element_bytes(traced: TracedGraph) -> int:
-    for node in traced.graph.nodes:
-        if node.name in traced.params:
-            value = node.meta.get("val")
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                return int(value.element_size())
-    return 0
+    return with_measured(report, result)

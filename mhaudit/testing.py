@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from mhaudit.data import GateOutcome, Severity
 from mhaudit.gate.budget import parse_budget
 from mhaudit.gate.check import BaselineSpec, check
-from mhaudit.render.ci import budget_message
+from mhaudit.render.gate import budget_message
 
 if TYPE_CHECKING:
     from torch import nn

@@ -71,8 +71,9 @@ def _external(module: str, top_level: bool = False) -> set[str]:
     return {name.split(".")[0] for name in _imports(tree, module, top_level)}
 
 
-def test_no_import_cycles() -> None:
-    edges = _graph(top_level=True)
+@pytest.mark.parametrize("top_level", [True, False], ids=["top-level", "deferred-too"])
+def test_no_import_cycles(top_level: bool) -> None:
+    edges = _graph(top_level=top_level)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -113,6 +114,33 @@ def test_data_model_imports_only_itself(module: str) -> None:
     top = {n for n in _graph(top_level=True)[module]}
     assert all(n.startswith("mhaudit.data") for n in top), top
     assert "torch" not in _external(module)
+
+
+def test_data_model_defers_no_import_outside_itself() -> None:
+    for module, targets in _graph(top_level=False).items():
+        if module.startswith("mhaudit.data"):
+            assert all(t.startswith("mhaudit.data") for t in targets), (module, targets)
+
+
+def _every_import(module: str) -> set[str]:
+    """Every absolute name a module imports: top-level, deferred and type-only alike."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
+
+
+COMPUTING = ("mhaudit.api", "mhaudit.assemble", "mhaudit.whatif", "mhaudit.cost",
+             "mhaudit.trace", "mhaudit.detect", "mhaudit.load", "mhaudit.cli")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.render")))
+def test_renderers_read_data_not_the_stages_that_compute_it(module: str) -> None:
+    imported = _every_import(module)
+    assert not {n for n in imported if n.startswith(COMPUTING)}, imported
 
 
 def test_detection_does_not_import_costs() -> None:

@@ -17,7 +17,14 @@ from mhaudit.cli.whatif_cmd import whatif as whatif_command
 from mhaudit.cost.devices import get_profile
 from mhaudit.data import Report
 from mhaudit.errors import ConfigError
-from mhaudit.whatif import LayoutSpec, layout_for, measure_block_ms, plot_whatif, whatif
+from mhaudit.whatif import (
+    LayoutSpec,
+    check_spec,
+    layout_for,
+    measure_block_ms,
+    plot_whatif,
+    whatif,
+)
 
 H100 = get_profile("h100")
 
@@ -80,16 +87,20 @@ def test_kernel_columns() -> None:
 
 def test_bad_specs() -> None:
     with pytest.raises(ConfigError, match="7 heads do not divide d_model 64") as err:
-        LayoutSpec(d_model=64, heads=7, kv_heads=7, seq_len=8)
+        check_spec(LayoutSpec(d_model=64, heads=7, kv_heads=7, seq_len=8))
     assert "--" not in err.value.one_line()  # the library names fields, not CLI flags
     with pytest.raises(ConfigError, match="3 KV heads do not divide 8 heads"):
-        LayoutSpec(d_model=64, heads=8, kv_heads=3, seq_len=8)
+        check_spec(LayoutSpec(d_model=64, heads=8, kv_heads=3, seq_len=8))
     with pytest.raises(ConfigError, match="head_dim must be a positive integer, got -64"):
-        LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8, head_dim=-64)
+        check_spec(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8, head_dim=-64))
     with pytest.raises(ConfigError, match="seq_len must be a positive integer, got 0"):
-        LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=0)
+        check_spec(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=0))
     with pytest.raises(ConfigError, match="head count 3 does not divide the inner width 64"):
         whatif(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8), H100, try_heads=[3])
+    with pytest.raises(ConfigError, match="3 KV heads do not divide 8 heads"):
+        whatif(LayoutSpec(d_model=64, heads=8, kv_heads=3, seq_len=8), H100)  # sweeps check too
+    assert check_spec(LayoutSpec(d_model=64, heads=8, kv_heads=8, seq_len=8,
+                                 dtype="bf16")).dtype == "bfloat16"
 
 
 def test_measure_on_cpu() -> None:

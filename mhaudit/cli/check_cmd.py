@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,9 +22,14 @@ from mhaudit.cli.common import (
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
-from mhaudit.render.gate import CHECK_RENDERERS, Checked, markdown
+from mhaudit.render.formats import FORMATS, OutputFormat, formats_with
+from mhaudit.render.gate import Checked, verdict
+from mhaudit.render.style import PLAIN
 
-FORMATS = tuple(CHECK_RENDERERS)
+if TYPE_CHECKING:
+    from mhaudit.data import Report
+    from mhaudit.gate.baseline import Baseline
+    from mhaudit.gate.budget import Budget
 
 EXAMPLES = """\b
 Examples:
@@ -51,7 +56,7 @@ Examples:
 @model_options
 @phase_options
 @rule_options
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
+@click.option("--format", "-f", "fmt", type=click.Choice(formats_with("checks")), default="table",
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the output here (atomically; '-' for stdout) instead of stdout.")
@@ -76,16 +81,9 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
         _refuse_same_file(destination, baseline_out)
-        from mhaudit.gate.baseline import baseline_text, check_same_model, load_baseline_report
-        from mhaudit.gate.budget import (
-            check_budget_applies,
-            evaluate,
-            load_budget,
-            metric_values,
-            phases_needed,
-        )
+        from mhaudit.gate.baseline import load_baseline_report
+        from mhaudit.gate.budget import check_budget_applies, load_budget, phases_needed
         from mhaudit.options import AuditOptions
-        from mhaudit.render.ci import verdict
 
         budget = load_budget(budget_path)
         recorded = (load_baseline_report(baseline)
@@ -98,38 +96,57 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         check_budget_applies(budget, given.get("device", "meta"))
         done, worst = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, progress=progress, **phases, **given), verbose)
-        items = []
-        for target, report in done:
-            previous = None
-            if recorded is not None:
-                check_same_model(recorded, report, allow_other=allow_other_model)
-                previous = recorded.metrics
-            outcome = evaluate(report, budget, previous)
-            items.append(Checked(target, report, outcome, metric_values(report)))
+        items = _judge(done, budget, recorded, allow_other_model)
         if items:
-            sweeps = flagged_sweeps([c.report for c in items]) if fmt == "html" else ()
-            options = render_options(fmt, False, destination.is_stdout, sweeps)
-            text = CHECK_RENDERERS[fmt](items, options)
-            if baseline_out is not None:  # both files are replaced, or neither
-                writes = [(baseline_out, baseline_text(items[0].data()))]
-                if destination.path is not None:
-                    writes.insert(0, (destination, text))
-                write_texts_atomic(writes)
-                if destination.path is None:
-                    write_output(text, destination)
-                say(f"wrote baseline {baseline}")
-            else:
-                write_output(text, destination)
-            if fmt == "github":
-                _append_step_summary(markdown(items))
-            if not destination.is_stdout or fmt in ("json", "junit", "sarif", "html"):
-                for c in items:
-                    prefix = f"{c.target}: " if len(items) > 1 else ""
-                    say(f"{prefix}{verdict(c.outcome)}")
+            _emit(FORMATS[fmt], items, destination, baseline_out, baseline)
             if any(not c.outcome.passed for c in items):
                 worst = max(worst, 1)
     if worst:
         raise SystemExit(worst)
+
+
+def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | None,
+           allow_other_model: bool) -> list[Checked]:
+    """Each report through the gate, against the baseline's metrics when one is given."""
+    from mhaudit.gate.baseline import check_same_model
+    from mhaudit.gate.budget import evaluate, metric_values
+
+    items = []
+    for target, report in done:
+        previous = None
+        if recorded is not None:
+            check_same_model(recorded, report, allow_other=allow_other_model)
+            previous = recorded.metrics
+        outcome = evaluate(report, budget, previous)
+        items.append(Checked(target, report, outcome, metric_values(report)))
+    return items
+
+
+def _emit(form: OutputFormat, items: list[Checked], destination: OutputPath,
+          baseline_out: OutputPath | None, baseline: Path | None) -> None:
+    """Write the output (and the baseline, both or neither), then the verdicts on stderr."""
+    from mhaudit.gate.baseline import baseline_text
+
+    assert form.checks is not None
+    options = render_options(form, False, destination.is_stdout,
+                             flagged_sweeps(form, [c.report for c in items]))
+    text = form.checks(items, options)
+    if baseline_out is not None:  # both files are replaced, or neither
+        writes = [(baseline_out, baseline_text(items[0].data()))]
+        if destination.path is not None:
+            writes.insert(0, (destination, text))
+        write_texts_atomic(writes)
+        if destination.path is None:
+            write_output(text, destination)
+        say(f"wrote baseline {baseline}")
+    else:
+        write_output(text, destination)
+    if form.step_summary is not None:
+        _append_step_summary(form.step_summary(items, PLAIN))
+    if not destination.is_stdout or not form.states_verdict:
+        for c in items:
+            prefix = f"{c.target}: " if len(items) > 1 else ""
+            say(f"{prefix}{verdict(c.outcome)}")
 
 
 def _refuse_same_file(output: OutputPath, baseline: OutputPath | None) -> None:

@@ -19,7 +19,7 @@ from mhaudit.cli.common import (
 )
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
-from mhaudit.render import RENDERERS
+from mhaudit.render.formats import FORMATS, formats_with
 
 EXAMPLES = """\b
 Examples:
@@ -36,8 +36,8 @@ Examples:
 @click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
 @model_options
 @phase_options
-@click.option("--format", "-f", "fmt", type=click.Choice(sorted(RENDERERS)), default="table",
-              show_default=True, help="Output format.")
+@click.option("--format", "-f", "fmt", type=click.Choice(sorted(formats_with("report"))),
+              default="table", show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the report here (atomically; '-' for stdout) instead of stdout.")
 @click.option("--wide", is_flag=True,
@@ -64,16 +64,15 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
         given = options_from(params)
         from mhaudit.gate.budget import failing_findings
         from mhaudit.options import AuditOptions
-        from mhaudit.render import render_reports
-
         done, worst = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, repeats=repeats, progress=progress, **phases, **given),
             verbose)
         reports = [report for _, report in done]
         if reports:
-            sweeps = flagged_sweeps(reports) if fmt == "html" else ()
-            options = render_options(fmt, wide, destination.is_stdout, sweeps)
-            write_output(render_reports(reports, fmt, options), destination)
+            form = FORMATS[fmt]
+            options = render_options(form, wide, destination.is_stdout,
+                                     flagged_sweeps(form, reports))
+            write_output(form.render_reports(reports, options), destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):
                 worst = max(worst, 1)
             if destination.path is not None:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from mhaudit.cli.common import errors_to_exit, verbose_option, write_output
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.errors import ConfigError
-from mhaudit.render.rule_text import render_rule_list, render_rule_text, rule_dict
+from mhaudit.render.formats import FORMATS, formats_with
 from mhaudit.render.style import RenderOptions
 from mhaudit.rules import REGISTRY
-from mhaudit.rules.docs import rule_page
 
 EXAMPLES = """\b
 Examples:
@@ -26,7 +23,7 @@ Examples:
 
 @click.command("rules", epilog=EXAMPLES, short_help="List the rules, or explain one.")
 @click.argument("code", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
+@click.option("--format", "fmt", type=click.Choice(formats_with("rules")),
               default="table", show_default=True, help="Output format.")
 @verbose_option
 def rules(code: str | None, fmt: str, verbose: bool) -> None:
@@ -36,14 +33,12 @@ def rules(code: str | None, fmt: str, verbose: bool) -> None:
 
 
 def _text(code: str | None, fmt: str) -> str:
+    form = FORMATS[fmt]
+    assert form.rules is not None and form.rule is not None
+    options = RenderOptions(width=terminal_width(), color=use_color(report_stream()))
     if code is None:
-        return render_rule_list(list(REGISTRY), fmt, terminal_width())
+        return form.rules(list(REGISTRY), options)
     rule = REGISTRY.get(code)
     if rule is None:
         raise ConfigError(f"unknown rule {code!r}", "Run `mhaudit rules` to list them.")
-    if fmt == "json":
-        return json.dumps(rule_dict(rule), indent=2) + "\n"
-    if fmt == "markdown":
-        return rule_page(rule)
-    options = RenderOptions(width=terminal_width(), color=use_color(report_stream()))
-    return render_rule_text(rule, options)
+    return form.rule(rule, options)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mhaudit.cli.common import audit_quietly, errors_to_exit, warn_unused_shape_options
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.progress import Status
 from mhaudit.cli.terminal import terminal_width, use_color
+from mhaudit.render.formats import OutputFormat
 from mhaudit.render.style import RenderOptions
 
 if TYPE_CHECKING:
-    from mhaudit.data import Report
+    from mhaudit.data import Report, WhatIf
     from mhaudit.options import AuditOptions
 
 INTERRUPTED = 130
@@ -42,22 +43,25 @@ def audit_each(
     return done, worst
 
 
-def render_options(fmt: str, wide: bool, to_stdout: bool, sweeps: tuple[Any, ...] = ()
-                   ) -> RenderOptions:
-    """Width and colour for the terminal table; plain for files and machine formats."""
-    if fmt != "table":
+def render_options(fmt: OutputFormat, wide: bool, to_stdout: bool,
+                   sweeps: tuple[WhatIf, ...] = ()) -> RenderOptions:
+    """Width and colour for a terminal format; plain for files and the other formats."""
+    if not fmt.terminal:
         return RenderOptions(wide=wide, sweeps=sweeps)
     return RenderOptions(width=None if wide else terminal_width(), wide=wide,
                          color=to_stdout and use_color(report_stream()), sweeps=sweeps)
 
 
-def flagged_sweeps(reports: Sequence[Report], limit: int = 4) -> tuple[Any, ...]:
-    """What-if sweeps of the blocks that findings name (for the HTML charts)."""
+def flagged_sweeps(fmt: OutputFormat, reports: Sequence[Report], limit: int = 4
+                   ) -> tuple[WhatIf, ...]:
+    """What-if sweeps of the blocks that findings name, for a format that charts them."""
     from mhaudit.cost.devices import get_profile
     from mhaudit.errors import MhauditError
     from mhaudit.whatif import spec_from_block, whatif
 
-    sweeps: list[Any] = []
+    sweeps: list[WhatIf] = []
+    if not fmt.charts:
+        return ()
     for report in reports:
         named = {f.block for f in report.findings}
         for group in report.groups:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import click
@@ -23,8 +22,8 @@ from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
 from mhaudit.options import MAX_SIZE
-from mhaudit.render.whatif import render_whatif_table
-from mhaudit.whatif import LayoutSpec, spec_from_block
+from mhaudit.render.formats import FORMATS, formats_with
+from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
 DEFAULT_SEQ_LEN = 2048
@@ -79,13 +78,13 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
     if opts["d_model"] is None or opts["heads"] is None:
         raise ConfigError("whatif needs a model file or --d-model and --heads",
                           "Try: mhaudit whatif --d-model 4096 --heads 32 --kv-heads 8.")
-    return LayoutSpec(
+    return check_spec(LayoutSpec(
         d_model=opts["d_model"], heads=opts["heads"], kv_heads=opts["kv_heads"] or opts["heads"],
         seq_len=opts["seq_len"] or DEFAULT_SEQ_LEN, batch_size=opts["batch_size"] or 1,
         dtype=opts["dtype"] or "bfloat16", head_dim=opts["head_dim"],
         causal=True if opts["causal"] is None else opts["causal"],
         implementation=opts["implementation"] or "sdpa", bias=opts["bias"],
-    )
+    ))
 
 
 EXAMPLES = """\b
@@ -122,7 +121,7 @@ Examples:
               help="Timed runs per layout.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+@click.option("--format", "fmt", type=click.Choice(formats_with("whatif")), default="table",
               show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Also draw both sweeps to FILE.png (needs matplotlib).")
@@ -147,15 +146,10 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         profile = get_profile(opts["gpu"] or DEFAULT_GPU)
         result = run_whatif(spec, profile, try_heads=_int_list(opts["try_heads"]),
                         device=opts["device"], repeats=opts["repeats"])
-        if opts["fmt"] == "json":
-            data = dataclasses.asdict(result)
-            data["rows"] = [dataclasses.asdict(r) for r in result.rows]
-            text = json.dumps(data, indent=2)
-        else:
-            text = render_whatif_table(result)
+        render = FORMATS[opts["fmt"]].whatif
+        assert render is not None
+        text = render(result)
         if opts["plot"]:
-            from mhaudit.render.whatif_plot import plot_whatif
-
             say(f"wrote {plot_whatif(result, opts['plot'])}")
-        write_output(text + "\n", destination)
+        write_output(text, destination)
 

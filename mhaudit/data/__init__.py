@@ -1,7 +1,8 @@
 """The data model: frozen dataclasses that every stage takes and returns.
 
 One import point for users (``from mhaudit.data import Report``); the classes live in
-one module per stage: ``findings``, ``layout``, ``costs``, ``report`` and ``gate``.
+one module per stage: ``findings``, ``layout``, ``costs``, ``report``, ``gate`` and
+``whatif``; ``schema`` turns them into the JSON report.
 
 Units live in names. ``flops`` always means floating-point operations counted
 as 2 per multiply-add (dense work, bias adds excluded unless a field says so);
@@ -39,6 +40,7 @@ from mhaudit.data.report import (
     Report,
     Totals,
 )
+from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
 __all__ = [
     "AttentionBlock",
@@ -56,6 +58,7 @@ __all__ = [
     "FlopBreakdown",
     "GateOutcome",
     "Layout",
+    "LayoutSpec",
     "Measurement",
     "MemoryBreakdown",
     "ModelInfo",
@@ -70,4 +73,6 @@ __all__ = [
     "Timing",
     "Totals",
     "TrainingCost",
+    "WhatIf",
+    "WhatIfRow",
 ]

@@ -17,6 +17,7 @@ from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown
 from mhaudit.data.location import SourceLocation
 from mhaudit.data.phases import DecodeCost, TrainingCost
+from mhaudit.data.schema import report_to_dict
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,4 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""
-        from mhaudit.render.serialize import report_to_dict
-
         return report_to_dict(self)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mhaudit.data import Report, Severity, SourceLocation
-from mhaudit.render.ci import _escape_data, _escape_property
+from mhaudit.render.escape import github_data as _escape_data
+from mhaudit.render.escape import github_property as _escape_property
 from mhaudit.render.sarif import finding_location
 from mhaudit.render.style import PLAIN, RenderOptions
 

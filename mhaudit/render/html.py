@@ -231,7 +231,7 @@ def report_section(report: Report, options: RenderOptions, level: int = 1) -> st
     charts += per_block_charts(report) if report.blocks else []
     out += [f"<{h2}>Costs</{h2}>", '<div class="charts">' + "\n".join(charts) + "</div>"]
     flagged = {f.block for f in report.findings}
-    sweeps = [s for s in options.sweeps if getattr(s.spec, "name", None) in flagged]
+    sweeps = [s for s in options.sweeps if s.spec.name in flagged]
     for sweep in sweeps:
         label = sweep.spec.name or "(root)"
         out += [f"<{h2}>What if: the head layout of {escape(label)}</{h2}>",

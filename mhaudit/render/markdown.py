@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tabulate import tabulate
 
 from mhaudit.data import Report
 from mhaudit.render.escape import defuse_lines, markdown, markdown_code
 from mhaudit.render.phases import phase_lines
 from mhaudit.render.style import PLAIN, RenderOptions
+from mhaudit.render.summary import summary_table
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     MEASURE_HEADERS,
@@ -64,3 +67,10 @@ def render_markdown(report: Report, options: RenderOptions = PLAIN) -> str:
     out += ["", "### Totals", ""]
     out.extend(f"- {markdown(line)}" for line in total_lines(report))
     return defuse_lines("\n".join(out)) + "\n"
+
+
+def render_markdown_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
+    """A summary table across the models, then each model's section."""
+    parts = [f"## mhaudit: {len(reports)} models", "", summary_table(reports, "github"), ""]
+    parts += [render_markdown(r, options) for r in reports]
+    return "\n".join(parts)

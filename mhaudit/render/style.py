@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any
 
-from mhaudit.data import Severity
+from mhaudit.data import Severity, WhatIf
 
 
 @dataclass(frozen=True)
@@ -20,8 +19,8 @@ class RenderOptions:
     """Show every column of the block table and do not wrap."""
     color: bool = False
     """ANSI colours by severity (the CLI sets it on a TTY, honouring NO_COLOR/FORCE_COLOR)."""
-    sweeps: tuple[Any, ...] = ()
-    """What-if sweeps (:class:`mhaudit.whatif.WhatIf`) of the blocks that flags name."""
+    sweeps: tuple[WhatIf, ...] = ()
+    """What-if sweeps of the blocks that flags name (the HTML charts)."""
 
 
 PLAIN = RenderOptions()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from tabulate import tabulate
 
@@ -11,6 +12,7 @@ from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render.escape import defuse_lines, plain
 from mhaudit.render.phases import phase_lines
 from mhaudit.render.style import PLAIN, RenderOptions, paint, wrap
+from mhaudit.render.summary import summary_table
 
 BLOCK_HEADERS = (
     "block", "×", "type", "kind", "impl", "d_model", "h", "h_kv", "d_k", "params",
@@ -309,3 +311,10 @@ def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
         out.extend([*prose(phases), ""])
     out.extend(prose(total_lines(report)))
     return defuse_lines("\n".join(out)) + "\n"
+
+
+def render_table_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
+    """A summary table across the models, then each model's table."""
+    parts = [f"mhaudit: summary of {len(reports)} models", "", summary_table(reports), ""]
+    parts += [render_table(r, options) for r in reports]
+    return "\n".join(parts)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from typing import Any
 
 from tabulate import tabulate
 
 from mhaudit import units
+from mhaudit.data.schema import whatif_to_dict
+from mhaudit.data.whatif import WhatIf, WhatIfRow
 from mhaudit.render.escape import plain
-
-if TYPE_CHECKING:
-    from mhaudit.whatif import WhatIf, WhatIfRow
 
 
 def _cells(row: WhatIfRow, measured: bool) -> list[Any]:
@@ -48,4 +48,9 @@ def render_whatif_table(result: WhatIf) -> str:
             "* marks the current layout.")
     body = tabulate([_cells(r, measured) for r in result.rows], headers=headers,
                     disable_numparse=True)
-    return f"{head}\n{body}\n{note}"
+    return f"{head}\n{body}\n{note}\n"
+
+
+def render_whatif_json(result: WhatIf) -> str:
+    """The sweep as indented JSON: the spec, both sweeps and their merged ``rows``."""
+    return json.dumps(whatif_to_dict(result), indent=2) + "\n"

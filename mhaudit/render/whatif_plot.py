@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mhaudit import units
+from mhaudit.data.whatif import WhatIf, WhatIfRow
 from mhaudit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from mhaudit.whatif import WhatIf, WhatIfRow
 
 PLOT_TIP = "Install it with: pip install 'mhaudit[plot]' (from PyPI)."
 
@@ -55,8 +53,8 @@ def _panel(ax: Any, rows: Sequence[WhatIfRow], xs: Sequence[int], panel: Panel,
     ax.legend(fontsize=8)
 
 
-def plot_whatif(result: WhatIf, path: str | Path) -> Path:
-    """Draw both sweeps to ``path`` (PNG): four panels against h, two against h_kv."""
+def whatif_png(result: WhatIf) -> bytes:
+    """Both sweeps as a PNG image: four panels against h, two against h_kv."""
     try:
         import matplotlib
 
@@ -76,7 +74,7 @@ def plot_whatif(result: WhatIf, path: str | Path) -> Path:
     fig.suptitle(f"what-if for {spec.name or '(root)'}: width h·d_k {spec.inner_width}, "
                  f"n = {spec.seq_len}, b = {spec.batch_size}, {spec.dtype} on {result.gpu}")
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, dpi=110, format="png")
     plt.close(fig)
-    return out
+    return image.getvalue()

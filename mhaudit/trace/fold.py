@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-from mhaudit.data import Layout, Projection
 from mhaudit.trace.export import trace
 from mhaudit.trace.traced import TracedGraph
 
@@ -249,33 +248,8 @@ def rename(name: str, plan: FoldedList, position: int, index: int) -> str:
     return _child_pattern(plan.path).sub(lambda _: f"{plan.path}.{child}", name, count=1)
 
 
-def _rename_projection(p: Projection | None, plan: FoldedList, pos: int, index: int
-                       ) -> Projection | None:
-    if p is None:
-        return None
-    return replace(p, module=rename(p.module, plan, pos, index),
-                   weight=rename(p.weight, plan, pos, index))
-
-
-def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list[Layout]:
-    """Give every original layer its own copy of its representative's blocks, in order."""
-    placed: list[tuple[tuple[int, int, int], Layout]] = []
-    first_of_plan: dict[int, int] = {}
-    for order, layout in enumerate(layouts):
-        found = _plan_of(layout.name, plans)
-        if found is None:
-            placed.append(((order, -1, 0), layout))
-            continue
-        plan_index, pos = found
-        start = first_of_plan.setdefault(plan_index, order)
-        plan = plans[plan_index]
-        for index in plan.members[pos]:
-            placed.append(((start, index, order), _renamed(layout, plan, pos, index)))
-    placed.sort(key=lambda item: item[0])
-    return [layout for _, layout in placed]
-
-
-def _plan_of(name: str, plans: tuple[FoldedList, ...]) -> tuple[int, int] | None:
+def plan_of(name: str, plans: tuple[FoldedList, ...]) -> tuple[int, int] | None:
+    """The folded list and the representative position ``name`` lies under, if any."""
     for plan_index, plan in enumerate(plans):
         pos = rep_position(name, plan)
         if pos is not None and pos < len(plan.members):
@@ -283,20 +257,9 @@ def _plan_of(name: str, plans: tuple[FoldedList, ...]) -> tuple[int, int] | None
     return None
 
 
-def _renamed(layout: Layout, plan: FoldedList, pos: int, index: int) -> Layout:
-    return replace(
-        layout,
-        name=rename(layout.name, plan, pos, index),
-        q=_rename_projection(layout.q, plan, pos, index),
-        k=_rename_projection(layout.k, plan, pos, index),
-        v=_rename_projection(layout.v, plan, pos, index),
-        o=_rename_projection(layout.o, plan, pos, index),
-    )
-
-
 def node_weight(module_path: str, plans: tuple[FoldedList, ...]) -> int:
     """How many original layers a traced node stands for."""
-    found = _plan_of(module_path, plans)
+    found = plan_of(module_path, plans)
     return len(plans[found[0]].members[found[1]]) if found else 1
 
 
@@ -305,14 +268,3 @@ def describe(plans: tuple[FoldedList, ...]) -> list[dict[str, Any]]:
     return [
         {"list": p.path, "layers": p.length, "traced": len(p.kept)} for p in plans
     ]
-
-
-def expand_names(names: set[str], plans: tuple[FoldedList, ...]) -> set[str]:
-    """Traced qualified names plus their copies in every layer a representative stands for."""
-    out = set(names)
-    for name in names:
-        found = _plan_of(name, plans)
-        if found is not None:
-            plan = plans[found[0]]
-            out.update(rename(name, plan, found[1], i) for i in plan.members[found[1]])
-    return out

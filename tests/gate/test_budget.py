@@ -33,7 +33,7 @@ from mhaudit.gate.budget import (
     parse_quantity,
     report_findings,
 )
-from mhaudit.render.ci import budget_message
+from mhaudit.render.gate import budget_message
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ci"
 

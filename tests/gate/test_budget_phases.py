@@ -8,7 +8,7 @@ import pytest
 
 from mhaudit.gate.baseline import metric_values_from_dict
 from mhaudit.gate.budget import evaluate_metrics, parse_budget, phases_needed
-from mhaudit.render.ci import budget_message
+from mhaudit.render.gate import budget_message
 
 
 def test_phase_budgets_parse_and_name_their_phase() -> None:

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from mhaudit.cli.check_cmd import check_command
 from mhaudit.errors import ConfigError
 from mhaudit.gate.check import check
-from mhaudit.render.ci import budget_message
+from mhaudit.render.gate import budget_message
 from mhaudit.testing import assert_within_budget
 
 MODEL = '''

@@ -16,7 +16,7 @@ import pytest
 
 from mhaudit.data import Finding, GateOutcome, Severity
 from mhaudit.gate.budget import evaluate_metrics, parse_budget
-from mhaudit.render.ci import (
+from mhaudit.render.gate import (
     budget_to_dict,
     format_value,
     render_github,
@@ -159,6 +159,6 @@ def test_format_value(metric: str, value: float | None, text: str) -> None:
 
 
 def test_renderers_do_not_import_torch() -> None:
-    code = "import sys, mhaudit.render.ci, mhaudit.gate.budget; print('torch' in sys.modules)"
+    code = "import sys, mhaudit.render.gate, mhaudit.gate.budget; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -19,7 +19,7 @@ from fixtures.reports import hand_report
 
 from mhaudit.api import audit
 from mhaudit.data import Report
-from mhaudit.render import RENDERERS, render, render_reports
+from mhaudit.render import FORMATS, RENDERERS, render, render_reports
 from mhaudit.render.style import RenderOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +69,7 @@ def test_summary_across_models_golden(fmt: str, regen_golden: bool) -> None:
 
 def test_every_renderer_has_a_golden_suffix() -> None:
     assert set(RENDERERS) == set(SUFFIX)
+    assert all(SUFFIX[name].endswith(FORMATS[name].suffix) for name in RENDERERS)
 
 
 def _example(name: str) -> ModuleType:

@@ -8,7 +8,7 @@ from torch import nn
 from transformers import GPTNeoConfig, GPTNeoModel, LlamaConfig, LlamaModel
 
 from mhaudit.api import audit
-from mhaudit.render.serialize import block_to_dict
+from mhaudit.data.schema import block_to_dict
 from mhaudit.trace.fold import find_lists, folded
 
 
@@ -122,6 +122,6 @@ def test_hf_slice_over_every_layer_still_folds() -> None:
 ])
 def test_group_patterns_expand_to_exactly_their_members(names: list[str],
                                                          folded_name: str) -> None:
-    from mhaudit.render.grouping import fold_names
+    from mhaudit.assemble import fold_names
 
     assert fold_names(names) == folded_name

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
-from mhaudit import __version__
-from mhaudit.data import (
-    AttentionBlock,
-    DecodeCost,
-    Finding,
-    Measurement,
-    Projection,
-    Report,
-    ScalingPoint,
-    SourceLocation,
-    TargetEstimate,
-    Timing,
-    TrainingCost,
-)
+from mhaudit.data.costs import Measurement, ScalingPoint, TargetEstimate, Timing
+from mhaudit.data.findings import Finding
+from mhaudit.data.layout import Layout, ParamBreakdown, Projection
+from mhaudit.data.location import SourceLocation
+from mhaudit.data.phases import DecodeCost, TrainingCost
+from mhaudit.data.whatif import WhatIf
+
+if TYPE_CHECKING:  # annotations only: report.py imports this module to serialise itself
+    from mhaudit.data.report import AttentionBlock, ModelInfo, Report, Totals
+
+TOOL_VERSION = "0.1.0"
+"""The version of mhaudit (``mhaudit.__version__``), written into every report."""
 
 SCHEMA_VERSION = 1
 
@@ -70,76 +69,51 @@ def _projection(p: Projection | None) -> dict[str, Any] | None:
     }
 
 
+def _layout_to_dict(lay: Layout) -> dict[str, Any]:
+    """The layout fields of a block entry: kind, widths, head counts and shapes."""
+    fields = ("kind", "implementation", "d_model", "num_heads", "num_kv_heads", "head_dim",
+              "v_head_dim", "batch_size", "seq_len_q", "seq_len_kv", "d_out", "causal", "scale",
+              "kv_shared", "core_count", "cached_width", "sinks", "head_mixing",
+              "padded_head_dim", "windowed", "streams", "latent_width", "score_dtype", "window",
+              "causal_alignment")
+    data: dict[str, Any] = {"name": lay.name, "module_type": lay.module_type}
+    data.update({key: getattr(lay, key) for key in fields})
+    data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}
+    return data
+
+
+def _params_to_dict(par: ParamBreakdown) -> dict[str, Any]:
+    return {
+        "q": par.q,
+        "k": par.k,
+        "v": par.v,
+        "o": par.o,
+        "total": par.total,
+        "textbook": par.textbook,
+        "formula": par.formula,
+        "formula_text": par.formula_text,
+        "biases": {"q": par.q_bias, "k": par.k_bias, "v": par.v_bias, "o": par.o_bias},
+        "deviations": [{"reason": d.reason, "params": d.params} for d in par.deviations],
+    }
+
+
+_FLOP_FIELDS = ("q_proj", "k_proj", "v_proj", "scores", "softmax", "context", "o_proj", "total",
+                "causal_total", "causal_tiles_total")
+_MEMORY_FIELDS = ("q_bytes", "k_bytes", "v_bytes", "scores_bytes",
+                  "scores_bytes_if_materialized", "kv_cache_bytes_per_token", "kv_cache_bytes",
+                  "kv_cache_bytes_static")
+
+
 def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
     """One entry of ``blocks``."""
-    lay, par, fl, mem = block.layout, block.params, block.flops, block.memory
-    return {
-        "name": lay.name,
-        "module_type": lay.module_type,
-        "kind": lay.kind,
-        "implementation": lay.implementation,
-        "d_model": lay.d_model,
-        "num_heads": lay.num_heads,
-        "num_kv_heads": lay.num_kv_heads,
-        "head_dim": lay.head_dim,
-        "v_head_dim": lay.v_head_dim,
-        "batch_size": lay.batch_size,
-        "seq_len_q": lay.seq_len_q,
-        "seq_len_kv": lay.seq_len_kv,
-        "d_out": lay.d_out,
-        "causal": lay.causal,
-        "scale": lay.scale,
-        "kv_shared": lay.kv_shared,
-        "core_count": lay.core_count,
-        "cached_width": lay.cached_width,
-        "sinks": lay.sinks,
-        "head_mixing": lay.head_mixing,
-        "padded_head_dim": lay.padded_head_dim,
-        "windowed": lay.windowed,
-        "streams": lay.streams,
-        "latent_width": lay.latent_width,
-        "score_dtype": lay.score_dtype,
-        "window": lay.window,
-        "causal_alignment": lay.causal_alignment,
-        "projections": {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")},
-        "params": {
-            "q": par.q,
-            "k": par.k,
-            "v": par.v,
-            "o": par.o,
-            "total": par.total,
-            "textbook": par.textbook,
-            "formula": par.formula,
-            "formula_text": par.formula_text,
-            "biases": {"q": par.q_bias, "k": par.k_bias, "v": par.v_bias, "o": par.o_bias},
-            "deviations": [{"reason": d.reason, "params": d.params} for d in par.deviations],
-        },
-        "flops": {
-            "q_proj": fl.q_proj,
-            "k_proj": fl.k_proj,
-            "v_proj": fl.v_proj,
-            "scores": fl.scores,
-            "softmax": fl.softmax,
-            "context": fl.context,
-            "o_proj": fl.o_proj,
-            "total": fl.total,
-            "causal_total": fl.causal_total,
-            "causal_tiles_total": fl.causal_tiles_total,
-        },
-        "memory": {
-            "q_bytes": mem.q_bytes,
-            "k_bytes": mem.k_bytes,
-            "v_bytes": mem.v_bytes,
-            "scores_bytes": mem.scores_bytes,
-            "scores_bytes_if_materialized": mem.scores_bytes_if_materialized,
-            "kv_cache_bytes_per_token": mem.kv_cache_bytes_per_token,
-            "kv_cache_bytes": mem.kv_cache_bytes,
-            "kv_cache_bytes_static": mem.kv_cache_bytes_static,
-        },
-        "flags": [finding_to_dict(f) for f in block.findings],
-        "target": None if block.target is None else target_to_dict(block.target),
-        "location": location_to_dict(block.location),
-    }
+    data = _layout_to_dict(block.layout)
+    data["params"] = _params_to_dict(block.params)
+    data["flops"] = {key: getattr(block.flops, key) for key in _FLOP_FIELDS}
+    data["memory"] = {key: getattr(block.memory, key) for key in _MEMORY_FIELDS}
+    data["flags"] = [finding_to_dict(f) for f in block.findings]
+    data["target"] = None if block.target is None else target_to_dict(block.target)
+    data["location"] = location_to_dict(block.location)
+    return data
 
 
 def target_to_dict(target: TargetEstimate) -> dict[str, Any]:
@@ -259,54 +233,36 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
     }
 
 
-def report_to_dict(report: Report) -> dict[str, Any]:
-    """The whole report, per the JSON contract."""
-    info, totals = report.model, report.totals
-    data: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "mhaudit", "version": __version__},
-        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
-                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
-        "model": {
-            "source": info.source,
-            "class": info.class_name,
-            "params_total": info.params_total,
-            "param_bytes": info.param_bytes,
-            "trace_method": info.trace_method,
-            "device": info.device,
-            "dtype": info.dtype,
-            "inputs": info.inputs,
-            "inputs_inferred": info.inputs_inferred,
-            "location": location_to_dict(info.location),
-        },
-        "blocks": [block_to_dict(b) for b in report.blocks],
-        "groups": [
-            {"pattern": g.pattern, "count": g.count, "names": list(g.names)}
-            for g in report.groups
-        ],
-        "totals": {
-            "num_blocks": totals.num_blocks,
-            "params_total": totals.params_total,
-            "attention_params": totals.attention_params,
-            "attention_params_share": totals.attention_params_share,
-            "flops": totals.flops,
-            "flops_by_family": dict(totals.flops_by_family),
-            "params_active": totals.params_active,
-            "attention_flops": totals.attention_flops,
-            "kv_cache_bytes_per_token": totals.kv_cache_bytes_per_token,
-            "param_bytes": totals.param_bytes,
-            "peak_activation_bytes": totals.peak_activation_bytes,
-            "buffer_bytes": totals.buffer_bytes,
-            "peak_memory_bytes": totals.peak_memory_bytes,
-            "measured_peak_memory_bytes": totals.measured_peak_memory_bytes,
-            "latency_ms": totals.latency_ms,
-        },
-        "flags": [finding_to_dict(f) for f in report.findings],
-        "coverage": {
-            "ops_without_formula": dict(report.coverage.ops_without_formula),
-            "untraced_modules": list(report.coverage.untraced_modules),
-        },
+_TOTAL_FIELDS = ("num_blocks", "params_total", "attention_params", "attention_params_share",
+                 "flops", "flops_by_family", "params_active", "attention_flops",
+                 "kv_cache_bytes_per_token", "param_bytes", "peak_activation_bytes",
+                 "buffer_bytes", "peak_memory_bytes", "measured_peak_memory_bytes", "latency_ms")
+
+
+def _model_to_dict(info: ModelInfo) -> dict[str, Any]:
+    return {
+        "source": info.source,
+        "class": info.class_name,
+        "params_total": info.params_total,
+        "param_bytes": info.param_bytes,
+        "trace_method": info.trace_method,
+        "device": info.device,
+        "dtype": info.dtype,
+        "inputs": info.inputs,
+        "inputs_inferred": info.inputs_inferred,
+        "location": location_to_dict(info.location),
     }
+
+
+def _totals_to_dict(totals: Totals) -> dict[str, Any]:
+    data = {key: getattr(totals, key) for key in _TOTAL_FIELDS}
+    data["flops_by_family"] = dict(totals.flops_by_family)
+    return data
+
+
+def _sections(report: Report) -> dict[str, Any]:
+    """The optional sections, present only when the audit made them."""
+    data: dict[str, Any] = {}
     if report.experts:
         data["experts"] = [
             {"module": e.module, "router": e.router, "num_experts": e.num_experts,
@@ -321,5 +277,36 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         data["training"] = training_to_dict(report.training)
     if report.decode is not None:
         data["decode"] = decode_to_dict(report.decode)
+    return data
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The whole report, per the JSON contract."""
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "mhaudit", "version": TOOL_VERSION},
+        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
+                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
+        "model": _model_to_dict(report.model),
+        "blocks": [block_to_dict(b) for b in report.blocks],
+        "groups": [
+            {"pattern": g.pattern, "count": g.count, "names": list(g.names)}
+            for g in report.groups
+        ],
+        "totals": _totals_to_dict(report.totals),
+        "flags": [finding_to_dict(f) for f in report.findings],
+        "coverage": {
+            "ops_without_formula": dict(report.coverage.ops_without_formula),
+            "untraced_modules": list(report.coverage.untraced_modules),
+        },
+    }
+    data.update(_sections(report))
     data.update(report.extras)
+    return data
+
+
+def whatif_to_dict(result: WhatIf) -> dict[str, Any]:
+    """A what-if sweep: ``spec``, ``gpu``, ``by_heads``, ``by_kv_heads`` and the merged ``rows``."""
+    data = asdict(result)
+    data["rows"] = [asdict(r) for r in result.rows]
     return data

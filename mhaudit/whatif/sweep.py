@@ -1,4 +1,4 @@
-"""What-if analysis: the costs of alternative head layouts of one attention block."""
+"""The what-if sweep: the costs of alternative head layouts of one attention block."""
 
 from __future__ import annotations
 
@@ -6,148 +6,33 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.data import AttentionBlock, Layout, Projection
+from mhaudit.data import AttentionBlock, Layout, LayoutSpec, Projection, WhatIf, WhatIfRow
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
 from mhaudit.rules.engine import check_block
 from mhaudit.rules.heads import divisors, reduced_kv_heads
-
-
-@dataclass(frozen=True)
-class LayoutSpec:
-    """The block to vary: widths, head counts and the audited shape."""
-
-    d_model: int
-    heads: int
-    kv_heads: int
-    seq_len: int
-    """Query positions n_q."""
-    batch_size: int = 1
-    dtype: str = "bfloat16"
-    head_dim: int | None = None
-    """d_k; None means d_model / heads. The inner width h·d_k is what the sweep splits."""
-    seq_len_kv: int | None = None
-    """Key/value positions n_kv; None means ``seq_len``."""
-    kind: str = "self"
-    causal: bool | None = True
-    implementation: str = "sdpa"
-    """``sdpa`` or ``eager``; every alternative uses the same implementation."""
-    bias: bool = False
-    """Whether Q, K, V and O carry biases."""
-    name: str = "spec"
-    """Where the spec came from: ``spec`` or the block's module name."""
-
-    def __post_init__(self) -> None:
-        for key in ("d_model", "heads", "kv_heads", "seq_len", "batch_size", "head_dim",
-                    "seq_len_kv"):
-            value = getattr(self, key)
-            if value is None and key in ("head_dim", "seq_len_kv"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"layout spec: {key} must be a positive integer, "
-                                  f"got {value!r}", f"Give {key} as 1 or more.")
-        if self.head_dim is None and self.d_model % self.heads:
-            raise ConfigError(f"layout spec: {self.heads} heads do not divide d_model "
-                              f"{self.d_model}", "Pick a divisor of d_model, or give head_dim.")
-        if self.heads % self.kv_heads:
-            raise ConfigError(f"layout spec: {self.kv_heads} KV heads do not divide "
-                              f"{self.heads} heads", "Pick a divisor of the head count.")
-        if self.implementation not in ("sdpa", "eager"):
-            raise ConfigError(f"layout spec: unknown implementation {self.implementation!r}",
-                              "Use sdpa or eager.")
-        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-
-    @property
-    def inner_width(self) -> int:
-        """h·d_k, constant across the sweep."""
-        return self.heads * (self.head_dim or self.d_model // self.heads)
-
-
-@dataclass(frozen=True)
-class WhatIfRow:
-    """The costs of one alternative layout (FLOPs: 2 per multiply-add)."""
-
-    heads: int
-    kv_heads: int
-    head_dim: int
-    current: bool
-    """True for the layout the spec or block has."""
-    params: int
-    """Q, K, V and O weights and biases."""
-    textbook_params: int
-    """4·d_model² plus the biases."""
-    flops: int
-    """Forward FLOPs of the block (dense)."""
-    attention_flops: int
-    """QKᵀ, softmax and PV FLOPs."""
-    scores_bytes: int
-    """b·h·n_q·n_kv score bytes, were the scores materialised."""
-    materializes_scores: bool
-    """Whether the kernel on the target writes them to memory."""
-    kv_cache_bytes_per_token: int
-    backend: str
-    """Attention kernel on the target (cudnn, flash, mem_efficient, math, eager)."""
-    kernel_head_dim: int | None
-    """Compiled head dim the chosen kernel runs; None when it has no fixed sizes."""
-    padding_waste: float
-    """Fraction of that kernel's head-dim work that is padding."""
-    est_time_s: float
-    """Roofline time on the profile, the block's ``target.roofline`` (see
-    ``ROOFLINE_CONVENTION``): padded kernel FLOPs included, masked 128×128 tiles skipped by
-    fused causal kernels."""
-    arithmetic_intensity: float | None
-    bound: str
-    """``compute`` or ``memory``."""
-    flags: tuple[str, ...]
-    """Rule codes this layout raises."""
-    measured_ms: float | None = None
-    """Median measured forward time of the block in milliseconds, when asked."""
-    decode_step_s: float = 0.0
-    """Roofline time of the block's share of one decode step at n_kv cached tokens."""
-    decode_kv_read_bytes: int = 0
-    """Cached K/V bytes that decode step reads."""
-    train_scores_saved_bytes: int | None = 0
-    """Score-shaped bytes the block's forward keeps for the backward (fake-tensor run)."""
-
-
-@dataclass(frozen=True)
-class WhatIf:
-    """The sweep over head counts and over KV head counts of one block."""
-
-    spec: LayoutSpec
-    gpu: str
-    """Profile key of the target."""
-    by_heads: tuple[WhatIfRow, ...]
-    """h over the divisors of h·d_k, the spec's h/h_kv group size kept."""
-    by_kv_heads: tuple[WhatIfRow, ...]
-    """The spec's h with h_kv over the divisors of h."""
-
-    @property
-    def rows(self) -> tuple[WhatIfRow, ...]:
-        """Both sweeps, without repeats, by h then h_kv descending."""
-        unique = {(r.heads, r.kv_heads): r for r in (*self.by_heads, *self.by_kv_heads)}
-        return tuple(sorted(unique.values(), key=lambda r: (r.heads, -r.kv_heads)))
+from mhaudit.whatif.spec import check_spec
 
 
 def spec_from_block(block: AttentionBlock, dtype: str) -> LayoutSpec:
     """The spec of an audited block, to sweep its head layout."""
     lay = block.layout
-    return LayoutSpec(
+    return check_spec(LayoutSpec(
         d_model=lay.d_model, heads=lay.num_heads, kv_heads=max(1, lay.num_kv_heads),
         seq_len=lay.seq_len_q, batch_size=lay.batch_size, dtype=dtype, head_dim=lay.head_dim,
         seq_len_kv=lay.seq_len_kv, kind=lay.kind, causal=lay.causal,
         implementation="eager" if lay.implementation == "eager" else "sdpa",
         bias=any(p is not None and p.bias_params > 0 for p in (lay.q, lay.k, lay.v, lay.o)),
         name=lay.name,
-    )
+    ))
 
 
 def _projection(name: str, d_in: int, d_out: int, bias: bool) -> Projection:
@@ -208,6 +93,7 @@ def whatif(
     layout is also run with random weights and timed. The rules run on every layout;
     the default ``config`` ignores MHA010, since a spec says nothing about fusion.
     """
+    spec = check_spec(spec)
     ctx = RuleContext(profile, spec.dtype, dtype_bytes(spec.dtype))
     config = config or RuleConfig(ignore=("MHA010",))
     width = spec.inner_width
@@ -306,6 +192,8 @@ def _time_ms(step: Callable[[], Any], cuda: bool, repeats: int, warmup: int) -> 
 
 def plot_whatif(result: WhatIf, path: str | Path) -> Path:
     """Draw the sweep to ``path`` (PNG); see :mod:`mhaudit.render.whatif_plot`."""
-    from mhaudit.render.whatif_plot import plot_whatif as draw
+    from mhaudit.render.whatif_plot import whatif_png
 
-    return draw(result, path)
+    out = Path(path)
+    out.write_bytes(whatif_png(result))
+    return out

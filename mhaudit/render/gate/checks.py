@@ -1,4 +1,4 @@
-"""Renderers of ``mhaudit check``: one per format, for one checked model or several."""
+"""``mhaudit check`` output: one renderer per format, for one checked model or several."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from mhaudit.data import GateOutcome, Report, Severity, SourceLocation
-from mhaudit.render import ci
+from mhaudit.render.gate import outcome as one
 from mhaudit.render.html import html_table, page, report_section
 from mhaudit.render.sarif import fingerprint, physical, sarif_log
 from mhaudit.render.style import PLAIN, RenderOptions
@@ -29,7 +29,7 @@ class Checked:
     def data(self) -> dict[str, Any]:
         """The JSON report with its ``budget`` section."""
         return {**self.report.to_dict(),
-                "budget": ci.budget_to_dict(self.outcome, self.metrics)}
+                "budget": one.budget_to_dict(self.outcome, self.metrics)}
 
     def locations(self) -> dict[str | None, SourceLocation]:
         """Block name (None: the model) to its source location."""
@@ -54,38 +54,42 @@ BUDGET_RULE = {
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def _table(items: Sequence[Checked], options: RenderOptions) -> str:
-    parts = [ci.render_table(c.outcome, title=f"mhaudit check {c.target}") for c in items]
+def checks_table(items: Sequence[Checked], options: RenderOptions) -> str:
+    """Each target's gate table; a summary across models first when there are several."""
+    parts = [one.render_table(c.outcome, title=f"mhaudit check {c.target}") for c in items]
     if len(items) > 1:
         table = summary_table([c.report for c in items])
         parts.insert(0, f"mhaudit: {len(items)} models\n\n{table}\n")
     return "\n".join(parts)
 
 
-def _json(items: Sequence[Checked], options: RenderOptions) -> str:
+def checks_json(items: Sequence[Checked], options: RenderOptions) -> str:
+    """The JSON report with its ``budget`` section (several targets: a list)."""
     data: Any = items[0].data() if len(items) == 1 else [c.data() for c in items]
     return json.dumps(data, indent=2) + "\n"
 
 
-def _github(items: Sequence[Checked], options: RenderOptions) -> str:
-    return "".join(ci.render_github(c.outcome, c.locations()) for c in items)
+def checks_github(items: Sequence[Checked], options: RenderOptions) -> str:
+    """GitHub annotations for every breach and failing flag of every target."""
+    return "".join(one.render_github(c.outcome, c.locations()) for c in items)
 
 
-def markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
+def checks_markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
     """The job summary: one section per target, a summary table first when there are several."""
-    parts = [ci.render_markdown(c.outcome, title=f"mhaudit budget: {c.target}") for c in items]
+    parts = [one.render_markdown(c.outcome, title=f"mhaudit budget: {c.target}") for c in items]
     if len(items) > 1:
         parts.insert(0, f"## mhaudit: {len(items)} models\n\n"
                      f"{summary_table([c.report for c in items], 'github')}\n")
     return "\n".join(parts)
 
 
-def _junit(items: Sequence[Checked], options: RenderOptions) -> str:
+def checks_junit(items: Sequence[Checked], options: RenderOptions) -> str:
+    """JUnit XML: one budget and one flags suite per target."""
     if len(items) == 1:
-        return ci.render_junit(items[0].outcome)
+        return one.render_junit(items[0].outcome)
     root = ET.Element("testsuites", name="mhaudit")
     for c in items:
-        for suite in ET.fromstring(ci.render_junit(c.outcome, suite=f"mhaudit.{c.target}")):
+        for suite in ET.fromstring(one.render_junit(c.outcome, suite=f"mhaudit.{c.target}")):
             root.append(suite)
     for key in ("tests", "failures", "errors"):
         root.set(key, str(sum(int(s.get(key, "0")) for s in root)))
@@ -93,12 +97,13 @@ def _junit(items: Sequence[Checked], options: RenderOptions) -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?>\n{ET.tostring(root, encoding="unicode")}\n'
 
 
-def _sarif(items: Sequence[Checked], options: RenderOptions) -> str:
+def checks_sarif(items: Sequence[Checked], options: RenderOptions) -> str:
+    """SARIF 2.1.0: every breach as a result of the budget rule."""
     breaches = [
         {
             "ruleId": BUDGET_RULE["id"],
             "level": _LEVEL[r.severity],
-            "message": {"text": f"{c.target}: {ci.budget_message(r)}"},
+            "message": {"text": f"{c.target}: {one.budget_message(r)}"},
             "locations": physical(c.report.model.location),
             "partialFingerprints": {"mhaudit/v1": fingerprint("budget", r.metric, c.target)},
         }
@@ -108,27 +113,17 @@ def _sarif(items: Sequence[Checked], options: RenderOptions) -> str:
     return json.dumps(log, indent=2) + "\n"
 
 
-def _html(items: Sequence[Checked], options: RenderOptions) -> str:
+def checks_html(items: Sequence[Checked], options: RenderOptions) -> str:
+    """One HTML page: each target's verdict, its budget table and its report."""
     parts = []
     for c in items:
-        rows = [[r.metric, ci.format_value(r.metric, r.actual), ci.format_value(r.metric, r.limit),
-                 r.severity.value, "ok" if r.passed else "over"] for r in c.outcome.results]
-        verdict = ci.verdict(c.outcome)
+        rows = [[r.metric, one.format_value(r.metric, r.actual),
+                 one.format_value(r.metric, r.limit), r.severity.value,
+                 "ok" if r.passed else "over"] for r in c.outcome.results]
+        verdict = one.verdict(c.outcome)
         title = escape(f"mhaudit check {c.target}: {verdict.split(':')[0]}")
         parts.append(f"<section><h1>{title}</h1>"
                      + html_table(["metric", "actual", "limit", "severity", "status"], rows)
                      + f"<p>{escape(verdict)}</p>" + report_section(c.report, options, level=2)
                      + "</section>")
     return page(f"mhaudit check: {', '.join(c.target for c in items)}", "\n".join(parts))
-
-
-CHECK_RENDERERS: dict[str, CheckRenderer] = {
-    "table": _table,
-    "json": _json,
-    "github": _github,
-    "junit": _junit,
-    "markdown": markdown,
-    "sarif": _sarif,
-    "html": _html,
-}
-"""Every format of ``mhaudit check``."""

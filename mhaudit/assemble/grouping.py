@@ -1,4 +1,4 @@
-"""Fold identical blocks (repeated layers) into groups and total the model."""
+"""Fold identical blocks (repeated layers) into the groups the report stores."""
 
 from __future__ import annotations
 

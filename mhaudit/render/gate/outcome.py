@@ -1,4 +1,4 @@
-"""Renderers of the gate's verdict for CI: text table, GitHub annotations, markdown, JUnit, JSON."""
+"""One gate outcome for CI: text table, GitHub annotations, markdown, JUnit, the JSON section."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from tabulate import tabulate
 
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity, SourceLocation
+from mhaudit.data.schema import finding_to_dict
 from mhaudit.render import escape
-from mhaudit.render.serialize import finding_to_dict
 from mhaudit.units import metric_value
 
 

@@ -1,0 +1,80 @@
+"""The report put together: model facts, blocks in groups, totals, coverage, folding."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from torch import nn
+
+from mhaudit.assemble.expand import expand_names
+from mhaudit.assemble.grouping import group_blocks
+from mhaudit.assemble.totals import model_totals
+from mhaudit.cost.devices import dtype_bytes
+from mhaudit.cost.graph import graph_flops
+from mhaudit.cost.moe import routed_experts
+from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
+from mhaudit.load.describe import describe_inputs
+from mhaudit.load.target import LoadedModel
+from mhaudit.trace.export import TracedGraph
+from mhaudit.trace.fold import FoldedList, describe
+
+
+def build_report(
+    loaded: LoadedModel,
+    traced: TracedGraph,
+    blocks: Sequence[AttentionBlock],
+    dtype: str,
+    device: str,
+    plans: tuple[FoldedList, ...] = (),
+    activation_peak: int | None = None,
+    location: SourceLocation | None = None,
+) -> Report:
+    """Put the model facts, blocks, totals and coverage together.
+
+    ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
+    it the graph's tensor-lifetime estimate is used. ``location`` is where the model is
+    built or its class defined.
+    """
+    model = loaded.module
+    costs = graph_flops(traced.graph)
+    experts = routed_experts(traced.graph, traced.params, traced.module_path)
+    totals = model_totals(model, traced, costs, blocks, dtype, plans, experts, activation_peak)
+    info = ModelInfo(
+        source=loaded.source,
+        class_name=type(model).__name__,
+        params_total=totals.params_total,
+        trace_method=traced.method,
+        device=device,
+        dtype=dtype,
+        inputs=describe_inputs(model, loaded.args, loaded.kwargs),
+        param_bytes=totals.params_total * dtype_bytes(dtype),
+        inputs_inferred=loaded.inputs_inferred,
+        location=location,
+    )
+    coverage = Coverage(
+        ops_without_formula=dict(costs.ops_without_formula),
+        untraced_modules=untraced_modules(model, traced, plans),
+    )
+    flags = tuple(f for b in blocks for f in b.findings)
+    extras = {"folded_layers": describe(plans)} if plans else {}
+    return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
+                  experts=experts, extras=extras)
+
+
+def untraced_modules(
+    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
+) -> tuple[str, ...]:
+    """Modules holding parameters the forward never used (their costs are not counted)."""
+    read = {
+        traced.params[node.name] for node in traced.graph.nodes
+        if node.op == "placeholder" and node.name in traced.params and node.users
+    }
+    used: set[int] = set()
+    for name in expand_names(read, plans):
+        with contextlib.suppress(AttributeError):
+            used.add(id(model.get_parameter(name)))
+    owners = {
+        name.rpartition(".")[0] for name, p in model.named_parameters() if id(p) not in used
+    }
+    return tuple(sorted(owners))

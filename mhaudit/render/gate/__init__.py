@@ -1,0 +1,29 @@
+"""The gate rendered: each outcome's verdict and messages, and ``mhaudit check`` in every format."""
+
+from __future__ import annotations
+
+from mhaudit.render.gate.checks import BUDGET_RULE, Checked, CheckRenderer
+from mhaudit.render.gate.outcome import (
+    budget_message,
+    budget_to_dict,
+    format_value,
+    render_github,
+    render_junit,
+    render_markdown,
+    render_table,
+    verdict,
+)
+
+__all__ = [
+    "BUDGET_RULE",
+    "CheckRenderer",
+    "Checked",
+    "budget_message",
+    "budget_to_dict",
+    "format_value",
+    "render_github",
+    "render_junit",
+    "render_markdown",
+    "render_table",
+    "verdict",
+]
