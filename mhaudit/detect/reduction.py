@@ -10,15 +10,15 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import param_root, shape
-from mhaudit.trace.ops import NORM_OPS, VIEW_OPS, op_name
-
-_REDUCE_OPS = frozenset(
-    {"conv1d", "conv2d", "conv3d", "convolution", "avg_pool1d", "avg_pool2d", "max_pool1d",
-     "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "max_pool2d_with_indices",
-     "add", "mul", "gelu"}
+from mhaudit.trace.ops import (
+    NORM_OPS,
+    REDUCTION_TAIL_OPS,
+    TOKEN_REDUCING_OPS,
+    VIEW_OPS,
+    op_name,
 )
-"""Token-reducing ops and what follows them inside a reduction (bias, activation)."""
-_ALLOWED = _REDUCE_OPS | NORM_OPS | VIEW_OPS
+
+_ALLOWED = TOKEN_REDUCING_OPS | REDUCTION_TAIL_OPS | NORM_OPS | VIEW_OPS
 _LIMIT = 48
 
 
@@ -44,7 +44,7 @@ def reduced_copy(node: fx.Node, source: fx.Node, params: dict[str, str]) -> bool
         name = op_name(current)
         if len(seen) > _LIMIT or current.op != "call_function" or name not in _ALLOWED:
             return False
-        reduced = reduced or name in _REDUCE_OPS - {"add", "mul", "gelu"}
+        reduced = reduced or name in TOKEN_REDUCING_OPS
         stack.extend(i for i in current.all_input_nodes
                      if param_root(i, params) is None and i.op != "get_attr")
     return reached and reduced

@@ -19,13 +19,7 @@ from mhaudit.trace.graphs import (
     shape,
     tensor_inputs,
 )
-from mhaudit.trace.ops import (
-    EXPAND_OPS,
-    FRESH_OPS,
-    NORM_OPS,
-    VIEW_OPS,
-    op_name,
-)
+from mhaudit.trace.ops import EXPAND_OPS, FACTOR_CHAIN_OPS, FRESH_OPS, op_name
 
 _MAX_VISITS = 400
 _MAX_DEPTH = 200
@@ -81,13 +75,6 @@ class Source:
 _Part = tuple[ProjectionOp, tuple[fx.Node, ...], int, int]
 """A projection, the path from the walked node back to it, its head-dim share (0: all)
 and its stream (0: the only one)."""
-
-_CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
-    {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
-     "native_layer_norm", "getitem", "cat"}
-)) - EXPAND_OPS
-"""Ops allowed between the two matrices of a factorised projection: views, casts, norms."""
-
 
 def _rank(parts: tuple[_Part, ...]) -> tuple[int, int]:
     """Prefer the largest projection, then the shortest path (as a single walk would)."""
@@ -211,7 +198,7 @@ class SourceWalker:
                     return None
                 found = found or (up, path)
                 continue
-            if node.op != "call_function" or op_name(node) not in _CHAIN_OPS:
+            if node.op != "call_function" or op_name(node) not in FACTOR_CHAIN_OPS:
                 return None
             inputs = [i for i in tensor_inputs(node) if 0 not in shape(i)
                       and param_root(i, self.params) is None and i.op != "get_attr"]

@@ -10,12 +10,7 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import shape
-from mhaudit.trace.ops import PAD_OPS, op_name
-
-_WINDOW_OPS = PAD_OPS | frozenset(
-    {"slice", "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "unbind",
-     "view", "reshape", "_unsafe_view", "unfold", "contiguous", "clone"}
-)
+from mhaudit.trace.ops import COPY_VIEW_OPS, WINDOW_OPS, op_name
 
 
 def window_root(node: fx.Node, limit: int = 12) -> fx.Node:
@@ -23,7 +18,7 @@ def window_root(node: fx.Node, limit: int = 12) -> fx.Node:
     current = node
     width = (shape(node) or (0,))[-1]
     for _ in range(limit):
-        if op_name(current) not in _WINDOW_OPS or not current.args:
+        if op_name(current) not in WINDOW_OPS or not current.args:
             break
         source = current.args[0]
         if not isinstance(source, fx.Node) or (shape(source) or (0,))[-1] != width:
@@ -32,18 +27,12 @@ def window_root(node: fx.Node, limit: int = 12) -> fx.Node:
     return current
 
 
-_VIEW_ONLY = frozenset(
-    {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "transpose",
-     "expand", "contiguous", "clone", "alias", "detach", "to", "_to_copy"}
-)
-
-
 def view_root(node: fx.Node, limit: int = 12) -> fx.Node:
     """The tensor ``node`` is a view or copy of (an einsum decomposed to ``bmm`` reads its
     input through a fresh chain of unsqueezes and permutes per projection)."""
     current = node
     for _ in range(limit):
-        if op_name(current) not in _VIEW_ONLY or not current.args:
+        if op_name(current) not in COPY_VIEW_OPS or not current.args:
             break
         source = current.args[0]
         if not isinstance(source, fx.Node) or len(current.all_input_nodes) != 1:
