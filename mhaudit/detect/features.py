@@ -19,6 +19,7 @@ from mhaudit.trace.ops import (
     TOKEN_AXIS_OPS,
     op_name,
 )
+from mhaudit.trace.walks import Walk
 
 
 def _groups(before: tuple[int, ...], after: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
@@ -348,23 +349,13 @@ def same_tokens_source(node: fx.Node, source: fx.Node, limit: int = 64) -> bool:
     if node is source:
         return True
     width = (shape(source) or (0,))[-1]
-    stack, seen = [node], set()
-    reached = False
-    while stack:
-        current = stack.pop()
-        if current is source:
-            reached = True
-            continue
-        if current in seen:
-            continue
-        seen.add(current)
-        if len(seen) > limit or current.op != "call_function":
-            return False
-        if op_name(current) not in TOKEN_AXIS_OPS:
+    walk, reached = Walk([node], limit), False
+    for current in walk:
+        if current.op != "call_function" or op_name(current) not in TOKEN_AXIS_OPS:
             return False
         dims = shape(current)
         if dims and dims[-1] != width:
             return False
-        for item in current.all_input_nodes:
-            stack.append(item)
-    return reached
+        reached = reached or source in current.all_input_nodes
+        walk.push(i for i in current.all_input_nodes if i is not source)
+    return reached and not walk.cut

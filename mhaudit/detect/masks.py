@@ -26,6 +26,7 @@ from mhaudit.trace.ops import (
     TRIANGLE_OPS,
     op_name,
 )
+from mhaudit.trace.walks import Walk
 
 _WINDOW_KWARGS = ("window_size", "window_size_left", "sliding_window")
 _MAX_NODES = 96
@@ -299,19 +300,14 @@ def looks_causal(mask: fx.Node) -> bool:
     or built from tril/triu or a comparison of position ranges."""
     if read_masks((mask,)).causal:
         return True
-    seen: set[fx.Node] = set()
-    stack = [mask]
-    while stack and len(seen) < 64:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    walk = Walk([mask], 64)
+    for node in walk:
         name = op_name(node)
         if name in TRIANGLE_OPS:
             return True
         if name in CAUSAL_MASK_OPS and _from_arange(node):
             return True
-        stack.extend(a for a in node.all_input_nodes if a.op == "call_function")
+        walk.push(a for a in node.all_input_nodes if a.op == "call_function")
     return False
 
 

@@ -22,6 +22,7 @@ from mhaudit.trace.ops import (
     WEIGHT_ARG_OPS,
     op_name,
 )
+from mhaudit.trace.walks import chain
 
 
 @dataclass(frozen=True)
@@ -204,10 +205,4 @@ def _in_head_layout_add(node: fx.Node) -> bool:
 
 def canonical_input(node: fx.Node) -> fx.Node:
     """The tensor a projection reads, looking through casts, copies and dropout."""
-    current = node
-    while op_name(current) in INPUT_PASS_OPS:
-        first = current.args[0] if current.args else None
-        if not isinstance(first, fx.Node):
-            break
-        current = first
-    return current
+    return chain(node, INPUT_PASS_OPS, len(node.graph.nodes))[-1]  # no chain is longer

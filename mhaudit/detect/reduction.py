@@ -17,6 +17,7 @@ from mhaudit.trace.ops import (
     VIEW_OPS,
     op_name,
 )
+from mhaudit.trace.walks import Walk
 
 _ALLOWED = TOKEN_REDUCING_OPS | REDUCTION_TAIL_OPS | NORM_OPS | VIEW_OPS
 _LIMIT = 48
@@ -32,19 +33,14 @@ def reduced_copy(node: fx.Node, source: fx.Node, params: dict[str, str]) -> bool
     width = (shape(source) or (0,))[-1]
     if node is source or (shape(node) or (0,))[-1] != width:
         return False
-    stack, seen, reduced, reached = [node], set(), False, False
-    while stack:
-        current = stack.pop()
-        if current is source:
-            reached = True
-            continue
-        if current in seen:
-            continue
-        seen.add(current)
+    walk, reduced, reached = Walk([node], _LIMIT), False, False
+    for current in walk:
         name = op_name(current)
-        if len(seen) > _LIMIT or current.op != "call_function" or name not in _ALLOWED:
+        if current.op != "call_function" or name not in _ALLOWED:
             return False
         reduced = reduced or name in TOKEN_REDUCING_OPS
-        stack.extend(i for i in current.all_input_nodes
-                     if param_root(i, params) is None and i.op != "get_attr")
-    return reached and reduced
+        inputs = [i for i in current.all_input_nodes
+                  if param_root(i, params) is None and i.op != "get_attr"]
+        reached = reached or source in inputs
+        walk.push(i for i in inputs if i is not source)
+    return reached and reduced and not walk.cut

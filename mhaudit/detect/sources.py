@@ -20,6 +20,7 @@ from mhaudit.trace.graphs import (
     tensor_inputs,
 )
 from mhaudit.trace.ops import EXPAND_OPS, FACTOR_CHAIN_OPS, FRESH_OPS, op_name
+from mhaudit.trace.walks import Walk
 
 _MAX_VISITS = 400
 _MAX_DEPTH = 200
@@ -137,20 +138,14 @@ class SourceWalker:
     def _fallback(self, operand: fx.Node) -> Source:
         """The deepest user input ``operand`` derives from (no projection on the way)."""
         best: list[fx.Node] = [operand]
-        stack: list[tuple[fx.Node, list[fx.Node]]] = [(operand, [operand])]
-        visited: set[fx.Node] = set()
-        while stack and len(visited) < _MAX_VISITS:
-            node, path = stack.pop()
-            if node in visited:
-                continue
-            visited.add(node)
+        walk = Walk([(operand, [operand])], _MAX_VISITS, key=_first)
+        for node, path in walk:
             if node.op == "placeholder" or is_barrier(node):
                 if node.name in self.user_inputs and len(path) > len(best):
                     best = path
                 continue
-            for child in reversed(list(tensor_inputs(node))):
-                if param_root(child, self.params) is None and child.op != "get_attr":
-                    stack.append((child, [*path, child]))
+            walk.push((child, [*path, child]) for child in reversed(list(tensor_inputs(node)))
+                      if param_root(child, self.params) is None and child.op != "get_attr")
         root = best[-1]
         dims = shape(root)
         rows = numel(root) // dims[-1] if dims and dims[-1] else 1
@@ -183,15 +178,9 @@ class SourceWalker:
     ) -> tuple[ProjectionOp, tuple[fx.Node, ...]] | None:
         """The one projection ``start`` is computed from by chain ops alone, with its path."""
         found: tuple[ProjectionOp, tuple[fx.Node, ...]] | None = None
-        stack: list[tuple[fx.Node, tuple[fx.Node, ...]]] = [(start, (start,))]
-        seen: set[fx.Node] = set()
-        while stack:
-            node, path = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if len(seen) > _MAX_CHAIN_VISITS:
-                return None
+        walk: Walk[tuple[fx.Node, tuple[fx.Node, ...]]] = Walk(
+            [(start, (start,))], _MAX_CHAIN_VISITS, key=_first)
+        for node, path in walk:
             up = self.projection(node)
             if up is not None:
                 if found is not None and found[0].node is not up.node:
@@ -206,8 +195,8 @@ class SourceWalker:
             if len(full) > 1:
                 return None  # a residual add or a gate: two streams meet
             # The widest input last, so it is walked first: its path is the data path.
-            stack.extend((i, (*path, i)) for i in sorted(inputs, key=numel))
-        return found
+            walk.push((i, (*path, i)) for i in sorted(inputs, key=numel))
+        return None if walk.cut else found
 
 
 class _Walk:
@@ -318,6 +307,11 @@ class _Walk:
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
+
+
+def _first(item: tuple[fx.Node, object]) -> fx.Node:
+    """The node of a (node, path) walk item."""
+    return item[0]
 
 
 def _cuts(path: tuple[fx.Node, ...], proj: ProjectionOp) -> frozenset[fx.Node]:

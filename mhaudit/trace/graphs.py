@@ -24,6 +24,7 @@ from mhaudit.trace.ops import (
     WRITE_VIEW_OPS,
     op_name,
 )
+from mhaudit.trace.walks import chain
 
 # The op tables are re-exported for modules that read them beside these helpers.
 __all__ = [
@@ -86,19 +87,12 @@ def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
 
 
 def param_root(node: Any, params: dict[str, str], depth: int = 8) -> str | None:
-    """Placeholder name of the parameter a node is a view or cast of, if any."""
-    current = node
-    for _ in range(depth):
-        if not isinstance(current, fx.Node):
-            return None
-        if current.op == "placeholder":
-            return current.name if current.name in params else None
-        if current.op == "get_attr":
-            return None
-        if op_name(current) not in PARAM_VIEW_OPS or not current.args:
-            return None
-        current = current.args[0]
-    return None
+    """Placeholder name of the parameter a node is a view or cast of, if any (the
+    placeholder at most ``depth - 1`` views away)."""
+    if not isinstance(node, fx.Node) or depth < 1:
+        return None
+    root = chain(node, PARAM_VIEW_OPS, depth - 1)[-1]
+    return root.name if root.op == "placeholder" and root.name in params else None
 
 
 def tokens(node: fx.Node) -> int:
