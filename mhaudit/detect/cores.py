@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.detect.logits import extra_columns, head_mix_input
-from mhaudit.detect.masks import looks_causal
-from mhaudit.detect.padding import head_dims
+from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
+from mhaudit.detect.patterns.masks import looks_causal
+from mhaudit.detect.patterns.padding import head_dims
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import arg, numel, param_root, shape, tensor_inputs, val
 from mhaudit.trace.ops import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import fx
 
-from mhaudit.detect.projections import ProjectionOp, projections_after
+from mhaudit.detect.sources.projections import ProjectionOp, projections_after
 from mhaudit.trace.ops import VIEW_OPS, op_name
 
 

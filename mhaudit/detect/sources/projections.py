@@ -9,7 +9,7 @@ from typing import cast
 
 from torch import fx
 
-from mhaudit.detect.ranges import Range, bias_ranges, overlap
+from mhaudit.detect.sources.ranges import Range, bias_ranges, overlap
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import numel, param_root, shape, val
 from mhaudit.trace.ops import (

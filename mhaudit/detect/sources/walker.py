@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.detect.barriers import is_barrier
 from mhaudit.detect.cores import is_activation_matmul
-from mhaudit.detect.features import backward_axis, carried, carried_width
-from mhaudit.detect.projections import ProjectionOp, as_projection
-from mhaudit.detect.ranges import Range, read_range
+from mhaudit.detect.sources.barriers import is_barrier
+from mhaudit.detect.sources.features import backward_axis, carried, carried_width
+from mhaudit.detect.sources.projections import ProjectionOp, as_projection
+from mhaudit.detect.sources.ranges import Range, read_range
 from mhaudit.trace.graphs import (
     in_place_writes,
     innermost_module,
