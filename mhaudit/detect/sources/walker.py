@@ -77,6 +77,7 @@ _Part = tuple[ProjectionOp, tuple[fx.Node, ...], int, int]
 """A projection, the path from the walked node back to it, its head-dim share (0: all)
 and its stream (0: the only one)."""
 
+
 def _rank(parts: tuple[_Part, ...]) -> tuple[int, int]:
     """Prefer the largest projection, then the shortest path (as a single walk would)."""
     return max(numel(p[0].node) for p in parts), -min(len(p[1]) for p in parts)
