@@ -170,3 +170,13 @@ def test_rules_and_gate_never_import_renderers(stage: str) -> None:
     for module, targets in _graph(top_level=False).items():
         if module == stage or module.startswith(stage + "."):
             assert not any(t.startswith("mhaudit.render") for t in targets), (module, targets)
+
+
+@pytest.mark.parametrize("package", sorted(p.parent for p in (PACKAGE / "detect").rglob(
+    "__init__.py")), ids=lambda p: p.name)
+def test_detect_packages_have_a_docstring_and_at_most_sixteen_modules(package: Path) -> None:
+    assert ast.get_docstring(ast.parse((package / "__init__.py").read_text())), package
+    assert len(list(package.glob("*.py"))) <= 16
+    for folder in package.iterdir():
+        if folder.is_dir() and folder.name != "__pycache__":
+            assert (folder / "__init__.py").is_file(), folder  # no namespace packages

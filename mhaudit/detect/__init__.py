@@ -3,7 +3,8 @@
 Takes a :class:`~mhaudit.trace.TracedGraph` and the model; returns one
 :class:`~mhaudit.data.Layout` per attention block, found from what the graph computes
 (never from class names), and counts each layout's parameters against 4·d²
-(:func:`count`).
+(:func:`count`). :mod:`~mhaudit.detect.sources` walks from each core to its
+projections; :mod:`~mhaudit.detect.patterns` reads one attention variant per module.
 """
 
 from __future__ import annotations

@@ -9,15 +9,18 @@ from torch import fx, nn
 
 from mhaudit.data import Layout, Projection
 from mhaudit.detect.cores import Core, find_cores
-from mhaudit.detect.features import same_tokens_source
-from mhaudit.detect.kv_cache import cached_elements_per_position, latent_elements_per_position
-from mhaudit.detect.masks import core_mask
-from mhaudit.detect.projections import ProjectionOp, canonical_input, find_output_projection
-from mhaudit.detect.reduction import reduced_copy
-from mhaudit.detect.scores import score_dtype
-from mhaudit.detect.sources import Source, SourceWalker
-from mhaudit.detect.streams import stream_outputs
-from mhaudit.detect.windows import chunk_count, same_sequence
+from mhaudit.detect.patterns.kv_cache import (
+    cached_elements_per_position,
+    latent_elements_per_position,
+)
+from mhaudit.detect.patterns.masks import core_mask
+from mhaudit.detect.patterns.reduction import reduced_copy
+from mhaudit.detect.patterns.scores import score_dtype
+from mhaudit.detect.patterns.streams import stream_outputs
+from mhaudit.detect.patterns.windows import chunk_count, same_sequence
+from mhaudit.detect.sources.features import same_tokens_source
+from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import shape, tokens
 

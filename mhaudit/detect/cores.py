@@ -7,12 +7,22 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.detect.logits import LOGIT_MOVE_OPS, extra_columns, head_mix_input
-from mhaudit.detect.masks import looks_causal
-from mhaudit.detect.padding import head_dims
+from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
+from mhaudit.detect.patterns.masks import looks_causal
+from mhaudit.detect.patterns.padding import head_dims
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import arg, numel, param_root, shape, tensor_inputs, val
-from mhaudit.trace.ops import MATMUL_OPS, SDPA_OPS, SDPA_VARIANTS, SOFTMAX_OPS, op_name
+from mhaudit.trace.ops import (
+    LOGIT_MOVE_OPS,
+    MAP_COMBINE_OPS,
+    MATMUL_OPS,
+    PROB_OPS,
+    SCORE_OPS,
+    SDPA_OPS,
+    SDPA_VARIANTS,
+    SOFTMAX_OPS,
+    op_name,
+)
 
 
 @dataclass(frozen=True)
@@ -44,20 +54,6 @@ class Core:
     maps: int = 1
     """Softmax maps combined (picked apart and subtracted) into each map V meets
     (differential attention: 2)."""
-
-
-# Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping.
-_SCORE_OPS = frozenset(
-    {"mul", "div", "add", "sub", "masked_fill", "where", "to", "_to_copy", "view", "reshape",
-     "_unsafe_view", "clamp", "tanh", "contiguous", "clone", "_assert_tensor_metadata",
-     "type_as", "float"}
-)
-# Ops that may sit between softmax and probs·V: casts, dropout, head masks.
-_PROB_OPS = frozenset(
-    {"dropout", "native_dropout", "getitem", "to", "_to_copy", "mul", "masked_fill", "where",
-     "view", "reshape", "_unsafe_view", "type_as", "contiguous", "clone", "nan_to_num",
-     "_assert_tensor_metadata", "expand"}
-)
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
@@ -205,7 +201,7 @@ def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
             sinks += extra
             current = branch
             continue
-        if name not in _SCORE_OPS:
+        if name not in SCORE_OPS:
             return None
         inputs = list(tensor_inputs(current))
         scalars = [a for a in current.args[1:] if isinstance(a, (int, float))]
@@ -237,7 +233,7 @@ def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int) -> bool:
     mixing = head_mix_input(node, params)
     if mixing is not None:
         return _reaches_matmul(mixing, params, depth - 1)
-    if op_name(node) not in _SCORE_OPS | LOGIT_MOVE_OPS | {"cat"}:
+    if op_name(node) not in SCORE_OPS | LOGIT_MOVE_OPS | {"cat"}:
         return False
     return any(_reaches_matmul(i, params, depth - 1) for i in tensor_inputs(node))
 
@@ -261,16 +257,12 @@ def _find_context(
                         return user, node, mixed, picked
                 elif head_mix_input(user, params) is node:
                     nxt.append((user, True, picked))
-                elif op_name(user) in _PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
+                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
                     nxt.append((user, mixed, picked))
-                elif op_name(user) in _COMBINE_OPS:
+                elif op_name(user) in MAP_COMBINE_OPS:
                     nxt.append((user, mixed, True))
         frontier = nxt
     return None, None, False, False
-
-
-_COMBINE_OPS = frozenset({"select", "sub"})
-"""Ops that pick softmax maps apart and combine them (differential attention)."""
 
 
 def _scores_operands(

@@ -16,12 +16,15 @@ from mhaudit.trace.ops import (
     FRESH_OPS,
     MATMUL_OPS,
     NORM_OPS,
+    PARAM_VIEW_OPS,
     PROJECTION_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     VIEW_OPS,
+    WRITE_VIEW_OPS,
     op_name,
 )
+from mhaudit.trace.walks import chain
 
 # The op tables are re-exported for modules that read them beside these helpers.
 __all__ = [
@@ -83,38 +86,19 @@ def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
     return node.kwargs.get(name, default)
 
 
-_PARAM_PASSTHROUGH = frozenset(
-    {"t", "numpy_T", "mT", "adjoint", "transpose", "permute", "view", "reshape", "_unsafe_view",
-     "to", "_to_copy",
-     "contiguous", "clone", "detach", "alias", "slice", "select", "narrow", "getitem",
-     "chunk", "split", "split_with_sizes", "unbind", "unflatten", "flatten", "type_as",
-     "lift_fresh_copy", "unsqueeze", "squeeze", "expand"}
-)
-
-
 def param_root(node: Any, params: dict[str, str], depth: int = 8) -> str | None:
-    """Placeholder name of the parameter a node is a view or cast of, if any."""
-    current = node
-    for _ in range(depth):
-        if not isinstance(current, fx.Node):
-            return None
-        if current.op == "placeholder":
-            return current.name if current.name in params else None
-        if current.op == "get_attr":
-            return None
-        if op_name(current) not in _PARAM_PASSTHROUGH or not current.args:
-            return None
-        current = current.args[0]
-    return None
+    """Placeholder name of the parameter a node is a view or cast of, if any (the
+    placeholder at most ``depth - 1`` views away)."""
+    if not isinstance(node, fx.Node) or depth < 1:
+        return None
+    root = chain(node, PARAM_VIEW_OPS, depth - 1)[-1]
+    return root.name if root.op == "placeholder" and root.name in params else None
 
 
 def tokens(node: fx.Node) -> int:
     """Rows of a feature-last tensor: numel / last dim."""
     dims = shape(node)
     return math.prod(dims[:-1]) if dims else 0
-
-
-_WRITE_VIEWS = frozenset({"slice", "narrow", "select", "view", "alias"})
 
 
 def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
@@ -128,7 +112,7 @@ def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
                 name = op_name(user)
                 if name == "copy" and user.args[0] is node and isinstance(user.args[1], fx.Node):
                     found.append((node, user.args[1]))
-                elif name in _WRITE_VIEWS and user.args and user.args[0] is node:
+                elif name in WRITE_VIEW_OPS and user.args and user.args[0] is node:
                     nxt.append(user)
         frontier = nxt
     return found

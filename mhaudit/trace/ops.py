@@ -131,14 +131,145 @@ FRESH_OPS = frozenset(
 PAD_OPS = frozenset({"constant_pad_nd", "pad"})
 """Ops that pad a tensor with constants."""
 
+SPLIT_OPS = frozenset({"split", "split_with_sizes", "chunk"})
+"""Ops that split a tensor into parts along one axis (their ``getitem`` users pick one)."""
+SLICE_OPS = frozenset({"slice", "narrow", "getitem", "index_select", "gather"})
+"""Ops that pick part of an axis (``getitem``: operator)."""
+HEAD_PICK_OPS = frozenset({"select", "getitem", "slice"})
+"""Ops that pick one head (or a run of heads) out of a tensor split into heads."""
+RESHAPE_OPS = frozenset(
+    {"view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
+     "view_as", "reshape_as"}
+)
+"""Ops that regroup axes without moving data."""
+PLAIN_RESHAPE_OPS = frozenset({"view", "_unsafe_view", "reshape"})
+"""Reshapes to any shape (a decomposed linear's view back to tokens)."""
+PERMUTE_OPS = frozenset({"transpose", "swapaxes", "t", "permute", "movedim"})
+"""Ops that reorder axes."""
+REDUCE_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min"})
+"""Reductions over axes."""
+FEATURE_KEEP_OPS = EXPAND_OPS | frozenset({"cat", "stack", "constant_pad_nd", "pad", "copy"})
+"""Same-rank ops whose changed sizes add no features: repeats, joins along other axes, padding."""
+POOL_OPS = frozenset(
+    {"avg_pool1d", "avg_pool2d", "max_pool1d", "max_pool2d", "adaptive_avg_pool1d",
+     "adaptive_avg_pool2d"}
+)
+"""Pools of positions."""
+TOKEN_AXIS_OPS = ((RESHAPE_OPS | SLICE_OPS | FEATURE_KEEP_OPS | REDUCE_OPS | POOL_OPS)
+                  - {"copy"}) | frozenset(
+    {"select", "transpose", "permute", "contiguous", "clone", "to", "_to_copy", "alias",
+     "detach", "split", "split_with_sizes", "chunk", "unbind"}
+)
+"""Ops along a tensor's tokens that may keep its feature width: slices, joins, pools."""
+TOKEN_REDUCING_OPS = POOL_OPS | frozenset(
+    {"conv1d", "conv2d", "conv3d", "convolution", "max_pool2d_with_indices"}
+)
+"""Strided convolutions and pools that shrink the tokens (spatial-reduction attention)."""
+REDUCTION_TAIL_OPS = frozenset({"add", "mul", "gelu"})
+"""What follows a token reduction inside it: bias, scale, activation."""
+EMBEDDING_OPS = frozenset({"embedding"})
+"""Lookups of token embeddings: the start of the residual stream."""
+BARRIER_OPS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS | EMBEDDING_OPS
+"""Ops a walk back from a core operand to its projections stops at (norms: some of them)."""
+CORE_OPS = SDPA_OPS | SOFTMAX_OPS
+"""Ops at the heart of an attention core: a walk back to one layer's cache stops there."""
+RESIDUAL_OPS = frozenset({"add", "sub", "cat"})
+"""Ops that join two activations (a residual add, a concatenation)."""
+PARAM_VIEW_OPS = frozenset(
+    {"t", "numpy_T", "mT", "adjoint", "transpose", "permute", "view", "reshape", "_unsafe_view",
+     "to", "_to_copy", "contiguous", "clone", "detach", "alias", "slice", "select", "narrow",
+     "getitem", "chunk", "split", "split_with_sizes", "unbind", "unflatten", "flatten",
+     "type_as", "lift_fresh_copy", "unsqueeze", "squeeze", "expand"}
+)
+"""Ops a parameter is read through and still counts as that parameter: views, casts, picks."""
+WRITE_VIEW_OPS = frozenset({"slice", "narrow", "select", "view", "alias"})
+"""Views of a buffer that an in-place ``copy_`` writes through."""
+WHOLE_OPS = frozenset({"linear", "scaled_dot_product_attention", "einsum", "matmul",
+                       "__matmul__", "softmax", "pad"})
+"""Composite torch functions the recorder keeps as one node, as export does
+(``__matmul__``: the ``Tensor`` method, recorded as ``matmul``)."""
+
+MASK_PASS_OPS = frozenset(
+    {"unsqueeze", "view", "reshape", "_unsafe_view", "expand", "to", "_to_copy", "clone",
+     "contiguous", "alias", "type_as", "detach", "lift_fresh_copy"}
+)
+"""Ops a mask's value passes through unchanged."""
+AND_OPS = frozenset({"__and__", "bitwise_and", "logical_and"})
+"""Conjunctions of boolean masks."""
+NOT_OPS = frozenset({"logical_not", "bitwise_not"})
+"""Negations of boolean masks (``~mask`` runs ``bitwise_not``)."""
+COMPARE_OPS = frozenset({"ge", "gt", "le", "lt"})
+"""Order comparisons (of position indices, in a mask)."""
+TRIANGLE_OPS = frozenset({"tril", "triu"})
+"""Ops that keep one triangle of a matrix."""
+CAUSAL_MASK_OPS = TRIANGLE_OPS | COMPARE_OPS
+"""Ops a causal mask is built from: a triangle, or a comparison of position ranges."""
+ONES_OPS = frozenset({"ones", "ones_like", "new_ones"})
+"""Tensors of ones: a mask that keeps everything."""
+
+SCORE_OPS = frozenset(
+    {"mul", "div", "add", "sub", "masked_fill", "where", "to", "_to_copy", "view", "reshape",
+     "_unsafe_view", "clamp", "tanh", "contiguous", "clone", "_assert_tensor_metadata",
+     "type_as"}
+)
+"""Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping."""
+PROB_OPS = frozenset(
+    {"dropout", "native_dropout", "getitem", "to", "_to_copy", "mul", "masked_fill", "where",
+     "view", "reshape", "_unsafe_view", "type_as", "contiguous", "clone", "nan_to_num",
+     "_assert_tensor_metadata", "expand"}
+)
+"""Ops that may sit between softmax and probs·V: casts, dropout, head masks."""
+SOFTMAX_TO_CONTEXT_OPS = frozenset(
+    {"to", "_to_copy", "dropout", "native_dropout", "getitem", "type_as", "contiguous",
+     "clone", "view", "reshape", "_unsafe_view", "expand", "masked_fill", "where", "mul",
+     "_assert_tensor_metadata"}
+)
+"""Ops a walk back from the context op to the softmax that feeds it follows (casts,
+dropout, masks)."""
+MAP_COMBINE_OPS = frozenset({"select", "sub"})
+"""Ops that pick softmax maps apart and combine them (differential attention)."""
+LOGIT_MOVE_OPS = frozenset({"permute", "transpose"})
+"""Ops that move the head axis out of the way of a head-axis map and back."""
+HEAD_MIX_OPS = frozenset({"linear", "matmul", "einsum", "conv2d", "convolution", "mm"})
+"""Ops a head-axis linear map of the logits (talking heads) may run as."""
+
+WEIGHT_ARG_OPS = frozenset({"linear", "addmm"})
+"""Projections whose arguments fix which operand is the weight."""
+CONTEXT_PASS_OPS = VIEW_OPS | frozenset({"cat", "stack", "mul", "div", "getitem"})
+"""Ops a walk forward from a core's context to its output projection follows."""
+HEAD_LAYOUT_OPS = NORM_OPS | frozenset({"add", "sub"})
+"""Sums and norms that stay inside a block while the context is still split into heads."""
+INPUT_PASS_OPS = frozenset(
+    {"to", "_to_copy", "contiguous", "clone", "dropout", "detach", "alias", "view", "reshape",
+     "_unsafe_view"}
+)
+"""Casts, copies, dropout and reshapes a projection reads its input through."""
+FACTOR_CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
+    {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
+     "native_layer_norm", "getitem", "cat"}
+)) - EXPAND_OPS
+"""Ops allowed between the two matrices of a factorised projection: views, casts, norms."""
+WINDOW_OPS = PAD_OPS | frozenset(
+    {"slice", "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "unbind",
+     "view", "reshape", "_unsafe_view", "unfold", "contiguous", "clone"}
+)
+"""Ops that cut a window out of a sequence (slices, pads, views) without mixing features."""
+COPY_VIEW_OPS = frozenset(
+    {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "transpose",
+     "expand", "contiguous", "clone", "alias", "detach", "to", "_to_copy"}
+)
+"""Views, copies and casts of a whole tensor (nothing selected, nothing padded)."""
+
+NON_ATEN = {"getitem": "operator.getitem", "__matmul__": "torch.Tensor.__matmul__"}
+"""The names in the tables above that are not aten ops, and what they are."""
+
 FORMULA_FAMILIES = ("matmul", "conv", "attention", "softmax", "norm", "elementwise",
                     "reduction")
 """The families a FLOP formula may declare."""
 
-TABLES: dict[str, frozenset[str]] = {
-    "SDPA_OPS": SDPA_OPS, "SOFTMAX_OPS": SOFTMAX_OPS, "MATMUL_OPS": MATMUL_OPS,
-    "PROJECTION_OPS": PROJECTION_OPS, "NORM_OPS": NORM_OPS,
-    "VIEW_OPS": VIEW_OPS - {"getitem"}, "EXPAND_OPS": EXPAND_OPS, "ALIAS_OPS": ALIAS_OPS,
-    "MAYBE_ALIAS_OPS": MAYBE_ALIAS_OPS, "FRESH_OPS": FRESH_OPS, "PAD_OPS": PAD_OPS,
-}
-"""Every aten-name table above, for the test that checks the names against ``torch.ops``."""
+
+def op_tables() -> dict[str, frozenset[str]]:
+    """Every op-name table of this module by name, for the test that checks each name
+    against ``torch.ops``."""
+    return {name: value for name, value in globals().items()
+            if name.isupper() and isinstance(value, frozenset)}

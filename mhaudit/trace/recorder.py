@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from mhaudit.trace.ops import WHOLE_OPS
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
 
 _IGNORED = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.prim.device.default})
@@ -88,13 +89,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
                     self.bind(item, pick)
 
 
-_WHOLE = frozenset({"linear", "scaled_dot_product_attention", "einsum", "matmul", "__matmul__",
-                    "softmax", "pad"})
-"""Composite ops recorded as one node, as export keeps them, instead of their pieces."""
-
-
 class _Composites(TorchFunctionMode):
-    """Records the composite ops of ``_WHOLE`` whole and hides their pieces."""
+    """Records the composite ops of ``WHOLE_OPS`` whole and hides their pieces."""
 
     def __init__(self, recorder: _Recorder) -> None:
         super().__init__()
@@ -104,7 +100,7 @@ class _Composites(TorchFunctionMode):
                            ) -> Any:
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
-        if name not in _WHOLE or self.recorder.paused:
+        if name not in WHOLE_OPS or self.recorder.paused:
             return func(*args, **kwargs)
         self.recorder.paused += 1
         try:

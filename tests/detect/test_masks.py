@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhaudit.detect.cores import find_cores
-from mhaudit.detect.masks import core_mask, looks_causal, read_masks
+from mhaudit.detect.patterns.masks import core_mask, looks_causal, read_masks
 from mhaudit.trace.export import trace
 
 

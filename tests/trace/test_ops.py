@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import operator
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,20 +12,27 @@ from torch import fx
 
 from mhaudit.cost.formulas import REGISTRY, ZERO_FLOP_OPS
 from mhaudit.cost.graph import ALIAS_OPS, MAYBE_ALIAS_OPS
+from mhaudit.trace import ops
 from mhaudit.trace.ops import (
     FORMULA_FAMILIES,
+    NON_ATEN,
     SDPA_VARIANTS,
-    TABLES,
     op_name,
+    op_tables,
     qualified_name,
     strip_inplace,
 )
+
+_REGISTERED_BY = {"transformers": "transformers.integrations.moe"}
+"""Op namespaces that exist once a library registers them, and the module that does."""
 
 
 def _exists(name: str) -> bool:
     namespace, _, short = name.partition(".")
     if namespace == "operator":
         return hasattr(operator, short)
+    if namespace in _REGISTERED_BY:
+        pytest.importorskip(_REGISTERED_BY[namespace])
     try:
         getattr(getattr(torch.ops, namespace), short)
     except (AttributeError, RuntimeError):
@@ -32,9 +41,49 @@ def _exists(name: str) -> bool:
 
 
 def test_every_table_name_is_an_aten_op() -> None:
-    missing = {table: sorted(n for n in names if not _exists(f"aten.{n}"))
-               for table, names in TABLES.items()}
+    missing = {table: sorted(n for n in names if n not in NON_ATEN and not _exists(f"aten.{n}"))
+               for table, names in op_tables().items()}
     assert {t: m for t, m in missing.items() if m} == {}
+
+
+def test_the_tables_are_every_op_set_of_the_module() -> None:
+    tables = op_tables()
+    sets = {k for k, v in vars(ops).items() if isinstance(v, frozenset)}
+    assert set(tables) == sets
+    assert {"VIEW_OPS", "MASK_PASS_OPS", "PARAM_VIEW_OPS", "WHOLE_OPS"} <= sets
+
+
+@pytest.mark.parametrize(("name", "what"), sorted(NON_ATEN.items()))
+def test_every_name_that_is_not_aten_is_what_it_says(name: str, what: str) -> None:
+    owner, _, attribute = what.rpartition(".")
+    assert attribute == name
+    assert hasattr({"operator": operator, "torch.Tensor": torch.Tensor}[owner], name)
+    assert not _exists(f"aten.{name}")
+    assert any(name in names for names in op_tables().values())
+
+
+_READERS = [p for stage in ("detect", "trace") for p in sorted(
+    (Path(ops.__file__).parents[1] / stage).rglob("*.py")) if p.name != "ops.py"]
+
+
+def _set_literals(tree: ast.Module) -> list[set[str]]:
+    """String sets assigned at module level: ``frozenset({...})`` and ``{...}`` literals."""
+    found: list[set[str]] = []
+    for statement in tree.body:
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None:
+            continue
+        for node in ast.walk(statement.value):
+            if isinstance(node, ast.Set):
+                found.append({e.value for e in node.elts
+                              if isinstance(e, ast.Constant) and isinstance(e.value, str)})
+    return [names for names in found if len(names) > 1]
+
+
+@pytest.mark.parametrize("path", _READERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_graph_readers_keep_no_op_table_of_their_own(path: Path) -> None:
+    tables = [names for names in _set_literals(ast.parse(path.read_text()))
+              if any(_exists(f"aten.{n}") for n in names)]
+    assert tables == []
 
 
 def test_every_registered_formula_op_exists() -> None:

@@ -10,15 +10,16 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import param_root, shape
-from mhaudit.trace.ops import NORM_OPS, VIEW_OPS, op_name
-
-_REDUCE_OPS = frozenset(
-    {"conv1d", "conv2d", "conv3d", "convolution", "avg_pool1d", "avg_pool2d", "max_pool1d",
-     "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "max_pool2d_with_indices",
-     "add", "mul", "gelu"}
+from mhaudit.trace.ops import (
+    NORM_OPS,
+    REDUCTION_TAIL_OPS,
+    TOKEN_REDUCING_OPS,
+    VIEW_OPS,
+    op_name,
 )
-"""Token-reducing ops and what follows them inside a reduction (bias, activation)."""
-_ALLOWED = _REDUCE_OPS | NORM_OPS | VIEW_OPS
+from mhaudit.trace.walks import Walk
+
+_ALLOWED = TOKEN_REDUCING_OPS | REDUCTION_TAIL_OPS | NORM_OPS | VIEW_OPS
 _LIMIT = 48
 
 
@@ -32,19 +33,14 @@ def reduced_copy(node: fx.Node, source: fx.Node, params: dict[str, str]) -> bool
     width = (shape(source) or (0,))[-1]
     if node is source or (shape(node) or (0,))[-1] != width:
         return False
-    stack, seen, reduced, reached = [node], set(), False, False
-    while stack:
-        current = stack.pop()
-        if current is source:
-            reached = True
-            continue
-        if current in seen:
-            continue
-        seen.add(current)
+    walk, reduced, reached = Walk([node], _LIMIT), False, False
+    for current in walk:
         name = op_name(current)
-        if len(seen) > _LIMIT or current.op != "call_function" or name not in _ALLOWED:
+        if current.op != "call_function" or name not in _ALLOWED:
             return False
-        reduced = reduced or name in _REDUCE_OPS - {"add", "mul", "gelu"}
-        stack.extend(i for i in current.all_input_nodes
-                     if param_root(i, params) is None and i.op != "get_attr")
-    return reached and reduced
+        reduced = reduced or name in TOKEN_REDUCING_OPS
+        inputs = [i for i in current.all_input_nodes
+                  if param_root(i, params) is None and i.op != "get_attr"]
+        reached = reached or source in inputs
+        walk.push(i for i in inputs if i is not source)
+    return reached and reduced and not walk.cut

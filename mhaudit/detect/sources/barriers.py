@@ -7,12 +7,13 @@ per-head module's norm of one head's slice) sits after them and is walked throug
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from torch import fx
 
 from mhaudit.trace.graphs import shape
-from mhaudit.trace.ops import NORM_OPS, SDPA_OPS, SOFTMAX_OPS, VIEW_OPS, op_name
-
-_BARRIERS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS | {"embedding"}
+from mhaudit.trace.ops import BARRIER_OPS, HEAD_PICK_OPS, NORM_OPS, VIEW_OPS, op_name
+from mhaudit.trace.walks import chain
 
 
 def is_barrier(node: fx.Node) -> bool:
@@ -22,7 +23,7 @@ def is_barrier(node: fx.Node) -> bool:
     dim of a (B, n, h, d_k)-shaped tensor normalises each head after them (QK-norm).
     """
     name = op_name(node)
-    if name not in _BARRIERS:
+    if name not in BARRIER_OPS:
         return False
     if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
         return len(shape(node.args[0])) < 4 and not _one_head(node.args[0])
@@ -34,13 +35,6 @@ def _one_head(node: fx.Node) -> bool:
 
     A per-head module (one LayerNorm per head) normalises such a slice.
     """
-    current = node
-    for _ in range(4):
-        name = op_name(current)
-        if name not in VIEW_OPS or not current.args or not isinstance(current.args[0], fx.Node):
-            return False
-        source = current.args[0]
-        if name in ("select", "getitem", "slice") and len(shape(source)) >= 4:
-            return True
-        current = source
-    return False
+    path = chain(node, VIEW_OPS, 4)
+    return any(op_name(view) in HEAD_PICK_OPS and len(shape(source)) >= 4
+               for view, source in pairwise(path))

@@ -10,46 +10,21 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import shape
-from mhaudit.trace.ops import PAD_OPS, op_name
-
-_WINDOW_OPS = PAD_OPS | frozenset(
-    {"slice", "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "unbind",
-     "view", "reshape", "_unsafe_view", "unfold", "contiguous", "clone"}
-)
+from mhaudit.trace.ops import COPY_VIEW_OPS, WINDOW_OPS
+from mhaudit.trace.walks import chain
 
 
 def window_root(node: fx.Node, limit: int = 12) -> fx.Node:
     """The tensor ``node`` is a window of (through slices, pads and views only)."""
-    current = node
     width = (shape(node) or (0,))[-1]
-    for _ in range(limit):
-        if op_name(current) not in _WINDOW_OPS or not current.args:
-            break
-        source = current.args[0]
-        if not isinstance(source, fx.Node) or (shape(source) or (0,))[-1] != width:
-            break
-        current = source
-    return current
-
-
-_VIEW_ONLY = frozenset(
-    {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "transpose",
-     "expand", "contiguous", "clone", "alias", "detach", "to", "_to_copy"}
-)
+    return chain(node, WINDOW_OPS, limit,
+                 lambda _, source: (shape(source) or (0,))[-1] == width)[-1]
 
 
 def view_root(node: fx.Node, limit: int = 12) -> fx.Node:
     """The tensor ``node`` is a view or copy of (an einsum decomposed to ``bmm`` reads its
     input through a fresh chain of unsqueezes and permutes per projection)."""
-    current = node
-    for _ in range(limit):
-        if op_name(current) not in _VIEW_ONLY or not current.args:
-            break
-        source = current.args[0]
-        if not isinstance(source, fx.Node) or len(current.all_input_nodes) != 1:
-            break
-        current = source
-    return current
+    return chain(node, COPY_VIEW_OPS, limit, lambda op, _: len(op.all_input_nodes) == 1)[-1]
 
 
 def same_sequence(a: fx.Node, b: fx.Node) -> bool:

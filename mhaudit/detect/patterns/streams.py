@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from torch import fx
 
-from mhaudit.detect.projections import ProjectionOp, projections_after
+from mhaudit.detect.sources.projections import ProjectionOp, projections_after
 from mhaudit.trace.ops import VIEW_OPS, op_name
-
-_SPLIT_OPS = VIEW_OPS | {"split", "split_with_sizes", "chunk", "getitem", "slice"}
 
 
 def stream_outputs(
     output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None]
 ) -> list[ProjectionOp]:
     """Every projection that reads a slice of the context along views and splits only."""
-    return list(projections_after(output, params, cache, lambda user: op_name(user) in _SPLIT_OPS))
+    return list(projections_after(output, params, cache, lambda user: op_name(user) in VIEW_OPS))

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from torch import fx
 
-from mhaudit.detect.barriers import is_barrier
 from mhaudit.detect.cores import is_activation_matmul
-from mhaudit.detect.features import backward_axis, carried, carried_width
-from mhaudit.detect.projections import ProjectionOp, as_projection
-from mhaudit.detect.ranges import Range, read_range
+from mhaudit.detect.sources.barriers import is_barrier
+from mhaudit.detect.sources.features import backward_axis, carried, carried_width
+from mhaudit.detect.sources.projections import ProjectionOp, as_projection
+from mhaudit.detect.sources.ranges import Range, read_range
 from mhaudit.trace.graphs import (
     in_place_writes,
     innermost_module,
@@ -19,13 +19,8 @@ from mhaudit.trace.graphs import (
     shape,
     tensor_inputs,
 )
-from mhaudit.trace.ops import (
-    EXPAND_OPS,
-    FRESH_OPS,
-    NORM_OPS,
-    VIEW_OPS,
-    op_name,
-)
+from mhaudit.trace.ops import EXPAND_OPS, FACTOR_CHAIN_OPS, FRESH_OPS, op_name
+from mhaudit.trace.walks import Walk
 
 _MAX_VISITS = 400
 _MAX_DEPTH = 200
@@ -81,12 +76,6 @@ class Source:
 _Part = tuple[ProjectionOp, tuple[fx.Node, ...], int, int]
 """A projection, the path from the walked node back to it, its head-dim share (0: all)
 and its stream (0: the only one)."""
-
-_CHAIN_OPS = (VIEW_OPS | NORM_OPS | frozenset(
-    {"pow", "mean", "var", "var_mean", "rsqrt", "sqrt", "add", "sub", "mul", "div", "neg",
-     "native_layer_norm", "getitem", "cat"}
-)) - EXPAND_OPS
-"""Ops allowed between the two matrices of a factorised projection: views, casts, norms."""
 
 
 def _rank(parts: tuple[_Part, ...]) -> tuple[int, int]:
@@ -150,20 +139,14 @@ class SourceWalker:
     def _fallback(self, operand: fx.Node) -> Source:
         """The deepest user input ``operand`` derives from (no projection on the way)."""
         best: list[fx.Node] = [operand]
-        stack: list[tuple[fx.Node, list[fx.Node]]] = [(operand, [operand])]
-        visited: set[fx.Node] = set()
-        while stack and len(visited) < _MAX_VISITS:
-            node, path = stack.pop()
-            if node in visited:
-                continue
-            visited.add(node)
+        walk = Walk([(operand, [operand])], _MAX_VISITS, key=_first)
+        for node, path in walk:
             if node.op == "placeholder" or is_barrier(node):
                 if node.name in self.user_inputs and len(path) > len(best):
                     best = path
                 continue
-            for child in reversed(list(tensor_inputs(node))):
-                if param_root(child, self.params) is None and child.op != "get_attr":
-                    stack.append((child, [*path, child]))
+            walk.push((child, [*path, child]) for child in reversed(list(tensor_inputs(node)))
+                      if param_root(child, self.params) is None and child.op != "get_attr")
         root = best[-1]
         dims = shape(root)
         rows = numel(root) // dims[-1] if dims and dims[-1] else 1
@@ -196,22 +179,16 @@ class SourceWalker:
     ) -> tuple[ProjectionOp, tuple[fx.Node, ...]] | None:
         """The one projection ``start`` is computed from by chain ops alone, with its path."""
         found: tuple[ProjectionOp, tuple[fx.Node, ...]] | None = None
-        stack: list[tuple[fx.Node, tuple[fx.Node, ...]]] = [(start, (start,))]
-        seen: set[fx.Node] = set()
-        while stack:
-            node, path = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if len(seen) > _MAX_CHAIN_VISITS:
-                return None
+        walk: Walk[tuple[fx.Node, tuple[fx.Node, ...]]] = Walk(
+            [(start, (start,))], _MAX_CHAIN_VISITS, key=_first)
+        for node, path in walk:
             up = self.projection(node)
             if up is not None:
                 if found is not None and found[0].node is not up.node:
                     return None
                 found = found or (up, path)
                 continue
-            if node.op != "call_function" or op_name(node) not in _CHAIN_OPS:
+            if node.op != "call_function" or op_name(node) not in FACTOR_CHAIN_OPS:
                 return None
             inputs = [i for i in tensor_inputs(node) if 0 not in shape(i)
                       and param_root(i, self.params) is None and i.op != "get_attr"]
@@ -219,8 +196,8 @@ class SourceWalker:
             if len(full) > 1:
                 return None  # a residual add or a gate: two streams meet
             # The widest input last, so it is walked first: its path is the data path.
-            stack.extend((i, (*path, i)) for i in sorted(inputs, key=numel))
-        return found
+            walk.push((i, (*path, i)) for i in sorted(inputs, key=numel))
+        return None if walk.cut else found
 
 
 class _Walk:
@@ -331,6 +308,11 @@ class _Walk:
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
+
+
+def _first(item: tuple[fx.Node, object]) -> fx.Node:
+    """The node of a (node, path) walk item."""
+    return item[0]
 
 
 def _cuts(path: tuple[fx.Node, ...], proj: ProjectionOp) -> frozenset[fx.Node]:

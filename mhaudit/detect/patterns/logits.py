@@ -13,12 +13,7 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import param_root, shape
-from mhaudit.trace.ops import op_name
-
-LOGIT_MOVE_OPS = frozenset({"permute", "transpose"})
-"""Ops that move the head axis out of the way of a head-axis map and back."""
-
-_MIX_OPS = frozenset({"linear", "matmul", "einsum", "conv2d", "convolution", "mm"})
+from mhaudit.trace.ops import HEAD_MIX_OPS, op_name
 
 
 def head_mix_input(node: fx.Node, params: dict[str, str]) -> fx.Node | None:
@@ -27,7 +22,7 @@ def head_mix_input(node: fx.Node, params: dict[str, str]) -> fx.Node | None:
     The map keeps the tensor's shape and its weight is a square g×g parameter (or
     g×g×1×1 for a 1×1 convolution) whose g is one of the tensor's axes.
     """
-    if op_name(node) not in _MIX_OPS:
+    if op_name(node) not in HEAD_MIX_OPS:
         return None
     operands = node.args[1] if op_name(node) == "einsum" else node.args[:2]
     if not isinstance(operands, (list, tuple)) or len(operands) != 2:

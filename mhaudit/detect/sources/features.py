@@ -9,17 +9,17 @@ from dataclasses import dataclass
 from torch import fx
 
 from mhaudit.trace.graphs import arg, shape
-from mhaudit.trace.ops import EXPAND_OPS, op_name
-
-_RESHAPE_OPS = frozenset(
-    {"view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
-     "view_as", "reshape_as"}
+from mhaudit.trace.ops import (
+    FEATURE_KEEP_OPS,
+    PERMUTE_OPS,
+    REDUCE_OPS,
+    RESHAPE_OPS,
+    SLICE_OPS,
+    SPLIT_OPS,
+    TOKEN_AXIS_OPS,
+    op_name,
 )
-_SLICE_OPS = frozenset({"slice", "narrow", "getitem", "index_select", "gather"})
-_KEEP_OPS = EXPAND_OPS | frozenset({"cat", "stack", "constant_pad_nd", "pad", "copy"})
-"""Same-rank ops whose changed sizes add no features: repeats, joins along other axes, padding."""
-_PERMUTE_OPS = frozenset({"transpose", "swapaxes", "t", "permute", "movedim"})
-_REDUCE_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min"})
+from mhaudit.trace.walks import Walk
 
 
 def _groups(before: tuple[int, ...], after: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
@@ -154,7 +154,7 @@ def _fwd_reduce(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
 
 
 _FORWARD: dict[str, _AxesHandler] = {
-    **dict.fromkeys(("split", "split_with_sizes", "chunk", "unbind"), _fwd_keep),
+    **dict.fromkeys(SPLIT_OPS | {"unbind"}, _fwd_keep),
     "select": _fwd_removed,
     "getitem": _fwd_removed,
     "transpose": _fwd_transpose,
@@ -163,16 +163,16 @@ _FORWARD: dict[str, _AxesHandler] = {
     "permute": _fwd_permute,
     "view_as_complex": _fwd_view_as_complex,
     "view_as_real": _fwd_view_as_real,
-    **dict.fromkeys(_REDUCE_OPS, _fwd_reduce),
+    **dict.fromkeys(REDUCE_OPS, _fwd_reduce),
 }
 """Ops with their own rule for where features go; the rest follow shapes."""
 
 
 def _forward_by_shape(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
     before, after = step.before, step.after
-    if after == before or (len(after) == len(before) and step.name not in _RESHAPE_OPS):
+    if after == before or (len(after) == len(before) and step.name not in RESHAPE_OPS):
         return axes
-    if step.name in _RESHAPE_OPS or math.prod(after) == math.prod(before):
+    if step.name in RESHAPE_OPS or math.prod(after) == math.prod(before):
         groups = _groups(before, after)
         if not groups:
             return None
@@ -240,9 +240,9 @@ def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
         if removed is not None:
             if removed in axes:
                 width /= before[removed]
-        elif len(after) == len(before) and name not in _KEEP_OPS | _RESHAPE_OPS | _PERMUTE_OPS:
+        elif len(after) == len(before) and name not in FEATURE_KEEP_OPS | RESHAPE_OPS | PERMUTE_OPS:
             for a in axes:
-                if after[a] < before[a] and (name in _SLICE_OPS or before[a] % after[a] == 0):
+                if after[a] < before[a] and (name in SLICE_OPS or before[a] % after[a] == 0):
                     width *= after[a] / before[a]
         if width < was:
             cuts.add(node)
@@ -294,7 +294,7 @@ def _bwd_view_as_complex(step: _Step, axis: int) -> int | None:
 
 
 _BACKWARD: dict[str, _AxisHandler] = {
-    **dict.fromkeys(("getitem", "split", "split_with_sizes", "chunk"), _bwd_keep),
+    **dict.fromkeys(SPLIT_OPS | {"getitem"}, _bwd_keep),
     "unbind": _bwd_unbind,
     "transpose": _bwd_transpose,
     "swapaxes": _bwd_transpose,
@@ -309,9 +309,9 @@ _BACKWARD: dict[str, _AxisHandler] = {
 
 def _backward_by_shape(step: _Step, axis: int) -> int | None:
     before, after = step.before, step.after
-    if after == before or (len(after) == len(before) and step.name not in _RESHAPE_OPS):
+    if after == before or (len(after) == len(before) and step.name not in RESHAPE_OPS):
         return axis
-    if math.prod(after) == math.prod(before) and step.name not in _REDUCE_OPS:
+    if math.prod(after) == math.prod(before) and step.name not in REDUCE_OPS:
         for ins, outs in _groups(before, after):
             if axis in outs:
                 return ins[-1]
@@ -339,13 +339,6 @@ def backward_axis(node: fx.Node, source: fx.Node, axis: int | None) -> int | Non
     return mapped if mapped is not None else _backward_by_shape(step, axis)
 
 
-_TOKEN_OPS = (_RESHAPE_OPS | _SLICE_OPS | _KEEP_OPS | _REDUCE_OPS) - {"copy"} | frozenset(
-    {"select", "transpose", "permute", "contiguous", "clone", "to", "_to_copy", "alias",
-     "detach", "split", "split_with_sizes", "chunk", "unbind", "avg_pool1d", "avg_pool2d",
-     "max_pool1d", "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d"}
-)
-
-
 def same_tokens_source(node: fx.Node, source: fx.Node, limit: int = 64) -> bool:
     """True when ``node`` is computed from ``source`` alone by ops along its tokens.
 
@@ -356,23 +349,13 @@ def same_tokens_source(node: fx.Node, source: fx.Node, limit: int = 64) -> bool:
     if node is source:
         return True
     width = (shape(source) or (0,))[-1]
-    stack, seen = [node], set()
-    reached = False
-    while stack:
-        current = stack.pop()
-        if current is source:
-            reached = True
-            continue
-        if current in seen:
-            continue
-        seen.add(current)
-        if len(seen) > limit or current.op != "call_function":
-            return False
-        if op_name(current) not in _TOKEN_OPS:
+    walk, reached = Walk([node], limit), False
+    for current in walk:
+        if current.op != "call_function" or op_name(current) not in TOKEN_AXIS_OPS:
             return False
         dims = shape(current)
         if dims and dims[-1] != width:
             return False
-        for item in current.all_input_nodes:
-            stack.append(item)
-    return reached
+        reached = reached or source in current.all_input_nodes
+        walk.push(i for i in current.all_input_nodes if i is not source)
+    return reached and not walk.cut

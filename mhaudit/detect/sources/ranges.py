@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import arg, param_root, shape
-from mhaudit.trace.ops import op_name
+from mhaudit.trace.ops import SPLIT_OPS, op_name
 
 Range = tuple[int, int]
 """Half-open feature range [start, stop) of a projection's output."""
@@ -57,7 +57,7 @@ def read_range(path: tuple[fx.Node, ...], width: int) -> Range | None:
             continue
         dims = shape(source)
         last = len(dims) - 1
-        if name in ("chunk", "split", "split_with_sizes"):
+        if name in SPLIT_OPS:
             dim = arg(node, 2, "dim", 0)
             if not isinstance(dim, int) or dim % len(dims) != last:
                 return None

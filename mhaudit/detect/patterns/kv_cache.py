@@ -5,21 +5,18 @@ from __future__ import annotations
 
 from torch import fx
 
-from mhaudit.trace.graphs import (
+from mhaudit.trace.graphs import in_place_writes, numel, param_root, shape, val
+from mhaudit.trace.ops import (
+    CORE_OPS,
+    EMBEDDING_OPS,
     FRESH_OPS,
     PROJECTION_OPS,
-    SDPA_OPS,
-    SOFTMAX_OPS,
-    in_place_writes,
-    numel,
+    RESIDUAL_OPS,
     op_name,
-    param_root,
-    shape,
-    val,
 )
+from mhaudit.trace.walks import Walk
 
 _MAX_VISITS = 300
-_STOP = SDPA_OPS | SOFTMAX_OPS
 
 
 def _is_cache_write(node: fx.Node) -> bool:
@@ -42,30 +39,21 @@ def cached_elements_per_position(
     cache.
     """
     writes: set[fx.Node] = set()
-    seen: set[fx.Node] = set()
-    stack = list(operands)
-    while stack and len(seen) < _MAX_VISITS:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    walk = Walk(operands, _MAX_VISITS)
+    for node in walk:
         if _is_cache_write(node):
             writes.add(node)
             continue
         name = op_name(node)
-        if node.op != "call_function" or name in _STOP:
+        if node.op != "call_function" or name in CORE_OPS:
             continue
         if name in FRESH_OPS:  # a buffer filled in place: its contents are what was copied in
-            stack.extend(source for _, source in in_place_writes(node))
+            walk.push(source for _, source in in_place_writes(node))
             continue
-        stack.extend(i for i in node.all_input_nodes if param_root(i, params) is None)
+        walk.push(i for i in node.all_input_nodes if param_root(i, params) is None)
     if not writes or not positions:
         return None
     return sum(numel(w) for w in writes) // positions
-
-
-_RESIDUAL_OPS = frozenset({"add", "sub", "cat"})
-_LEAF_OPS = frozenset({"embedding", "placeholder", "get_attr"})
 
 
 def _activation_inputs(node: fx.Node, params: dict[str, str]) -> list[fx.Node]:
@@ -85,27 +73,22 @@ def _projections_behind(
     """The parameter projections nearest behind ``starts``, and whether the walk met a
     residual (an add, sub or cat of two activations) before reaching one."""
     found: set[fx.Node] = set()
-    seen: set[fx.Node] = set()
-    stack, blocked = list(starts), False
-    while stack and len(seen) < _MAX_VISITS:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    walk, blocked = Walk(starts, _MAX_VISITS), False
+    for node in walk:
         if _is_projection(node, params):
             found.add(node)
             continue
         name = op_name(node)
-        if node.op != "call_function" or name in _STOP or name in _LEAF_OPS:
+        if node.op != "call_function" or name in CORE_OPS or name in EMBEDDING_OPS:
             continue
         if name in FRESH_OPS:  # a buffer filled in place: its contents are what was copied in
-            stack.extend(source for _, source in in_place_writes(node))
+            walk.push(source for _, source in in_place_writes(node))
             continue
         inputs = [i for i in _activation_inputs(node, params) if numel(i) or val(i) is None]
-        if not through_residuals and name in _RESIDUAL_OPS and len(inputs) >= 2:
+        if not through_residuals and name in RESIDUAL_OPS and len(inputs) >= 2:
             blocked = True
             continue
-        stack.extend(inputs)
+        walk.push(inputs)
     return found, blocked
 
 

@@ -9,10 +9,20 @@ from typing import cast
 
 from torch import fx
 
-from mhaudit.detect.ranges import Range, bias_ranges, overlap
+from mhaudit.detect.sources.ranges import Range, bias_ranges, overlap
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import numel, param_root, shape, val
-from mhaudit.trace.ops import EXPAND_OPS, NORM_OPS, PROJECTION_OPS, VIEW_OPS, op_name
+from mhaudit.trace.ops import (
+    CONTEXT_PASS_OPS,
+    EXPAND_OPS,
+    HEAD_LAYOUT_OPS,
+    INPUT_PASS_OPS,
+    PLAIN_RESHAPE_OPS,
+    PROJECTION_OPS,
+    WEIGHT_ARG_OPS,
+    op_name,
+)
+from mhaudit.trace.walks import chain
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,7 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     result = node
     if bias_name is None and len(node.users) == 1:
         user, before = next(iter(node.users)), node
-        if op_name(user) in _UNFLATTEN_OPS and len(user.users) == 1:
+        if op_name(user) in PLAIN_RESHAPE_OPS and len(user.users) == 1:
             # A decomposed linear: mm on flattened rows, a view back, then the bias add.
             user, before = next(iter(user.users)), user
         other = [a for a in user.args if isinstance(a, fx.Node) and a is not before]
@@ -135,9 +145,6 @@ def _einsum_features(node: fx.Node, weight: fx.Node) -> tuple[int, tuple[int, ..
     return width, () if axes == (len(output) - 1,) else axes
 
 
-_UNFLATTEN_OPS = frozenset({"view", "_unsafe_view", "reshape"})
-
-
 def _learned_input(name: str, x: fx.Node) -> bool:
     """A projection of a learned parameter (Perceiver's latent queries, a learned query).
 
@@ -145,10 +152,7 @@ def _learned_input(name: str, x: fx.Node) -> bool:
     and only a parameter broadcast over a batch (its value has more axes than a matrix
     or was expanded), so two weights multiplied together are never read as one.
     """
-    return name in ("linear", "addmm") and (len(shape(x)) >= 3 or op_name(x) in EXPAND_OPS)
-
-
-_OUT_PASSTHROUGH = VIEW_OPS | {"cat", "stack", "mul", "div", "getitem"}
+    return name in WEIGHT_ARG_OPS and (len(shape(x)) >= 3 or op_name(x) in EXPAND_OPS)
 
 
 def projections_after(
@@ -183,7 +187,7 @@ def find_output_projection(
 ) -> ProjectionOp | None:
     """Walk forward from a core's context tensor to the projection that consumes it."""
     def follow(user: fx.Node) -> bool:
-        return op_name(user) in _OUT_PASSTHROUGH or _in_head_layout_add(user)
+        return op_name(user) in CONTEXT_PASS_OPS or _in_head_layout_add(user)
 
     return next(projections_after(output, params, cache, follow), None)
 
@@ -195,19 +199,10 @@ def _in_head_layout_add(node: fx.Node) -> bool:
     convolution of V, say, or two maps' difference) and a per-head norm of the
     context are still part of the block.
     """
-    return op_name(node) in _HEAD_LAYOUT_OPS and len(shape(node)) >= 4
+    return op_name(node) in HEAD_LAYOUT_OPS and len(shape(node)) >= 4
 
-
-_HEAD_LAYOUT_OPS = NORM_OPS | {"add", "sub"}
 
 
 def canonical_input(node: fx.Node) -> fx.Node:
     """The tensor a projection reads, looking through casts, copies and dropout."""
-    current = node
-    while op_name(current) in {"to", "_to_copy", "contiguous", "clone", "dropout", "detach",
-                               "alias", "view", "reshape", "_unsafe_view"}:
-        first = current.args[0] if current.args else None
-        if not isinstance(first, fx.Node):
-            break
-        current = first
-    return current
+    return chain(node, INPUT_PASS_OPS, len(node.graph.nodes))[-1]  # no chain is longer

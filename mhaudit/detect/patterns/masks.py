@@ -15,15 +15,19 @@ from dataclasses import dataclass, field
 from torch import fx
 
 from mhaudit.trace.graphs import arg, shape
-from mhaudit.trace.ops import SDPA_VARIANTS, op_name
+from mhaudit.trace.ops import (
+    AND_OPS,
+    CAUSAL_MASK_OPS,
+    COMPARE_OPS,
+    MASK_PASS_OPS,
+    NOT_OPS,
+    ONES_OPS,
+    SDPA_VARIANTS,
+    TRIANGLE_OPS,
+    op_name,
+)
+from mhaudit.trace.walks import Walk
 
-_PASS = frozenset({"unsqueeze", "view", "reshape", "_unsafe_view", "expand", "to", "_to_copy",
-                   "clone", "contiguous", "alias", "type_as", "detach", "lift_fresh_copy"})
-_AND = frozenset({"__and__", "bitwise_and", "logical_and"})
-_NOT = frozenset({"logical_not", "bitwise_not", "__invert__"})
-_COMPARE = frozenset({"ge", "gt", "le", "lt"})
-_TRUE = frozenset({"ones", "ones_like", "new_ones"})
-_CAUSAL_OPS = frozenset({"tril", "triu", "le", "lt", "ge", "gt"})
 _WINDOW_KWARGS = ("window_size", "window_size_left", "sliding_window")
 _MAX_NODES = 96
 
@@ -103,9 +107,9 @@ class _Reader:
             start, step = (numbers[0] if len(numbers) >= 2 else 0), (
                 numbers[2] if len(numbers) >= 3 else 1)
             return _Affine({node: step}, start)
-        if name in _PASS and args:
+        if name in MASK_PASS_OPS and args:
             return self.value(args[0])
-        if name in _TRUE:
+        if name in ONES_OPS:
             return _Mask()
         if name in ("add", "sub", "rsub") and len(args) >= 2:
             a, b = self._operands(args[0], args[1])
@@ -117,13 +121,13 @@ class _Reader:
             return a.times(-1) if isinstance(a, _Affine) else None
         if name == "mul" and len(args) >= 2:
             return self._mul(self.value(args[0]), self.value(args[1]))
-        if name in _COMPARE and len(args) >= 2:
+        if name in COMPARE_OPS and len(args) >= 2:
             return self._compare(name, *self._operands(args[0], args[1]))
-        if name in _AND and len(args) >= 2:
+        if name in AND_OPS and len(args) >= 2:
             return self._and(self.value(args[0]), self.value(args[1]))
-        if name in _NOT and args:
+        if name in NOT_OPS and args:
             return _negate(self.value(args[0]))
-        if name in ("tril", "triu") and args:
+        if name in TRIANGLE_OPS and args:
             return self._band(name, args[0], arg(node, 1, "diagonal", 0))
         if name == "where" and len(args) >= 3:
             return self._where(args)
@@ -296,19 +300,14 @@ def looks_causal(mask: fx.Node) -> bool:
     or built from tril/triu or a comparison of position ranges."""
     if read_masks((mask,)).causal:
         return True
-    seen: set[fx.Node] = set()
-    stack = [mask]
-    while stack and len(seen) < 64:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    walk = Walk([mask], 64)
+    for node in walk:
         name = op_name(node)
-        if name in ("tril", "triu"):
+        if name in TRIANGLE_OPS:
             return True
-        if name in _CAUSAL_OPS and _from_arange(node):
+        if name in CAUSAL_MASK_OPS and _from_arange(node):
             return True
-        stack.extend(a for a in node.all_input_nodes if a.op == "call_function")
+        walk.push(a for a in node.all_input_nodes if a.op == "call_function")
     return False
 
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from mhaudit.trace.graphs import SOFTMAX_OPS, op_name
-
-_BETWEEN = frozenset({"to", "_to_copy", "dropout", "native_dropout", "getitem", "type_as",
-                      "contiguous", "clone", "view", "reshape", "_unsafe_view", "expand",
-                      "masked_fill", "where", "mul", "_assert_tensor_metadata"})
+from mhaudit.trace.ops import SOFTMAX_OPS, SOFTMAX_TO_CONTEXT_OPS, op_name
 
 
 def _named_dtype(softmax: fx.Node) -> torch.dtype | None:
@@ -37,6 +33,6 @@ def score_dtype(probs_user: fx.Node) -> str | None:
         if op_name(node) in SOFTMAX_OPS:
             named = _named_dtype(node)
             return str(named).removeprefix("torch.") if named is not None else None
-        if op_name(node) in _BETWEEN:
+        if op_name(node) in SOFTMAX_TO_CONTEXT_OPS:
             stack.extend(node.all_input_nodes[:1])
     return None
