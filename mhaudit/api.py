@@ -14,14 +14,7 @@ from torch import nn
 
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
-from mhaudit.cost.fvcore_backend import fvcore_flops
-from mhaudit.cost.graph import graph_flops, peak_activation_bytes
-from mhaudit.cost.measure import Progress, measure
-from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction, routed_experts
-from mhaudit.cost.peak import fake_forward_peak
-from mhaudit.cost.phases import with_phases
 from mhaudit.cost.scaling import project
-from mhaudit.cost.training import validate_phases
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
@@ -33,6 +26,9 @@ from mhaudit.data import (
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
+from mhaudit.flops.fvcore_backend import fvcore_flops
+from mhaudit.flops.graph import graph_flops
+from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction, routed_experts
 from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_options, check_runs_on
 from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
@@ -45,6 +41,11 @@ from mhaudit.load.target import (
     model_folder,
     normalize_inputs,
 )
+from mhaudit.measure.device import Progress, measure
+from mhaudit.memory.lifetimes import peak_activation_bytes
+from mhaudit.memory.peak import fake_forward_peak
+from mhaudit.phases.attach import with_phases
+from mhaudit.phases.training import validate_phases
 from mhaudit.render.grouping import group_blocks
 from mhaudit.rules import RuleConfig, RuleContext, evaluate
 from mhaudit.trace.export import TracedGraph

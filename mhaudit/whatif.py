@@ -178,7 +178,7 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
     lay, flops, memory, target = block.layout, block.flops, block.memory, block.target
     assert target is not None
     roof = target.roofline
-    from mhaudit.cost.phase_whatif import phase_columns  # torch: only when a sweep runs
+    from mhaudit.phases.whatif_columns import phase_columns  # torch: only when a sweep runs
 
     phases = phase_columns(lay, spec.dtype, ctx.profile)
     return WhatIfRow(

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mhaudit
-from mhaudit.cost.decode import decode_step, experts_touched, kv_read_bytes
 from mhaudit.cost.devices import get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
+from mhaudit.phases.decode import decode_step, experts_touched, kv_read_bytes
 from tests.fixtures.blocks import make_block
 
 H100 = get_profile("h100")
@@ -130,8 +130,8 @@ def test_llama_shape_decode_matches_the_closed_form() -> None:
 
 
 def test_decode_needs_a_self_attention_block() -> None:
-    from mhaudit.cost.decode import decode_for_report
     from mhaudit.data import ModelInfo, Report, Totals
+    from mhaudit.phases.decode import decode_for_report
 
     cross = make_block(kind="cross")
     report = Report(ModelInfo("m", "M", 10, "t", "meta", "bfloat16", {}), (cross,),

@@ -1,10 +1,10 @@
 """One training step (forward, backward, optimizer update) measured on fake tensors.
 
 The forward and the backward run for real on fake tensors, with every storage an
-op makes tracked until it dies (:mod:`mhaudit.cost.livemem`); what a layer keeps
+op makes tracked until it dies (:mod:`mhaudit.memory.live`); what a layer keeps
 for the backward is therefore what the real backward graph keeps. Identical
 layers run three of each kind and the timeline is folded to the full depth
-(:mod:`mhaudit.cost.timeline`). The optimizer step runs on fake tensors of every
+(:mod:`mhaudit.memory.timeline`). The optimizer step runs on fake tensors of every
 parameter's full shape, in steady state: its states exist before the step (they
 were made by the previous one), and the gradients are gone when the next forward
 starts (``zero_grad(set_to_none=True)``).
@@ -21,11 +21,11 @@ from typing import Any
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile
-from mhaudit.cost.fakestep import PRECISIONS, LayerRun, run_fake_step
-from mhaudit.cost.optimizer_step import OPTIMIZERS, optimizer_step
-from mhaudit.cost.timeline import Folded, Repeat, fold
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError
+from mhaudit.memory.timeline import Folded, Repeat, fold
+from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
+from mhaudit.phases.optimizer_step import OPTIMIZERS, optimizer_step
 from mhaudit.trace.fold import find_lists
 
 COPIES = 3

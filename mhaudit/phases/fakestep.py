@@ -3,7 +3,7 @@
 The model's parameters, buffers and tensor attributes are swapped for fake CPU
 tensors at the training precision (nothing is allocated, no arithmetic runs) and
 put back afterwards. Layer lists can be shortened to a few members, the rest being
-copied later from the timeline (:mod:`mhaudit.cost.timeline`).
+copied later from the timeline (:mod:`mhaudit.memory.timeline`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.checkpoint import checkpoint
 
-from mhaudit.cost.livemem import LiveStorages, StepLog, tensors_in
 from mhaudit.errors import TraceError, first_line
+from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
 
 PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
     "fp32": (torch.float32, None),

@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from mhaudit.cost.block import block_memory, roofline
-from mhaudit.cost.decode import core_flops, effective_context, projection_flops
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.cost.livemem import LiveStorages
 from mhaudit.data import Layout
+from mhaudit.memory.live import LiveStorages
+from mhaudit.phases.decode import core_flops, effective_context, projection_flops
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from mhaudit.cost.backward_flops import op_flops
+from mhaudit.phases.backward_flops import op_flops
 
 CATEGORIES = ("activations", "grads", "temporaries")
 """What a storage made during the step can hold; fixed state is counted apart."""
