@@ -21,6 +21,7 @@ from mhaudit.cli.guard import (
 from mhaudit.cost.devices import PROFILES
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, MhauditError, first_line
 from mhaudit.load.device import parse_device
+from mhaudit.load.limits import MAX_SIZE
 from mhaudit.render.escape import plain
 from mhaudit.rules import RuleConfig, load_config
 
@@ -50,10 +51,6 @@ def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
     if any(d > MAX_SIZE for d in dims):
         raise click.BadParameter(f"{value!r} holds a size above {MAX_SIZE:,}")
     return tuple(dims)
-
-
-MAX_SIZE = 2**40
-"""Largest batch, length or dimension accepted: beyond it no shape is meant."""
 
 
 def _parse_shape(value: str | None) -> tuple[int, ...] | None:

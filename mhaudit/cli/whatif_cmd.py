@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from mhaudit.cli.common import (
-    MAX_SIZE,
     _parse_shape,
     audit_quietly,
     errors_to_exit,
@@ -21,6 +20,7 @@ from mhaudit.cli.common import (
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
+from mhaudit.load.limits import MAX_SIZE
 from mhaudit.render.whatif import render_whatif_table
 from mhaudit.whatif import LayoutSpec, spec_from_block
 from mhaudit.whatif import whatif as run_whatif

@@ -11,14 +11,12 @@ from torch import nn
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
+from mhaudit.load.limits import MAX_SIZE
 from mhaudit.load.target import LoadedModel, model_tensors
 from mhaudit.rules import RuleConfig
 
 if TYPE_CHECKING:
     from mhaudit.api import AuditOptions
-
-MAX_SIZE = 2**40
-"""Largest batch, length or count accepted; beyond it no shape is meant."""
 
 _EXAMPLES = {"device": "meta", "dtype": "bfloat16", "gpu": DEFAULT_GPU, "flops_backend": "graph"}
 
