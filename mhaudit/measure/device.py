@@ -15,7 +15,7 @@ from torch.utils import _pytree as pytree
 from mhaudit.cost.devices import canonical_dtype
 from mhaudit.data import Measurement, Timing
 from mhaudit.errors import ConfigError
-from mhaudit.memory.peak import LiveStorages
+from mhaudit.memory.live import LiveStorages
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) after each timed forward."""

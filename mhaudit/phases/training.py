@@ -23,6 +23,7 @@ from torch import nn
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError
+from mhaudit.memory.live import is_scores_of
 from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import OPTIMIZERS, optimizer_step
@@ -121,9 +122,7 @@ def _block_rows(blocks: Sequence[AttentionBlock], run: Any, groups: Sequence[_Gr
             continue
         saved[rec.owner] = saved.get(rec.owner, 0) + rec.nbytes
         lay = shapes.get(rec.owner)
-        if lay is not None and len(rec.shape) >= 2 and tuple(rec.shape[-2:]) == (
-                lay.seq_len_q, lay.seq_len_kv) and _numel(rec.shape) == (
-                lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv):
+        if lay is not None and is_scores_of(rec.shape, lay):
             scores[rec.owner] = scores.get(rec.owner, 0) + rec.nbytes
     rows = []
     for block in blocks:
@@ -135,13 +134,6 @@ def _block_rows(blocks: Sequence[AttentionBlock], run: Any, groups: Sequence[_Gr
 def _marked(log: Any, key: str) -> bool:
     events = ("forward_start", "forward_end", "backward_start", "backward_end")
     return all(log.mark(event, key) is not None for event in events)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    total = 1
-    for s in shape:
-        total *= s
-    return total
 
 
 def _grad_params(model: nn.Module, groups: Sequence[_Group], run_ids: frozenset[int]
