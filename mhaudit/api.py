@@ -41,7 +41,8 @@ from mhaudit.load.target import (
     model_folder,
     normalize_inputs,
 )
-from mhaudit.measure.device import Progress, measure
+from mhaudit.measure.device import measure
+from mhaudit.measure.timer import Progress
 from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.memory.peak import fake_forward_peak
 from mhaudit.phases.attach import with_phases
