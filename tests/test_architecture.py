@@ -146,3 +146,8 @@ def test_rules_and_gate_never_import_renderers(stage: str) -> None:
     for module, targets in _graph(top_level=False).items():
         if module == stage or module.startswith(stage + "."):
             assert not any(t.startswith("mhaudit.render") for t in targets), (module, targets)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.cost")))
+def test_analytic_costs_never_import_torch(module: str) -> None:
+    assert "torch" not in _external(module)
