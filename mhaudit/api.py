@@ -18,15 +18,12 @@ from mhaudit.assemble import (
 )
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
-from mhaudit.cost.fvcore_backend import fvcore_flops
-from mhaudit.cost.measure import measure
-from mhaudit.cost.peak import fake_forward_peak
-from mhaudit.cost.phases import with_phases
 from mhaudit.cost.scaling import project
 from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
+from mhaudit.flops.fvcore_backend import fvcore_flops
 from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_runs_on
 from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
@@ -37,7 +34,10 @@ from mhaudit.load.target import (
     model_folder,
     model_inputs,
 )
+from mhaudit.measure.device import measure
+from mhaudit.memory.peak import fake_forward_peak
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
+from mhaudit.phases.attach import with_phases
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
 

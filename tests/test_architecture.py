@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mhaudit"
-STAGES = ("load", "trace", "detect", "cost", "rules", "gate", "render", "cli")
+STAGES = ("load", "trace", "detect", "cost", "flops", "memory", "phases", "measure", "rules",
+          "gate", "render", "cli")
+COST_STAGES = ("mhaudit.cost", "mhaudit.flops", "mhaudit.memory", "mhaudit.phases",
+               "mhaudit.measure")
 
 
 def _module_name(path: Path) -> str:
@@ -146,7 +149,8 @@ def test_renderers_read_data_not_the_stages_that_compute_it(module: str) -> None
 def test_detection_does_not_import_costs() -> None:
     for module, targets in _graph(top_level=False).items():
         if module.startswith("mhaudit.detect"):
-            assert not any(t.startswith("mhaudit.cost") for t in targets), (module, targets)
+            assert not any(t == s or t.startswith(s + ".") for t in targets for s in COST_STAGES), (
+                module, targets)
 
 
 def test_each_stage_is_a_package_with_a_docstring() -> None:
@@ -180,3 +184,8 @@ def test_detect_packages_have_a_docstring_and_at_most_sixteen_modules(package: P
     for folder in package.iterdir():
         if folder.is_dir() and folder.name != "__pycache__":
             assert (folder / "__init__.py").is_file(), folder  # no namespace packages
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.cost")))
+def test_analytic_costs_never_import_torch(module: str) -> None:
+    assert "torch" not in _external(module)

@@ -20,8 +20,8 @@ from mhaudit.options import (
 
 
 def test_optimizer_and_precision_tables_cover_exactly_the_enums() -> None:
-    from mhaudit.cost.fakestep import PRECISIONS
-    from mhaudit.cost.optimizer_step import OPTIMIZERS
+    from mhaudit.phases.fakestep import PRECISIONS
+    from mhaudit.phases.optimizer_step import OPTIMIZERS
 
     assert tuple(OPTIMIZERS) == Optimizer.values()
     assert tuple(PRECISIONS) == Precision.values()

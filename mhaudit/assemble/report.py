@@ -11,9 +11,9 @@ from mhaudit.assemble.expand import expand_names
 from mhaudit.assemble.grouping import group_blocks
 from mhaudit.assemble.totals import model_totals
 from mhaudit.cost.devices import dtype_bytes
-from mhaudit.cost.graph import graph_flops
-from mhaudit.cost.moe import routed_experts
 from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
+from mhaudit.flops.graph import graph_flops
+from mhaudit.flops.moe import routed_experts
 from mhaudit.load.describe import describe_inputs
 from mhaudit.load.target import LoadedModel
 from mhaudit.trace.export import TracedGraph

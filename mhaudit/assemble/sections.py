@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mhaudit.cost.fvcore_backend import FvcoreFlops
 from mhaudit.data import AttentionBlock, Measurement, Report, SourceLocation
+from mhaudit.flops.fvcore_backend import FvcoreFlops
 
 
 def located(blocks: Sequence[AttentionBlock], found: Sequence[SourceLocation | None]

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from mhaudit.cost.devices import dtype_bytes
-from mhaudit.cost.graph import GraphFlops, peak_activation_bytes
-from mhaudit.cost.moe import expert_tensor_numel, inactive_fraction
 from mhaudit.data import AttentionBlock, ExpertLayer, Totals
+from mhaudit.flops.graph import GraphFlops
+from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction
+from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
 

@@ -1,9 +1,11 @@
-"""Cost: layouts and the graph -> FLOPs, bytes, kernel choice and roofline time on a target.
+"""Cost: a detected layout on a target GPU -> its FLOPs, bytes, kernel choice and roofline time.
 
-Takes detected :class:`~mhaudit.data.Layout` objects, the traced graph and a GPU profile;
-returns :class:`~mhaudit.data.AttentionBlock` objects (:func:`build_block`, the one block
-builder), whole-graph FLOPs with their coverage (:func:`graph_flops`) and the activation
-peak. Measurement on a real device lives in :mod:`mhaudit.cost.measure`.
+Takes detected :class:`~mhaudit.data.Layout` objects, a dtype and a GPU profile; returns
+:class:`~mhaudit.data.AttentionBlock` objects (:func:`build_block`, the one block builder)
+and their projections over sequence lengths. Closed-form arithmetic only: nothing here
+imports torch. FLOPs of a traced graph live in :mod:`mhaudit.flops`, memory from running
+tensors in :mod:`mhaudit.memory`, training and decode in :mod:`mhaudit.phases`, and
+measurement on a real device in :mod:`mhaudit.measure`.
 """
 
 from __future__ import annotations
@@ -13,17 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mhaudit.cost.builder import build_block
-    from mhaudit.cost.graph import graph_flops, peak_activation_bytes
 
 # Entry points load on first use, so that importing a stage (for its data or its
-# profiles) does not import torch.
-_LAZY = {
-    "build_block": "mhaudit.cost.builder",
-    "graph_flops": "mhaudit.cost.graph",
-    "peak_activation_bytes": "mhaudit.cost.graph",
-}
+# profiles) does not pull in more than it needs.
+_LAZY = {"build_block": "mhaudit.cost.builder"}
 
-__all__ = ["build_block", "graph_flops", "peak_activation_bytes"]
+__all__ = ["build_block"]
 
 
 def __getattr__(name: str) -> Any:

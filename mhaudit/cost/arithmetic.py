@@ -50,14 +50,27 @@ def softmax_flops(numel: int) -> int:
     return SOFTMAX_FLOPS_PER_ELEMENT * numel
 
 
+def attention_parts(
+    batch_heads: int, n_q: int, n_kv: int, d_k: int, d_v: int
+) -> tuple[int, int, int]:
+    """(scores, softmax, context) of dense attention over ``batch_heads`` heads.
+
+    Scores QKᵀ 2·bh·n_q·n_kv·d_k, softmax SOFTMAX_FLOPS_PER_ELEMENT·bh·n_q·n_kv, context
+    probs·V 2·bh·n_q·n_kv·d_v. Exact for the dense core; masks and scaling ignored, so an
+    upper bound for a masked one.
+    """
+    scores = matmul_flops(n_q, d_k, n_kv, batch_heads)  # (bh, n_q, d_k) @ (bh, d_k, n_kv)
+    softmax = softmax_flops(batch_heads * n_q * n_kv)
+    context = matmul_flops(n_q, n_kv, d_v, batch_heads)  # (bh, n_q, n_kv) @ (bh, n_kv, d_v)
+    return scores, softmax, context
+
+
 def attention_flops(
     batch_heads: int, n_q: int, n_kv: int, d_k: int, d_v: int, *, with_softmax: bool = True
 ) -> int:
     """Dense attention: QKᵀ 2·bh·n_q·n_kv·d_k + probs·V 2·bh·n_q·n_kv·d_v (+ softmax)."""
-    scores = matmul_flops(n_q, d_k, n_kv, batch_heads)
-    context = matmul_flops(n_q, n_kv, d_v, batch_heads)
-    softmax = softmax_flops(batch_heads * n_q * n_kv) if with_softmax else 0
-    return scores + context + softmax
+    scores, softmax, context = attention_parts(batch_heads, n_q, n_kv, d_k, d_v)
+    return scores + context + (softmax if with_softmax else 0)
 
 
 def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from mhaudit.cost.arithmetic import attention_flops, attention_parts, matmul_flops
 from mhaudit.cost.devices import GpuProfile
-from mhaudit.cost.formulas import SOFTMAX_FLOPS_PER_ELEMENT, matmul_flops, softmax_flops
 from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Roofline
 
 # Every figure here is for one forward pass at the layout's (b, n_q, n_kv). The
@@ -11,7 +11,7 @@ from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Rooflin
 # cover every merged core (``core_count``), so nothing is multiplied by it.
 
 
-def _projection_flops(projection: Projection | None, rows: int) -> int:
+def projection_flops(projection: Projection | None, rows: int) -> int:
     """2·rows·in·out for a present projection, 0 for an absent one; bias adds ignored.
 
     A low-rank factorised role (``rank`` > 0) runs each of its weight elements once
@@ -23,6 +23,17 @@ def _projection_flops(projection: Projection | None, rows: int) -> int:
     if projection.low_rank_width:
         return 2 * rows * projection.weight_params
     return matmul_flops(rows, projection.in_features, projection.out_features)
+
+
+def core_flops(layout: Layout, batch: int, n_q: int, n_kv: int) -> int:
+    """QKᵀ + softmax + PV of ``batch`` sequences of ``n_q`` queries against ``n_kv`` keys.
+
+    2·b·h·n_q·n_kv·d_k + SOFTMAX_FLOPS_PER_ELEMENT·b·h·n_q·n_kv + 2·b·h·n_q·n_kv·d_v
+    (:func:`~mhaudit.cost.arithmetic.attention_parts`); all h query heads count (GQA
+    shares K/V, not work). Dense, masks ignored.
+    """
+    return attention_flops(batch * layout.num_heads, n_q, n_kv, layout.head_dim,
+                           layout.v_head_dim)
 
 
 TILE = 128
@@ -111,22 +122,20 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     b, h = layout.batch_size, layout.num_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
     d_k, d_v = layout.head_dim, layout.v_head_dim
-    q_proj = _projection_flops(layout.q, b * n_q)
-    k_proj = _projection_flops(layout.k, b * n_kv)
-    v_proj = 0 if layout.kv_shared else _projection_flops(layout.v, b * n_kv)
-    o_proj = _projection_flops(layout.o, b * n_q)
-    scores = matmul_flops(n_q, d_k, n_kv, b * h)  # (b·h, n_q, d_k) @ (b·h, d_k, n_kv)
-    softmax = softmax_flops(b * h * n_q * n_kv)
-    context = matmul_flops(n_q, n_kv, d_v, b * h)  # (b·h, n_q, n_kv) @ (b·h, n_kv, d_v)
+    q_proj = projection_flops(layout.q, b * n_q)
+    k_proj = projection_flops(layout.k, b * n_kv)
+    v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv)
+    o_proj = projection_flops(layout.o, b * n_q)
+    scores, softmax, context = attention_parts(b * h, n_q, n_kv, d_k, d_v)
     causal_total = tiles_total = None
     if layout.causal is True:
-        per_pair = 2 * d_k + SOFTMAX_FLOPS_PER_ELEMENT + 2 * d_v
         offset = diagonal_offset(layout)
         projections = q_proj + k_proj + v_proj + o_proj
+        # each kept (query, key) pair is one 1×1 score: 2·d_k + softmax + 2·d_v FLOPs
         pairs = b * h * causal_pairs(n_q, n_kv, offset, layout.window)
-        causal_total = projections + per_pair * pairs
+        causal_total = projections + attention_flops(pairs, 1, 1, d_k, d_v)
         tiles = b * h * causal_tile_pairs(n_q, n_kv, offset, layout.window)
-        tiles_total = projections + per_pair * tiles
+        tiles_total = projections + attention_flops(tiles, 1, 1, d_k, d_v)
     return FlopBreakdown(
         q_proj=q_proj,
         k_proj=k_proj,

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
@@ -63,7 +61,7 @@ def _row(spec: LayoutSpec, ctx: RuleContext, config: RuleConfig, heads: int,
     lay, flops, memory, target = block.layout, block.flops, block.memory, block.target
     assert target is not None
     roof = target.roofline
-    from mhaudit.cost.phase_whatif import phase_columns  # torch: only when a sweep runs
+    from mhaudit.phases.whatif_columns import phase_columns  # torch: only when a sweep runs
 
     phases = phase_columns(lay, spec.dtype, ctx.profile)
     return WhatIfRow(
@@ -122,72 +120,33 @@ def whatif(
 def measure_block_ms(
     layout: Layout, dtype: str, device: str, *, repeats: int = 20, warmup: int = 3,
 ) -> float | None:
-    """Median forward time of the layout with random weights on ``device``; None on OOM."""
+    """Median forward time of the layout with random weights on ``device``; None on OOM.
+
+    Times :func:`~mhaudit.measure.reference.reference_block` with
+    :func:`~mhaudit.measure.timer.time_calls`.
+    """
     import torch
-    import torch.nn.functional as F
+
+    from mhaudit.measure.reference import reference_block
+    from mhaudit.measure.timer import time_calls
 
     dev = torch.device(parse_device(device))
     if dev.type == "meta":
         raise ConfigError("cannot time layouts on the meta device", "Use --device cpu or cuda.")
     tdtype = getattr(torch, canonical_dtype(dtype))
-    b, n_q, n_kv = layout.batch_size, layout.seq_len_q, layout.seq_len_kv
-    d, h, h_kv, d_k = layout.d_model, layout.num_heads, layout.num_kv_heads, layout.head_dim
-    causal = bool(layout.causal)
     try:
         def rand(*shape: int) -> torch.Tensor:
             sample: torch.Tensor = torch.randn(*shape, device=dev, dtype=tdtype)
             return sample / math.sqrt(shape[-1])
 
-        x, mem = rand(b, n_q, d), rand(b, n_kv, d)
-        w_q, w_k, w_v, w_o = rand(h * d_k, d), rand(h_kv * d_k, d), rand(h_kv * d_k, d), \
-            rand(d, h * d_k)
-
-        def forward() -> torch.Tensor:
-            q = F.linear(x, w_q).view(b, n_q, h, d_k).transpose(1, 2)  # (b, h, n_q, d_k)
-            k = F.linear(mem, w_k).view(b, n_kv, h_kv, d_k).transpose(1, 2)  # (b, h_kv, n_kv, d_k)
-            v = F.linear(mem, w_v).view(b, n_kv, h_kv, d_k).transpose(1, 2)  # (b, h_kv, n_kv, d_k)
-            k, v = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
-            if layout.implementation == "eager":
-                scores = q @ k.transpose(-2, -1) * d_k**-0.5  # (b, h, n_q, n_kv)
-                if causal:
-                    mask = torch.ones(n_q, n_kv, dtype=torch.bool, device=dev).triu(1)
-                    scores = scores.masked_fill(mask, float("-inf"))
-                out = scores.softmax(-1) @ v  # (b, h, n_q, d_k)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            merged = out.transpose(1, 2).reshape(b, n_q, h * d_k)  # (b, n_q, h·d_k)
-            result: torch.Tensor = F.linear(merged, w_o)  # (b, n_q, d)
-            return result
-
-        return _time_ms(forward, dev.type == "cuda", repeats, warmup)
+        block = reference_block(layout, rand, causal=bool(layout.causal), device=dev)
+        samples = time_calls(block.forward, str(dev), repeats=max(1, repeats), warmup=warmup)
+        return statistics.median(samples) * 1e3
     except torch.cuda.OutOfMemoryError:
         return None
     finally:
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def _time_ms(step: Callable[[], Any], cuda: bool, repeats: int, warmup: int) -> float:
-    import torch
-
-    samples = []
-    with torch.inference_mode():
-        for _ in range(warmup):
-            step()
-        for _ in range(max(1, repeats)):
-            if cuda:
-                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                start.record()
-                step()
-                end.record()
-                torch.cuda.synchronize()
-                samples.append(float(start.elapsed_time(end)))
-            else:
-                began = time.perf_counter()
-                step()
-                samples.append((time.perf_counter() - began) * 1e3)
-    return statistics.median(samples)
 
 
 def plot_whatif(result: WhatIf, path: str | Path) -> Path:

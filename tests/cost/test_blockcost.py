@@ -19,6 +19,7 @@ from mhaudit.cost.block import (
 from mhaudit.cost.devices import get_profile
 from mhaudit.cost.formulas import SOFTMAX_FLOPS_PER_ELEMENT
 from mhaudit.data import Layout, Projection
+from tests.fixtures.blocks import make_block
 
 
 def _proj(name: str, d_in: int, d_out: int, bias: bool) -> Projection:
@@ -256,3 +257,17 @@ def test_scaling_keeps_fp32_math_scores_and_caps_windows() -> None:
     # 1 · 32 · 2048 · 2048 · 4 B; cache (8·20 + 8·20) · 2 B per token, 1,024 positions held
     assert point.scores_bytes == 32 * 2048 * 2048 * 4
     assert point.kv_cache_bytes == (8 * 20 * 2) * 2 * 1024
+
+
+def test_one_core_helper_splits_into_scores_softmax_context() -> None:
+    from mhaudit.cost.arithmetic import attention_flops, attention_parts
+    from mhaudit.cost.block import core_flops
+
+    # bh=2, n_q=3, n_kv=5, d_k=4, d_v=6: scores 2·2·3·5·4 = 240, softmax 3·2·3·5 = 90,
+    # context 2·2·3·5·6 = 360
+    assert attention_parts(2, 3, 5, 4, 6) == (240, 90, 360)
+    assert attention_flops(2, 3, 5, 4, 6) == 690
+    assert attention_flops(2, 3, 5, 4, 6, with_softmax=False) == 600
+    block = make_block(heads=4, kv_heads=2, head_dim=16, seq=32, batch=2)
+    f = block.flops
+    assert core_flops(block.layout, 2, 32, 32) == f.scores + f.softmax + f.context

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mhaudit
-from mhaudit.cost.decode import decode_step, experts_touched, kv_read_bytes
 from mhaudit.cost.devices import get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError
+from mhaudit.phases.decode import decode_step, experts_touched, kv_read_bytes
 from tests.fixtures.blocks import make_block
 
 H100 = get_profile("h100")
@@ -130,8 +130,8 @@ def test_llama_shape_decode_matches_the_closed_form() -> None:
 
 
 def test_decode_needs_a_self_attention_block() -> None:
-    from mhaudit.cost.decode import decode_for_report
     from mhaudit.data import ModelInfo, Report, Totals
+    from mhaudit.phases.decode import decode_for_report
 
     cross = make_block(kind="cross")
     report = Report(ModelInfo("m", "M", 10, "t", "meta", "bfloat16", {}), (cross,),
@@ -157,3 +157,19 @@ def test_moe_step_reads_only_the_experts_it_touches() -> None:
     gathered = 100 * 64 * 2 - 64 * 2  # the embedding table but the one row gathered
     assert d.weight_bytes == d.param_bytes - gathered - idle
     assert "E·(1 − (1 − k/E)^tokens)" in d.convention
+
+
+def test_whatif_columns_and_the_report_decode_share_one_block_builder() -> None:
+    from mhaudit.cost.builder import build_block
+    from mhaudit.phases.whatif_columns import phase_columns
+    from mhaudit.whatif import LayoutSpec, layout_for
+
+    spec = LayoutSpec(d_model=256, heads=8, kv_heads=2, seq_len=128)
+    lay = layout_for(spec, 8, 2)
+    block = build_block(lay, "bfloat16", H100)
+    cost = decode_step([block], forward_flops=_prefill_core(block), tokens=128, batch_size=1,
+                       context=128, weight_bytes=0, param_bytes=0, element_bytes=2,
+                       profile=H100)
+    columns = phase_columns(lay, "bfloat16", H100)
+    assert columns.decode_step_s == cost.blocks[0].time_s
+    assert columns.decode_kv_read_bytes == cost.kv_read_bytes == cost.blocks[0].kv_read_bytes

@@ -7,9 +7,9 @@ import torch
 from fixtures.small_models import TextbookMHA, TinyGPT
 from torch import Tensor, nn
 
-from mhaudit.cost.fvcore_backend import fvcore_flops
-from mhaudit.cost.graph import graph_flops
 from mhaudit.errors import ConfigError
+from mhaudit.flops.fvcore_backend import fvcore_flops
+from mhaudit.flops.graph import graph_flops
 
 GEMM_OPERATORS = {"linear", "matmul", "addmm", "bmm", "mm", "einsum", "conv"}
 

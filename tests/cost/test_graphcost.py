@@ -14,12 +14,8 @@ from torch.export import ExportedProgram
 from torch.utils.flop_counter import FlopCounterMode
 
 from mhaudit.cost.formulas import softmax_flops
-from mhaudit.cost.graph import (
-    GraphFlops,
-    exported_param_names,
-    graph_flops,
-    peak_activation_bytes,
-)
+from mhaudit.flops.graph import GraphFlops, graph_flops
+from mhaudit.memory.lifetimes import exported_param_names, peak_activation_bytes
 
 
 class LastHidden(nn.Module):

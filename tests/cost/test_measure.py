@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from mhaudit.api import audit
-from mhaudit.cost.measure import measure
 from mhaudit.errors import ConfigError
+from mhaudit.measure.device import measure
 
 
 class _Block(nn.Module):
@@ -64,7 +64,7 @@ def test_cuda_measurement_reports_max_allocated() -> None:
 
 
 def test_at_dtype_casts_a_copy() -> None:
-    from mhaudit.cost.measure import at_dtype
+    from mhaudit.measure.device import at_dtype
 
     model = torch.nn.Linear(4, 4)
     x = torch.zeros(2, 4)
@@ -76,7 +76,7 @@ def test_at_dtype_casts_a_copy() -> None:
 
 
 def test_cpu_peak_counts_live_storages() -> None:
-    from mhaudit.cost.measure import measure
+    from mhaudit.measure.device import measure
 
     class Chain(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

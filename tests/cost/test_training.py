@@ -12,9 +12,9 @@ from torch import nn
 
 import mhaudit
 from mhaudit.cost.devices import get_profile
-from mhaudit.cost.training import training_step
 from mhaudit.data import TrainingCost
 from mhaudit.errors import ConfigError, TraceError
+from mhaudit.phases.training import training_step
 from tests.cost.memtracker_oracle import memtracker_peak
 from tests.fixtures.small_models import TinyGPT
 

@@ -11,7 +11,7 @@ import torch
 from torch import fx
 
 from mhaudit.cost.formulas import REGISTRY, ZERO_FLOP_OPS
-from mhaudit.cost.graph import ALIAS_OPS, MAYBE_ALIAS_OPS
+from mhaudit.memory.lifetimes import ALIAS_OPS, MAYBE_ALIAS_OPS
 from mhaudit.trace import ops
 from mhaudit.trace.ops import (
     FORMULA_FAMILIES,

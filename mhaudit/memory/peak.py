@@ -2,8 +2,9 @@
 
 The forward runs as Python runs it, under ``FakeTensorMode``: no memory is allocated and
 no arithmetic done, but every op's output storage is created and freed when Python drops
-its last reference. A dispatch mode adds each new storage's bytes to a live count and a
-finalizer takes them off, so tensors live as long as the eager code keeps them (locals
+its last reference. The live-storage counter (:class:`~mhaudit.memory.live.LiveStorages`)
+adds each new storage's bytes to a live count and takes them off when the storage is
+freed, so tensors live as long as the eager code keeps them (locals
 until the module returns, caches until the end), which is what an allocator sees. Torch's
 ``MemTracker`` counts the same way; this is the lean version of it.
 
@@ -15,18 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.weak import WeakIdKeyDictionary
 
+from mhaudit.memory.live import LiveStorages
 from mhaudit.trace.fold import FoldedList
 
 
@@ -39,61 +38,6 @@ class PeakEstimate:
     included), per-layer leftovers of folded layers added."""
     retained_bytes: int
     """Bytes still alive when the forward returned (outputs, caches)."""
-
-
-class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts the bytes of every storage an op creates until Python frees it."""
-
-    def __init__(self, known: Mapping[Any, int] | None = None) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.live = 0
-        self.peak = 0
-        self.extra = 0
-        """Bytes the folded-away layer copies would hold by now (leftovers × copies)."""
-        self.window_peak = 0
-        """Peak of ``live`` since the current layer began."""
-        self.serial = 0
-        """Storages created so far."""
-        self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self._known: Mapping[Any, int] = known if known is not None else {}
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-                           ) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self._track(leaf)
-        return out
-
-    def _track(self, tensor: torch.Tensor) -> None:
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return
-        if storage in self._seen or storage in self._known:
-            return
-        size = int(storage.nbytes())
-        self.serial += 1
-        self._seen[storage] = (size, self.serial)
-        self.live += size
-        self.window_peak = max(self.window_peak, self.live)
-        self.peak = max(self.peak, self.live + self.extra)
-        weakref.finalize(storage, self._free, size)
-
-    def new_bytes(self, value: Any, since: int) -> int:
-        """Bytes of the distinct storages in ``value`` created after serial ``since``."""
-        sizes: dict[int, int] = {}
-        for leaf in tree_leaves(value):
-            if isinstance(leaf, torch.Tensor):
-                with contextlib.suppress(RuntimeError, NotImplementedError):
-                    storage = leaf.untyped_storage()
-                    entry = self._seen.get(storage)  # type: ignore[no-untyped-call]
-                    if entry is not None and entry[1] > since:
-                        sizes[id(storage)] = entry[0]
-        return sum(sizes.values())
-
-    def _free(self, size: int) -> None:
-        self.live -= size
 
 
 @contextlib.contextmanager
@@ -152,12 +96,9 @@ def fake_forward_peak(
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
         fake_args, fake_kwargs = _fakes(fake, args), _fakes(fake, kwargs)
-    known: WeakIdKeyDictionary = WeakIdKeyDictionary()
-    for tensor in (*model.parameters(), *model.buffers(), *tree_leaves((args, kwargs))):
-        if isinstance(tensor, torch.Tensor):
-            with contextlib.suppress(RuntimeError, NotImplementedError):
-                known[tensor.untyped_storage()] = 0
-    mode = LiveStorages(known)
+    mode = LiveStorages()
+    mode.known(t for t in (*model.parameters(), *model.buffers(), *tree_leaves((args, kwargs)))
+               if isinstance(t, torch.Tensor))
     was_training = model.training
     model.eval()
     quiet = logging.getLogger("torch._subclasses.fake_tensor")

@@ -15,10 +15,17 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mhaudit.cost.block import roofline
+from mhaudit.cost.block import core_flops, projection_flops, roofline
 from mhaudit.cost.devices import GpuProfile
-from mhaudit.cost.formulas import SOFTMAX_FLOPS_PER_ELEMENT
-from mhaudit.data import AttentionBlock, BlockDecode, DecodeCost, Layout, Projection, Report
+from mhaudit.data import (
+    AttentionBlock,
+    BlockDecode,
+    BlockMemory,
+    DecodeCost,
+    Layout,
+    Report,
+    Roofline,
+)
 from mhaudit.errors import ConfigError
 
 CONVENTION = (
@@ -59,58 +66,74 @@ def effective_context(layout: Layout, context: int) -> int:
     return context if window is None else min(context, window)
 
 
-def core_flops(layout: Layout, batch: int, keys: int, queries: int = 1) -> int:
-    """QKᵀ + softmax + PV for ``queries`` new tokens per sequence against ``keys`` keys.
-
-    2·b·h·q·keys·d_k + SOFTMAX_FLOPS_PER_ELEMENT·b·h·q·keys + 2·b·h·q·keys·d_v; all
-    query heads count (GQA shares K/V, not work). Dense, masks ignored.
-    """
-    pairs = batch * layout.num_heads * queries * keys
-    return 2 * pairs * layout.head_dim + SOFTMAX_FLOPS_PER_ELEMENT * pairs \
-        + 2 * pairs * layout.v_head_dim
-
-
-def _projection_flops(projection: Projection | None, rows: int) -> int:
-    if projection is None:
-        return 0
-    if projection.low_rank_width:
-        return 2 * rows * projection.weight_params
-    return 2 * rows * projection.in_features * projection.out_features
-
-
-def projection_flops(layout: Layout, batch: int) -> int:
+def step_projection_flops(layout: Layout, batch: int) -> int:
     """Q, K, V and O projections of ``batch`` new tokens; cross-attention K/V are cached."""
     kv = 0
     if layout.kind == "self":
-        kv = _projection_flops(layout.k, batch)
-        kv += 0 if layout.kv_shared else _projection_flops(layout.v, batch)
-    return _projection_flops(layout.q, batch) + kv + _projection_flops(layout.o, batch)
+        kv = projection_flops(layout.k, batch)
+        kv += 0 if layout.kv_shared else projection_flops(layout.v, batch)
+    return projection_flops(layout.q, batch) + kv + projection_flops(layout.o, batch)
 
 
-def static_cache_bytes(block: AttentionBlock, batch: int) -> int:
-    """Cross-attention K/V of ``batch`` source sequences (the block's figure is for its own
-    audited batch)."""
-    return block.memory.kv_cache_bytes_static // max(1, block.layout.batch_size) * batch
+def _cache_read(layout: Layout, memory: BlockMemory, batch: int, context: int) -> int:
+    if layout.kind != "self":  # cross K/V of ``batch`` sources; the block's is for its batch
+        return memory.kv_cache_bytes_static // max(1, layout.batch_size) * batch
+    return batch * effective_context(layout, context) * memory.kv_cache_bytes_per_token
+
+
+def _cache_write(layout: Layout, memory: BlockMemory, batch: int) -> int:
+    return batch * memory.kv_cache_bytes_per_token if layout.kind == "self" else 0
 
 
 def kv_read_bytes(block: AttentionBlock, batch: int, context: int) -> int:
     """Cache bytes a step reads: b·min(c, window)·bytes per token, or the cross cache."""
-    if block.layout.kind != "self":
-        return static_cache_bytes(block, batch)
-    return batch * effective_context(block.layout, context) * block.memory.kv_cache_bytes_per_token
+    return _cache_read(block.layout, block.memory, batch, context)
 
 
 def kv_write_bytes(block: AttentionBlock, batch: int) -> int:
     """Cache bytes a step writes: one position per sequence (0 for a cross cache)."""
-    return batch * block.memory.kv_cache_bytes_per_token if block.layout.kind == "self" else 0
+    return _cache_write(block.layout, block.memory, batch)
 
 
-def _weight_bytes(layout: Layout, element_bytes: int) -> int:
+def weight_bytes(layout: Layout, element_bytes: int) -> int:
+    """Bytes of the block's projection weights and biases, a weight shared by two roles
+    (same tensor, same width, e.g. ``kv_shared``) counted once."""
     seen: dict[str, int] = {}
     for p in (layout.q, layout.k, layout.v, layout.o):
         if p is not None:
             seen[f"{p.weight}:{p.out_features}"] = p.params
     return sum(seen.values()) * element_bytes
+
+
+@dataclass(frozen=True)
+class BlockStep:
+    """One block's share of a decode step."""
+
+    core_flops: int
+    """QKᵀ, softmax and PV of the new tokens over the cache."""
+    flops: int
+    """Projections of the new tokens plus ``core_flops``."""
+    kv_read_bytes: int
+    kv_write_bytes: int
+    roofline: Roofline
+    """Of ``flops`` over the block's weights once plus its cache reads and writes."""
+
+
+def block_step(layout: Layout, memory: BlockMemory, batch: int, context: int,
+               element_bytes: int, profile: GpuProfile) -> BlockStep:
+    """The one per-block decode builder: ``batch`` new tokens at ``context`` cached tokens.
+
+    Self-attention reads b·min(c, window) cached positions and writes one per sequence;
+    cross-attention attends over its n_kv source positions, reads its static cache and
+    writes nothing.
+    """
+    keys = effective_context(layout, context) if layout.kind == "self" else layout.seq_len_kv
+    core = core_flops(layout, batch, 1, keys)
+    read = _cache_read(layout, memory, batch, context)
+    write = _cache_write(layout, memory, batch)
+    flops = step_projection_flops(layout, batch) + core
+    moved = weight_bytes(layout, element_bytes) + read + write
+    return BlockStep(core, flops, read, write, roofline(flops, moved, profile))
 
 
 def per_token_flops(forward_flops: int, blocks: Sequence[AttentionBlock], tokens: int) -> float:
@@ -155,24 +178,18 @@ def decode_step(
     rows: list[BlockDecode] = []
     core_total = read_total = write_total = 0
     for block in blocks:
-        lay = block.layout
-        keys = effective_context(lay, context) if lay.kind == "self" else lay.seq_len_kv
-        core = core_flops(lay, batch_size, keys)
-        read, write = kv_read_bytes(block, batch_size, context), kv_write_bytes(block, batch_size)
-        flops = projection_flops(lay, batch_size) + core
-        moved = _weight_bytes(lay, element_bytes) + read + write
-        rows.append(BlockDecode(lay.name, flops, read, roofline(flops, moved, profile).time_s))
-        core_total, read_total, write_total = core_total + core, read_total + read, \
-            write_total + write
+        step = block_step(block.layout, block.memory, batch_size, context, element_bytes,
+                          profile)
+        rows.append(BlockDecode(block.layout.name, step.flops, step.kv_read_bytes,
+                                step.roofline.time_s))
+        core_total += step.core_flops
+        read_total += step.kv_read_bytes
+        write_total += step.kv_write_bytes
     weights = weight_bytes - routed_bytes_saved(experts, batch_size)
     flops_per_step = round(linear) + core_total
     bytes_per_step = weights + read_total + write_total
     roof = roofline(flops_per_step, bytes_per_step, profile)
-    cache = sum(
-        batch_size * effective_context(b.layout, context) * b.memory.kv_cache_bytes_per_token
-        if b.layout.kind == "self" else static_cache_bytes(b, batch_size)
-        for b in blocks
-    )
+    cache = read_total  # a step reads the whole cache it holds
     convention = CONVENTION + (
         "; routed experts: only those a step touches, E·(1 − (1 − k/E)^tokens) per layer "
         "under uniform top-k routing" if experts else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -13,22 +13,15 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from mhaudit.cost.devices import canonical_dtype
-from mhaudit.cost.peak import LiveStorages
 from mhaudit.data import Measurement, Timing
 from mhaudit.errors import ConfigError
-
-Progress = Callable[[int, int], None]
-"""Called with (done, total) after each timed forward."""
+from mhaudit.measure.timer import Progress, synchronize, time_calls
+from mhaudit.memory.live import LiveStorages
 
 
 def _timing(samples: Sequence[float]) -> Timing:
     ms = [s * 1000.0 for s in samples]
     return Timing(statistics.median(ms), min(ms), max(ms), len(ms))
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(torch.device(device))
 
 
 def at_dtype(
@@ -83,26 +76,20 @@ def measure(
                           "Use --device cpu, or run on a machine with a GPU.")
     model, args, kwargs = at_dtype(model, args, kwargs, dtype)
     block_samples: dict[str, list[float]] = {name: [] for name in block_names}
-    forward_samples: list[float] = []
+
+    def warm() -> None:  # block times from the timed forwards only
+        for samples in block_samples.values():
+            samples.clear()
+
     was_training = model.training
     model.eval()
     try:
         with contextlib.ExitStack() as hooks:
             for handle in _install_block_timers(model, block_names, block_samples, device):
                 hooks.callback(handle.remove)
-            with torch.inference_mode():
-                for _ in range(warmup):
-                    model(*args, **kwargs)
-                for samples in block_samples.values():
-                    samples.clear()
-                for index in range(repeats):
-                    _sync(device)
-                    start = time.perf_counter()
-                    model(*args, **kwargs)
-                    _sync(device)
-                    forward_samples.append(time.perf_counter() - start)
-                    if progress is not None:
-                        progress(index + 1, repeats)
+            forward_samples = time_calls(lambda: model(*args, **kwargs), device,
+                                         repeats=repeats, warmup=warmup, after_warmup=warm,
+                                         progress=progress)
         peak, method = _peak_memory(model, args, kwargs, device)
     finally:
         model.train(was_training)
@@ -124,12 +111,12 @@ def _install_block_timers(
         started: list[float] = []
 
         def pre(_m: nn.Module, _a: Any, started: list[float] = started) -> None:
-            _sync(device)
+            synchronize(device)
             started.append(time.perf_counter())
 
         def post(_m: nn.Module, _a: Any, _o: Any, name: str = name,
                  started: list[float] = started) -> None:
-            _sync(device)
+            synchronize(device)
             if started:
                 samples[name].append(time.perf_counter() - started.pop())
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from mhaudit.cost.livemem import LiveStorages
+from mhaudit.memory.live import LiveStorages
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None] = {
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),

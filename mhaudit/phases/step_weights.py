@@ -7,7 +7,7 @@ import math
 import torch
 from torch import fx, nn
 
-from mhaudit.cost.decode import ExpertGroup
+from mhaudit.phases.decode import ExpertGroup
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight, rename, rep_position
 

@@ -3,7 +3,7 @@
 The model's parameters, buffers and tensor attributes are swapped for fake CPU
 tensors at the training precision (nothing is allocated, no arithmetic runs) and
 put back afterwards. Layer lists can be shortened to a few members, the rest being
-copied later from the timeline (:mod:`mhaudit.cost.timeline`).
+copied later from the timeline (:mod:`mhaudit.memory.timeline`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.checkpoint import checkpoint
 
-from mhaudit.cost.livemem import LiveStorages, StepLog, tensors_in
 from mhaudit.errors import TraceError, first_line
+from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
+from mhaudit.phases.backward_flops import op_flops
 
 PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
     "fp32": (torch.float32, None),
@@ -203,7 +204,7 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     """Forward, loss and backward of ``model`` on fake tensors, tracked."""
     dtype, autocast = PRECISIONS[precision]
     mode = FakeTensorMode()
-    tracker = LiveStorages()
+    tracker = LiveStorages(op_flops)
     was_training = model.training
     with fake_state(model, mode, dtype) as (param_bytes, buffer_bytes, fakes):
         f_args, f_kwargs = fake_inputs(args, mode, dtype), fake_inputs(kwargs, mode, dtype)

@@ -1,24 +1,33 @@
-"""Live-storage tracking under fake tensors: every storage an op makes, when it dies, and FLOPs.
+"""The one live-storage counter: every storage an op makes, its bytes, and when Python frees it.
 
-A :class:`LiveStorages` dispatch mode sits inside a ``FakeTensorMode``. Each op's
-output storages are recorded with the op's index (its tick), the phase and the
-module that made them; a weak reference notes the tick at which the storage is
-freed. Live bytes after op ``t`` are the storages born at or before ``t`` and freed
-after it, which is how torch's MemTracker counts them (no allocator rounding).
+A :class:`LiveStorages` dispatch mode sits inside a ``FakeTensorMode`` (or over real
+tensors). Each op's output storages are recorded with the op's index (its tick), the
+phase and the module that made them; a weak reference notes the tick at which the
+storage is freed and takes its bytes off the live count. Live bytes after op ``t`` are
+the storages born at or before ``t`` and freed after it, which is how torch's
+MemTracker counts them (no allocator rounding). The inference peak reads the running
+count (``live``, ``peak``); the training step reads the log.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
-from mhaudit.cost.backward_flops import op_flops
+from mhaudit.data import Layout
+
+OpFlops = Callable[[Any, tuple[Any, ...], dict[str, Any], Any, dict[str, int]], int]
+"""FLOPs of one dispatched call (func, args, kwargs, out, missing): what a tick records."""
+
+MAX_FAKE_NUMEL = 2**62
+"""Largest tensor a fake forward can describe (torch's storage sizes are 64-bit)."""
 
 CATEGORIES = ("activations", "grads", "temporaries")
 """What a storage made during the step can hold; fixed state is counted apart."""
@@ -94,55 +103,106 @@ class StepLog:
         return None
 
 
-class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Record op output storages, their deaths and op FLOPs (use inside FakeTensorMode)."""
+def is_scores_of(shape: Sequence[int], layout: Layout) -> bool:
+    """True for a score-shaped storage of ``layout``: (…, n_q, n_kv) with b·h·n_q·n_kv
+    elements (scores, probabilities, masks over them)."""
+    n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
+    return len(shape) >= 2 and tuple(shape[-2:]) == (n_q, n_kv) and math.prod(shape) == (
+        layout.batch_size * layout.num_heads * n_q * n_kv)
 
-    def __init__(self) -> None:
+
+def _storage(tensor: torch.Tensor) -> Any:
+    """The tensor's untyped storage, or None for a tensor without one."""
+    try:
+        return tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Record op output storages, their deaths and, with ``op_flops``, op FLOPs.
+
+    ``live`` is the bytes alive now; ``peak`` the largest ``live + extra`` any new storage
+    reached, where ``extra`` is what the caller adds for work not run (folded layers).
+    """
+
+    def __init__(self, op_flops: OpFlops | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.log = StepLog()
         self.phase = "forward"
         self.owner: str | None = None
+        self.live = 0
+        self.peak = 0
+        self.extra = 0
+        """Bytes the folded-away layer copies would hold by now (leftovers × copies)."""
+        self.window_peak = 0
+        """Peak of ``live`` since the current layer began."""
+        self._op_flops = op_flops
         self._live: dict[int, int] = {}
         self._known: set[int] = set()
         self._refs: list[weakref.ref[Any]] = []
+
+    @property
+    def serial(self) -> int:
+        """Storages recorded so far."""
+        return len(self.log.records)
 
     def known(self, tensors: Iterable[torch.Tensor]) -> None:
         """Storages that exist before the step (weights, inputs, states): never recorded.
 
         The caller keeps them alive while the tracker runs.
         """
-        self._known.update(t.untyped_storage()._cdata for t in tensors)
+        for tensor in tensors:
+            storage = _storage(tensor)
+            if storage is not None:
+                self._known.add(storage._cdata)
 
     def _freed(self, key: int, index: int) -> Callable[[Any], None]:
         def note(_: Any) -> None:
-            self.log.records[index].freed = self.log.ticks
+            record = self.log.records[index]
+            record.freed = self.log.ticks
             self._live.pop(key, None)
+            self.live -= record.nbytes
 
         return note
 
     def _track(self, tensor: torch.Tensor, tick: int) -> None:
-        storage = tensor.untyped_storage()
+        storage = _storage(tensor)
+        if storage is None:
+            return
         key = storage._cdata
         if key in self._live or key in self._known:
             return
         index = len(self.log.records)
+        size = int(storage.nbytes())
         self.log.records.append(StorageRecord(
-            storage.nbytes(), tick, self.phase, tuple(int(s) for s in tensor.shape), self.owner))
+            size, tick, self.phase, tuple(int(s) for s in tensor.shape), self.owner))
         self._live[key] = index
+        self.live += size
+        self.window_peak = max(self.window_peak, self.live)
+        self.peak = max(self.peak, self.live + self.extra)
         self._refs.append(weakref.ref(storage, self._freed(key, index)))
 
     def storage_index(self, tensor: torch.Tensor) -> int | None:
         """The record of a tensor's storage, when the step made it and it is alive."""
-        return self._live.get(tensor.untyped_storage()._cdata)
+        storage = _storage(tensor)
+        return None if storage is None else self._live.get(storage._cdata)
+
+    def new_bytes(self, value: Any, since: int) -> int:
+        """Bytes of the distinct live storages in ``value`` recorded after serial ``since``."""
+        indices = {self.storage_index(leaf) for leaf in tree_leaves(value)
+                   if isinstance(leaf, torch.Tensor)}
+        return sum(self.log.records[i].nbytes for i in indices if i is not None and i >= since)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         tick = self.log.ticks
-        flops = op_flops(func, args, kwargs, out, self.log.missing)
+        flops = 0 if self._op_flops is None else self._op_flops(
+            func, args, kwargs, out, self.log.missing)
         self.log.tick_flops.append(flops)
-        for value in tree_flatten(out)[0]:
+        for value in tree_leaves(out):
             if isinstance(value, torch.Tensor):
                 self._track(value, tick)
         return out

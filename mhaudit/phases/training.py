@@ -1,10 +1,10 @@
 """One training step (forward, backward, optimizer update) measured on fake tensors.
 
 The forward and the backward run for real on fake tensors, with every storage an
-op makes tracked until it dies (:mod:`mhaudit.cost.livemem`); what a layer keeps
+op makes tracked until it dies (:mod:`mhaudit.memory.live`); what a layer keeps
 for the backward is therefore what the real backward graph keeps. Identical
 layers run three of each kind and the timeline is folded to the full depth
-(:mod:`mhaudit.cost.timeline`). The optimizer step runs on fake tensors of every
+(:mod:`mhaudit.memory.timeline`). The optimizer step runs on fake tensors of every
 parameter's full shape, in steady state: its states exist before the step (they
 were made by the previous one), and the gradients are gone when the next forward
 starts (``zero_grad(set_to_none=True)``).
@@ -21,12 +21,13 @@ from typing import Any
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile
-from mhaudit.cost.fakestep import PRECISIONS, LayerRun, run_fake_step
-from mhaudit.cost.optimizer_step import optimizer_step
-from mhaudit.cost.timeline import Folded, Repeat, fold
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError
+from mhaudit.memory.live import is_scores_of
+from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.options import check_phase_options
+from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
+from mhaudit.phases.optimizer_step import optimizer_step
 from mhaudit.trace.fold import find_lists
 
 COPIES = 3
@@ -120,9 +121,7 @@ def _block_rows(blocks: Sequence[AttentionBlock], run: Any, groups: Sequence[_Gr
             continue
         saved[rec.owner] = saved.get(rec.owner, 0) + rec.nbytes
         lay = shapes.get(rec.owner)
-        if lay is not None and len(rec.shape) >= 2 and tuple(rec.shape[-2:]) == (
-                lay.seq_len_q, lay.seq_len_kv) and _numel(rec.shape) == (
-                lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv):
+        if lay is not None and is_scores_of(rec.shape, lay):
             scores[rec.owner] = scores.get(rec.owner, 0) + rec.nbytes
     rows = []
     for block in blocks:
@@ -134,13 +133,6 @@ def _block_rows(blocks: Sequence[AttentionBlock], run: Any, groups: Sequence[_Gr
 def _marked(log: Any, key: str) -> bool:
     events = ("forward_start", "forward_end", "backward_start", "backward_end")
     return all(log.mark(event, key) is not None for event in events)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    total = 1
-    for s in shape:
-        total *= s
-    return total
 
 
 def _grad_params(model: nn.Module, groups: Sequence[_Group], run_ids: frozenset[int]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
-from mhaudit.cost.decode import decode_for_report
 from mhaudit.cost.devices import dtype_bytes, get_profile
-from mhaudit.cost.step_weights import expert_groups, gathered_parameters, step_weight_bytes
-from mhaudit.cost.training import training_step
 from mhaudit.data import Report
 from mhaudit.load.target import LoadedModel
+from mhaudit.phases.decode import decode_for_report
+from mhaudit.phases.step_weights import expert_groups, gathered_parameters, step_weight_bytes
+from mhaudit.phases.training import training_step
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList
 

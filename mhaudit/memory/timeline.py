@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mhaudit.cost.livemem import StepLog
+from mhaudit.memory.live import StepLog
 
 Vec = tuple[int, int, int]
 """Live (activations, grads, temporaries) bytes."""
