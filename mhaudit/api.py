@@ -12,6 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhaudit.contain.capture import captured_logs, printed_to_log
+from mhaudit.contain.contain import contained, preserved_state, stop_timer, time_limit
+from mhaudit.contain.offline import hub_offline
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.fvcore_backend import fvcore_flops
@@ -33,11 +36,8 @@ from mhaudit.data import (
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
-from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_options, check_runs_on
-from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
 from mhaudit.load.describe import describe_inputs
-from mhaudit.load.offline import hub_offline
 from mhaudit.load.target import (
     LoadedModel,
     infer_inputs,

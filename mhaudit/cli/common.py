@@ -194,8 +194,8 @@ def errors_to_exit(verbose: bool = False) -> Iterator[None]:
     MhauditError exits with its code (2 or 3), Ctrl-C with 130, SIGTERM with 143, and
     any other exception is a bug of mhaudit: exit 4, never 1.
     """
-    from mhaudit.load.capture import captured_logs
-    from mhaudit.load.contain import StageTimeout, Terminated
+    from mhaudit.contain.capture import captured_logs
+    from mhaudit.contain.contain import StageTimeout, Terminated
 
     with protected_stdout(), terminate_as_exception(), captured_logs() as log:
         try:

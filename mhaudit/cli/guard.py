@@ -19,8 +19,8 @@ from typing import Any, NoReturn, TextIO
 
 import click
 
+from mhaudit.contain.contain import Terminated
 from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, first_line
-from mhaudit.load.contain import Terminated
 from mhaudit.render.escape import encodable
 
 _report: list[TextIO] = []

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from mhaudit.errors import LoadError, MhauditError, TraceError, first_line
+from mhaudit.errors import LoadError, MhauditError, TraceError, first_line, safe_text, type_name
 
 _stages: list[str] = []
 """The stages now running, innermost last (the timer names the innermost one)."""
@@ -34,9 +34,13 @@ class Terminated(BaseException):
     It ends the run: containment lets it through like a real Ctrl-C.
     """
 
+    exit_code = 128 + signal.SIGTERM
+
 
 class StageTimeout(BaseException):
     """Raised by the timer inside user code; a BaseException so ``except Exception`` misses it."""
+
+    exit_code = LoadError.exit_code
 
     def __init__(self, seconds: float, stage: str) -> None:
         super().__init__(f"timed out after {seconds:g} s in {stage}")
@@ -79,9 +83,11 @@ def _watch_sigint() -> Iterator[None]:
 
 
 def _exit_text(code: object) -> str:
-    if code is None or isinstance(code, int):
-        return f"sys.exit({code if code is not None else ''})"
-    return f"sys.exit({code!r})"
+    if code is None:
+        return "sys.exit()"
+    if type(code) is int:
+        return f"sys.exit({code})"
+    return f"sys.exit({safe_text(code, repr)[:80]})"
 
 
 _TIPS = {
@@ -100,7 +106,7 @@ _TIPS = {
 
 def _tip(exc: BaseException, stage: str, default: str | None) -> str:
     """The fix that matches the cause: by exception type, else the stage's own tip."""
-    names = [cls.__name__ for cls in type(exc).__mro__]
+    names = [type_name(cls) for cls in type(exc).__mro__]
     for name in names:
         if name in _TIPS and (default is None or name in _RESOURCE):
             return _TIPS[name]
@@ -143,9 +149,7 @@ def contained(
     except SystemExit as exc:
         raise error_type(f"{source}: {stage} called {_exit_text(exc.code)}",
                          _TIPS["SystemExit"]) from exc
-    except BaseException as exc:
-        if isinstance(exc, GeneratorExit):
-            raise
+    except BaseException as exc:  # GeneratorExit and any other BaseException of user code
         raise error_type(f"{source}: {stage} failed: {first_line(exc)}",
                          _tip(exc, stage, tip)) from exc
     finally:
