@@ -116,6 +116,13 @@ class DependencyError(MhauditError):
     exit_code = 3
 
 
+class OutputClosed(MhauditError):
+    """The reader of stdout went away (``| head -1``): exit quietly with 141 = 128 + SIGPIPE,
+    what a shell reports for a writer that a closed pipe stopped."""
+
+    exit_code = 141
+
+
 class InternalError(MhauditError):
     """A bug in mhaudit itself (exit 4): never 1, which CI reads as over budget."""
 

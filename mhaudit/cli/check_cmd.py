@@ -19,6 +19,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
@@ -76,6 +77,10 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
         _refuse_same_file(destination, baseline_out)
+        refuse_inputs_as_outputs(
+            [("--output", destination), ("--baseline", baseline_out)],
+            command_inputs(targets, budget=budget_path,
+                           baseline=None if update_baseline else baseline))
         from mhaudit.api import AuditOptions
         from mhaudit.gate.baseline import baseline_text, check_same_model, load_baseline_report
         from mhaudit.gate.budget import (

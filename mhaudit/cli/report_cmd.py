@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from mhaudit.cli.common import (
+    AsciiIntRange,
     errors_to_exit,
     model_options,
     options_from,
@@ -17,6 +18,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.render import RENDERERS
@@ -46,7 +48,7 @@ Examples:
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
               default="never", show_default=True,
               help="Exit 1 when a flag at or above this severity is raised.")
-@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--repeats", type=AsciiIntRange(min=1), default=10, show_default=True,
               help="Timed forwards when measuring on cpu or cuda.")
 def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide: bool,
                    fail_on: str, repeats: int, **params: Any) -> None:
@@ -59,6 +61,7 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
         destination = output_path(output)
+        refuse_inputs_as_outputs([("--output", destination)], command_inputs(targets))
         rule_config = rule_config_from(params)
         phases = phase_options_from(params)
         given = options_from(params)

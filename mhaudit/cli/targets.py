@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mhaudit.cli.common import audit_quietly, errors_to_exit, warn_unused_shape_options
+from mhaudit.cli.common import (
+    audit_quietly,
+    errors_to_exit,
+    require_torch,
+    warn_unused_shape_options,
+)
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.progress import Status
 from mhaudit.cli.terminal import terminal_width, use_color
@@ -26,6 +31,7 @@ def audit_each(
 
     Returns the reports that were made and the worst exit code of the failures (0 if none).
     """
+    require_torch()
     done: list[tuple[str, Report]] = []
     worst = 0
     for target in targets:

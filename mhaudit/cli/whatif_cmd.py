@@ -10,17 +10,21 @@ import click
 
 from mhaudit.cli.common import (
     MAX_SIZE,
+    AsciiIntRange,
     _parse_shape,
+    ascii_digits,
     audit_quietly,
     errors_to_exit,
     output_path,
+    require_torch,
     say,
     verbose_option,
     write_output,
 )
+from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
-from mhaudit.errors import ConfigError
+from mhaudit.errors import ConfigError, first_line
 from mhaudit.render.whatif import render_whatif_table
 from mhaudit.whatif import LayoutSpec, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
@@ -28,14 +32,14 @@ from mhaudit.whatif import whatif as run_whatif
 DEFAULT_SEQ_LEN = 2048
 
 
-_SIZE = click.IntRange(min=1, max=MAX_SIZE)
+_SIZE = AsciiIntRange(min=1, max=MAX_SIZE)
 
 
 def _int_list(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = [part.strip() for part in text.split(",")]
-    if not all(item.isdigit() and 0 < int(item) <= MAX_SIZE for item in items):
+    if not all(ascii_digits(item) and 0 < int(item) <= MAX_SIZE for item in items):
         raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
                           "Write comma-separated counts, e.g. --try-heads 8,16,32.")
     return tuple(int(item) for item in items)
@@ -111,7 +115,7 @@ Examples:
 @click.option("--bias/--no-bias", default=False, help="Q, K, V and O biases (spec mode).")
 @click.option("--try-heads", help="Comma-separated head counts instead of every divisor.")
 @click.option("--device", help="Also measure each layout on this device (cuda, cuda:1, cpu).")
-@click.option("--repeats", type=click.IntRange(min=1, max=10**6), default=20, show_default=True,
+@click.option("--repeats", type=AsciiIntRange(min=1, max=10**6), default=20, show_default=True,
               help="Timed runs per layout.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
@@ -129,6 +133,10 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
     """
     with errors_to_exit(verbose):
         destination = output_path(opts["output"])
+        plot = output_path(opts["plot"]) if opts["plot"] else None
+        refuse_inputs_as_outputs([("--output", destination), ("--plot", plot)],
+                                 command_inputs([target] if target else []))
+        require_torch()
         spec_flags = [k for k in ("d_model", "heads", "kv_heads", "head_dim") if opts[k]]
         if target is not None and spec_flags:
             raise ConfigError("give a model or a --d-model/--heads spec, not both",
@@ -149,6 +157,10 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         if opts["plot"]:
             from mhaudit.render.whatif_plot import plot_whatif
 
-            say(f"wrote {plot_whatif(result, opts['plot'])}")
+            try:
+                say(f"wrote {plot_whatif(result, opts['plot'])}")
+            except ValueError as exc:  # matplotlib: a suffix it cannot draw
+                raise ConfigError(f"cannot draw --plot {opts['plot']}: {first_line(exc)}",
+                                  "Name a .png or .svg file.") from None
         write_output(text + "\n", destination)
 
