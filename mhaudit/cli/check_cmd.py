@@ -21,7 +21,7 @@ from mhaudit.cli.common import (
 )
 from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.phase_options import phase_options, phase_options_from
-from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
+from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options, with_failures
 from mhaudit.errors import ConfigError
 from mhaudit.render.gate import CHECK_RENDERERS, Checked, markdown
 
@@ -101,7 +101,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
             phases[phase] = True
         given = options_from(params)
         check_budget_applies(budget, given.get("device", "meta"))
-        done, worst = audit_each(targets, lambda progress: AuditOptions(
+        done, worst, failed = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, progress=progress, **phases, **given), verbose)
         items = []
         for target, report in done:
@@ -111,10 +111,14 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
                 previous = recorded.metrics
             outcome = evaluate(report, budget, previous)
             items.append(Checked(target, report, outcome, metric_values(report)))
-        if items:
+        listed = fmt == "json" and len(targets) > 1  # failed targets keep their place
+        if items or listed:
             sweeps = flagged_sweeps([c.report for c in items]) if fmt == "html" else ()
             options = render_options(fmt, False, destination.is_stdout, sweeps)
-            text = CHECK_RENDERERS[fmt](items, options)
+            text = CHECK_RENDERERS[fmt](items, options) if items else None
+            if listed:
+                text = with_failures(text, len(targets), failed)
+            text = text or ""
             if baseline_out is not None:  # both files are replaced, or neither
                 writes = [(baseline_out, baseline_text(items[0].data()))]
                 if destination.path is not None:

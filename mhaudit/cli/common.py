@@ -17,6 +17,8 @@ from mhaudit.cli.guard import (
     terminate_as_exception,
     write_report,
 )
+from mhaudit.cli.inputs import pyprojects
+from mhaudit.contain.files import read_input_text
 from mhaudit.cost.devices import PROFILES
 from mhaudit.errors import (
     DependencyError,
@@ -148,7 +150,14 @@ def rule_options(func: F) -> F:
 
 
 def rule_config_from(params: dict[str, Any]) -> RuleConfig:
-    """The rule configuration: the nearest pyproject.toml, then the CLI values over it."""
+    """The rule configuration: the nearest pyproject.toml, then the CLI values over it.
+
+    Every pyproject.toml the search may read is checked first (size, UTF-8), so a broken
+    one is a configuration error (exit 2) for ``report`` as for ``check``.
+    """
+    for path in pyprojects():
+        if path.is_file():
+            read_input_text(path, "settings file")
     return load_config(
         other_keys=("budget",),
         select=list(params.pop("select")) or None,
@@ -223,13 +232,21 @@ def _explain(error: BaseException, log: str, verbose: bool) -> None:
 
 
 class CommandExit(SystemExit):
-    """The exit a command's error wrapper chose; an enclosing wrapper lets it through."""
+    """The exit a command's error wrapper chose; an enclosing wrapper lets it through.
+
+    ``line`` is the one line it printed (empty for a quiet exit).
+    """
+
+    def __init__(self, code: int, line: str = "") -> None:
+        super().__init__(code)
+        self.line = line
 
 
 def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
     _explain(error, log, verbose)
-    echo_error(f"mhaudit: {plain(' '.join(line.split()))}")
-    raise CommandExit(code)
+    text = plain(" ".join(line.split()))
+    echo_error(f"mhaudit: {text}")
+    raise CommandExit(code, text)
 
 
 @contextlib.contextmanager

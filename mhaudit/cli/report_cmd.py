@@ -20,7 +20,7 @@ from mhaudit.cli.common import (
 )
 from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.phase_options import phase_options, phase_options_from
-from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
+from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options, with_failures
 from mhaudit.render import RENDERERS
 
 EXAMPLES = """\b
@@ -69,14 +69,18 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
         from mhaudit.gate.budget import failing_findings
         from mhaudit.render import render_reports
 
-        done, worst = audit_each(targets, lambda progress: AuditOptions(
+        done, worst, failed = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, repeats=repeats, progress=progress, **phases, **given),
             verbose)
         reports = [report for _, report in done]
-        if reports:
+        listed = fmt == "json" and len(targets) > 1  # failed targets keep their place
+        if reports or listed:
             sweeps = flagged_sweeps(reports) if fmt == "html" else ()
             options = render_options(fmt, wide, destination.is_stdout, sweeps)
-            write_output(render_reports(reports, fmt, options), destination)
+            text = render_reports(reports, fmt, options) if reports else None
+            if listed:
+                text = with_failures(text, len(targets), failed)
+            write_output(text or "", destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):
                 worst = max(worst, 1)
             if destination.path is not None:

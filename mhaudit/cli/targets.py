@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mhaudit.cli.common import (
@@ -12,8 +14,10 @@ from mhaudit.cli.common import (
     warn_unused_shape_options,
 )
 from mhaudit.cli.guard import report_stream
+from mhaudit.cli.inputs import target_files
 from mhaudit.cli.progress import Status
 from mhaudit.cli.terminal import terminal_width, use_color
+from mhaudit.contain.state import clean_state
 from mhaudit.render.style import RenderOptions
 
 if TYPE_CHECKING:
@@ -23,20 +27,40 @@ if TYPE_CHECKING:
 INTERRUPTED = 130
 
 
+@dataclass(frozen=True)
+class Failed:
+    """A target that gave no report: its exit code and the line printed for it."""
+
+    index: int
+    """Position among the targets given."""
+    target: str
+    exit_code: int
+    error: str
+
+    def data(self) -> dict[str, Any]:
+        """The entry a JSON list of several targets holds in this target's place."""
+        return {"source": self.target, "error": self.error, "exit_code": self.exit_code}
+
+
 def audit_each(
     targets: Sequence[str], make_options: Callable[[Callable[[int, int], None]], AuditOptions],
     verbose: bool = False,
-) -> tuple[list[tuple[str, Report]], int]:
+) -> tuple[list[tuple[str, Report]], int, list[Failed]]:
     """Audit every target; a failure prints its one line and the others still run.
 
-    Returns the reports that were made and the worst exit code of the failures (0 if none).
+    Each target starts from the same torch and module state (:func:`clean_state`).
+    Returns the reports that were made, the worst exit code of the failures (0 if none)
+    and the failures.
     """
     require_torch()
     done: list[tuple[str, Report]] = []
+    failed: list[Failed] = []
     worst = 0
-    for target in targets:
+    for index, target in enumerate(targets):
         try:
-            with errors_to_exit(verbose), Status(f"mhaudit: {target}") as status:
+            folders = [p.resolve().parent for p in target_files(target)]
+            with errors_to_exit(verbose), clean_state(folders), \
+                    Status(f"mhaudit: {target}") as status:
                 report = audit_quietly(target, make_options(status.measured))
             warn_unused_shape_options(report)
             done.append((target, report))
@@ -44,8 +68,22 @@ def audit_each(
             code = exc.code if isinstance(exc.code, int) else 1
             if code == INTERRUPTED:
                 raise
+            failed.append(Failed(index, target, code, getattr(exc, "line", "")))
             worst = max(worst, code)
-    return done, worst
+    return done, worst, failed
+
+
+def with_failures(text: str | None, count: int, failed: Sequence[Failed]) -> str:
+    """The JSON list for ``count`` targets, in their order, failed ones as ``Failed.data()``.
+
+    ``text`` is the JSON the renderer gave for the others (one object for one report, a
+    list for more; None for none).
+    """
+    data = json.loads(text) if text is not None else []
+    made = iter(data if isinstance(data, list) else [data])
+    errors = {f.index: f for f in failed}
+    items = [errors[i].data() if i in errors else next(made) for i in range(count)]
+    return json.dumps(items, indent=2) + "\n"
 
 
 def render_options(fmt: str, wide: bool, to_stdout: bool, sweeps: tuple[Any, ...] = ()

@@ -155,6 +155,9 @@ def _import_target(spec: str) -> ModuleType:
             raise
 
 
+_GETATTR_TIP = "A module-level __getattr__ must raise AttributeError for names it lacks."
+
+
 def _factory(module: ModuleType, attr: str, target: str) -> tuple[Any, str]:
     """The object the target names, and what to call it in messages."""
     if attr:
@@ -182,7 +185,8 @@ def _factory(module: ModuleType, attr: str, target: str) -> tuple[Any, str]:
 
 def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
     # a module-level __getattr__, or a factory object with odd attributes, is user code too
-    with contained(f"looking up {attr or 'build_model'} in the model file", target):
+    with contained(f"looking up {attr or 'build_model'} in the model file", target,
+                   tip=_GETATTR_TIP):
         obj, obj_name = _factory(module, attr, target)
     if not obj_name:
         return obj  # type: ignore[no-any-return]
@@ -204,7 +208,7 @@ def _inputs(
     input_shape: tuple[int, ...] | None,
     target: str,
 ) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
-    with contained("looking up example_inputs in the model file", target):
+    with contained("looking up example_inputs in the model file", target, tip=_GETATTR_TIP):
         provider = getattr(module, "example_inputs", None)
         if provider is None:
             provider = getattr(module, "EXAMPLE_INPUTS", None)
