@@ -18,7 +18,7 @@ from mhaudit.cli.guard import (
     write_report,
 )
 from mhaudit.cli.inputs import pyprojects
-from mhaudit.contain.files import read_input_text
+from mhaudit.contain.files import check_toml_depth, read_input_text
 from mhaudit.cost.devices import PROFILES
 from mhaudit.errors import (
     DependencyError,
@@ -157,7 +157,7 @@ def rule_config_from(params: dict[str, Any]) -> RuleConfig:
     """
     for path in pyprojects():
         if path.is_file():
-            read_input_text(path, "settings file")
+            check_toml_depth(read_input_text(path, "settings file"), path)
     return load_config(
         other_keys=("budget",),
         select=list(params.pop("select")) or None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,20 @@ def parse_json(text: str, what: str, *, error: type[MhauditError] = ConfigError,
     except RecursionError:
         raise error(f"{what} nests too deeply to read", "Check the file; JSON written by a "
                     "tool nests a few levels.") from None
+
+
+def check_toml_depth(text: str, path: str | Path) -> None:
+    """Raise ConfigError when TOML ``text`` nests too deeply for the parser to read.
+
+    Other TOML errors are left to the reader that reports them with their line.
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path} nests too deeply to read", "Check the file.") from None
+    except tomllib.TOMLDecodeError:
+        return

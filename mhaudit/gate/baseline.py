@@ -51,8 +51,8 @@ def _number(data: Mapping[str, Any], key: str, source: str) -> float | None:
     if not in_range:
         shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... " \
             f"({len(repr(value))} digits)"
-        raise ConfigError(f"{source}: field {key} = {shown} is not a finite value from 0 to "
-                          f"{MAX_QUANTITY:.0e}", _REGENERATE)
+        raise ConfigError(f"{source}: field {key} = {shown} is not a finite value >= 0 "
+                          f"(at most {MAX_QUANTITY:.0e})", _REGENERATE)
     return value
 
 

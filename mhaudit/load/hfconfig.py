@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from mhaudit.contain.contain import contained
-from mhaudit.contain.files import parse_json, read_input_text
+from mhaudit.contain.files import check_input_file, parse_json, read_input_text
 from mhaudit.contain.offline import hub_offline, set_offline_env
 from mhaudit.errors import LoadError, first_line
 
@@ -121,6 +121,7 @@ def load_hf_config(
     encoder-decoders, or ``pixel_values`` for vision models). Tensors follow the
     default device; pass ``device="meta"`` to build without allocating.
     """
+    check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
     text = read_input_text(path, "config", error=LoadError)
     try:
         data = parse_json(text, f"config {path}", error=LoadError)

@@ -304,8 +304,7 @@ def _load_hf_config(
 
     if not path.exists():
         raise LoadError(f"config file {path} does not exist", "Check the path.")
-    if not path.is_file():
-        raise LoadError(f"{path} is not a regular file", "Point at a model's config.json.")
+    check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
     with quiet_stdout(), device_context(device):
         model, args, kwargs = load_hf_config(path, batch_size, seq_len)
     return LoadedModel(model, args, kwargs, target, True)

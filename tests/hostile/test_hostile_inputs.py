@@ -175,7 +175,8 @@ def test_library_audit_keeps_torch_logging_off_stderr(
             return self.lin(x) if x.sum() > 0 else x
 
     # torch.export fails on the branch (and logs fake-tensor tracebacks); a later rung traces it
-    report = mhaudit.audit(DataDependent(), torch.zeros(1, 4, 8))
+    # (ones, so the branch taken reads the layer: a forward that reads none is refused)
+    report = mhaudit.audit(DataDependent(), torch.ones(1, 4, 8))
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
     assert not report.model.trace_method.startswith("torch.export")
