@@ -149,3 +149,31 @@ def test_report_of_a_causal_block_at_a_large_length_is_quick(tmp_path: Path) -> 
     run = invoke("report", model, "--seq-len", "128,1048576,1073741824", "--format", "json")
     assert run.code == 0, run.stderr
     assert time.monotonic() - start < 60
+
+
+def test_the_watchdog_fires_when_the_timer_is_disarmed() -> None:
+    import signal
+    import threading
+
+    from mhaudit.contain.contain import contained, set_hard_stop, time_limit
+
+    fired: list[str] = []
+    done = threading.Event()
+    set_hard_stop(lambda message: (fired.append(message), done.set()))
+    try:
+        with time_limit(0.2), contained("build_model()", "model.py"):
+            signal.setitimer(signal.ITIMER_REAL, 0)  # what a hostile model does
+            done.wait(10)
+    finally:
+        set_hard_stop(None)
+    assert fired == ["model.py: timed out after 0.2 s in build_model()"]
+
+
+def test_no_watchdog_without_a_hard_stop() -> None:
+    import threading
+
+    from mhaudit.contain.contain import time_limit
+
+    before = threading.active_count()
+    with time_limit(5):
+        assert threading.active_count() == before  # the library starts no thread
