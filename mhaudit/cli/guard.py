@@ -135,6 +135,8 @@ def protected_stdout() -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+        with contextlib.suppress(OSError, ValueError):
+            messages.close()  # later lines (the group's own) go to sys.stderr
         _report.pop()
         _errors.pop()
 

@@ -68,7 +68,8 @@ def audit_each(
             code = exc.code if isinstance(exc.code, int) else 1
             if code == INTERRUPTED:
                 raise
-            failed.append(Failed(index, target, code, getattr(exc, "line", "")))
+            line = str(getattr(exc, "line", ""))
+            failed.append(Failed(index, target, code, line.removeprefix("error: ")))
             worst = max(worst, code)
     return done, worst, failed
 
