@@ -14,6 +14,7 @@ from mhaudit.cli.common import (
     model_options,
     options_from,
     output_path,
+    require_torch,
     rule_config_from,
     rule_options,
     say,
@@ -68,6 +69,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
     """
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
+        require_torch()  # before anything that imports it: a broken torch is exit 3
         if update_baseline and baseline is None:
             raise ConfigError("--update-baseline needs --baseline FILE",
                               "Name the JSON file to write, e.g. --baseline mhaudit-baseline.json.")

@@ -13,6 +13,7 @@ from mhaudit.cli.common import (
     model_options,
     options_from,
     output_path,
+    require_torch,
     rule_config_from,
     rule_options,
     say,
@@ -60,6 +61,7 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
     """
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
+        require_torch()  # before anything that imports it: a broken torch is exit 3
         destination = output_path(output)
         refuse_inputs_as_outputs([("--output", destination)], command_inputs(targets))
         rule_config = rule_config_from(params)

@@ -132,11 +132,11 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
     Give a spec (--d-model, --heads, --kv-heads) or a model TARGET and --block.
     """
     with errors_to_exit(verbose):
+        require_torch()  # before anything that imports it: a broken torch is exit 3
         destination = output_path(opts["output"])
         plot = output_path(opts["plot"]) if opts["plot"] else None
         refuse_inputs_as_outputs([("--output", destination), ("--plot", plot)],
                                  command_inputs([target] if target else []))
-        require_torch()
         spec_flags = [k for k in ("d_model", "heads", "kv_heads", "head_dim") if opts[k]]
         if target is not None and spec_flags:
             raise ConfigError("give a model or a --d-model/--heads spec, not both",
