@@ -161,7 +161,8 @@ def terminate_as_exception() -> Iterator[None]:
 def _usage_error(error: click.UsageError) -> NoReturn:
     hint = f" Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
     message = " ".join(error.format_message().split()).rstrip(".")
-    click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
+    with contextlib.suppress(Exception):  # a closed or full stderr loses the line, not the code
+        click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
     sys.exit(error.exit_code)
 
 
@@ -203,13 +204,15 @@ class GuardedGroup(click.Group):
         except click.UsageError as error:
             _usage_error(error)
         except click.ClickException as error:
-            click.echo(f"mhaudit: error: {' '.join(error.format_message().split())}",
-                       file=error_stream())
+            with contextlib.suppress(Exception):
+                click.echo(f"mhaudit: error: {' '.join(error.format_message().split())}",
+                           file=error_stream())
             sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
         except KeyboardInterrupt:
-            click.echo("mhaudit: interrupted", file=error_stream())
+            with contextlib.suppress(Exception):
+                click.echo("mhaudit: interrupted", file=error_stream())
             sys.exit(INTERRUPTED_EXIT)
         except Terminated as error:
             sys.exit(error.exit_code)
