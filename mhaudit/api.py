@@ -16,6 +16,9 @@ from mhaudit.assemble import (
     with_fvcore_count,
     with_measured,
 )
+from mhaudit.contain.capture import captured_logs, printed_to_log
+from mhaudit.contain.contain import contained, preserved_state, stop_timer, time_limit
+from mhaudit.contain.offline import hub_offline
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.scaling import project
@@ -24,10 +27,7 @@ from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError
 from mhaudit.flops.fvcore_backend import fvcore_flops
-from mhaudit.load.capture import captured_logs, printed_to_log
 from mhaudit.load.checks import check_module, check_runs_on
-from mhaudit.load.contain import contained, preserved_state, stop_timer, time_limit
-from mhaudit.load.offline import hub_offline
 from mhaudit.load.target import (
     LoadedModel,
     load_target,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class MhauditError(Exception):
     """Base of every error mhaudit raises on purpose.
@@ -30,12 +32,36 @@ class MhauditError(Exception):
         return f"{text}. {tip}" if tip else f"{text}."
 
 
+def safe_text(value: object, convert: Callable[[object], str] = str) -> str:
+    """``convert(value)`` (``str`` or ``repr``) as a plain ``str``; never raises.
+
+    Model code can hand over any object: one whose ``__str__`` or ``__repr__`` raises, or
+    returns a ``str`` subclass with methods of its own. Those give ``<unprintable T>``.
+    """
+    try:
+        text = convert(value)
+        return str.__add__("", text) if isinstance(text, str) else "<unprintable>"
+    except BaseException:  # any failure of user code while formatting
+        return f"<unprintable {type_name(value)}>"
+
+
+def type_name(value: object) -> str:
+    """The class name of ``value`` (of ``value`` itself for a class); never raises."""
+    try:
+        cls = value if isinstance(value, type) else type(value)
+        name = type.__dict__["__name__"].__get__(cls)
+        return str.__add__("", name)
+    except BaseException:  # a class whose name cannot be read
+        return "object"
+
+
 def _summary(exc: BaseException, limit: int) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in safe_text(exc).splitlines() if ln.strip()]
     text = " ".join(lines[:3]) if lines else ""
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    name = type_name(exc)
+    return f"{name}: {text}" if text else name
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
@@ -44,13 +70,20 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     The message keeps its first three lines joined (validation errors often put the
     reason on the second line); the whole is cut to ``limit`` characters per exception.
     """
+    try:
+        return _chain(exc, limit)
+    except BaseException:  # an exception class that breaks attribute access
+        return type_name(exc)
+
+
+def _chain(exc: BaseException, limit: int) -> str:
     parts = [_summary(exc, limit)]
     seen = {id(exc)}
     cause = exc.__cause__
-    while cause is not None and id(cause) not in seen and len(parts) < 4:
+    while isinstance(cause, BaseException) and id(cause) not in seen and len(parts) < 4:
         seen.add(id(cause))
         text = _summary(cause, limit)
-        if not any(text in part or str(cause).strip() in part for part in parts):
+        if not any(text in part or safe_text(cause).strip() in part for part in parts):
             parts.append(text)
         cause = cause.__cause__
     return " (caused by ".join(parts) + ")" * (len(parts) - 1)
@@ -69,13 +102,41 @@ class LoadError(MhauditError):
 
 
 class TraceError(MhauditError):
-    """No tracer could turn the model into an fx graph (exit 3)."""
+    """No tracer could turn the model into an fx graph, or the forward did not run (exit 3)."""
 
     exit_code = 3
 
 
-INTERNAL_ERROR_EXIT = 4
+class DependencyError(MhauditError):
+    """A package the audit needs (torch, transformers) is missing or broken here (exit 3).
+
+    It is the environment's fault, not the model's and not mhaudit's.
+    """
+
+    exit_code = 3
+
+
+class OutputClosed(MhauditError):
+    """The reader of stdout went away (``| head -1``): exit quietly with 141 = 128 + SIGPIPE,
+    what a shell reports for a writer that a closed pipe stopped."""
+
+    exit_code = 141
+
+
+class InternalError(MhauditError):
+    """A bug in mhaudit itself (exit 4): never 1, which CI reads as over budget."""
+
+    exit_code = 4
+
+
+class Interrupted(MhauditError):
+    """Ctrl-C (exit 130 = 128 + SIGINT, the shell convention)."""
+
+    exit_code = 130
+
+
+INTERNAL_ERROR_EXIT = InternalError.exit_code
 """Exit code of a bug in mhaudit itself: never 1, which CI reads as over budget."""
 
-INTERRUPTED_EXIT = 130
+INTERRUPTED_EXIT = Interrupted.exit_code
 """Exit code after Ctrl-C (128 + SIGINT), the shell convention."""

@@ -14,13 +14,15 @@ from mhaudit.cli.common import (
     model_options,
     options_from,
     output_path,
+    require_torch,
     rule_config_from,
     rule_options,
     say,
     write_output,
 )
+from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.phase_options import phase_options, phase_options_from
-from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
+from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
 from mhaudit.render.formats import FORMATS, OutputFormat, formats_with
 from mhaudit.render.gate import Checked, verdict
@@ -72,6 +74,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
     """
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
+        require_torch()  # before anything that imports it: a broken torch is exit 3
         if update_baseline and baseline is None:
             raise ConfigError("--update-baseline needs --baseline FILE",
                               "Name the JSON file to write, e.g. --baseline mhaudit-baseline.json.")
@@ -81,6 +84,10 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
         _refuse_same_file(destination, baseline_out)
+        refuse_inputs_as_outputs(
+            [("--output", destination), ("--baseline", baseline_out)],
+            command_inputs(targets, budget=budget_path,
+                           baseline=None if update_baseline else baseline))
         from mhaudit.gate.baseline import load_baseline_report
         from mhaudit.gate.budget import check_budget_applies, load_budget, phases_needed
         from mhaudit.options import AuditOptions
@@ -94,11 +101,14 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
             phases[phase] = True
         given = options_from(params)
         check_budget_applies(budget, given.get("device", "meta"))
-        done, worst = audit_each(targets, lambda progress: AuditOptions(
+        done, worst, failed = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, progress=progress, **phases, **given), verbose)
         items = _judge(done, budget, recorded, allow_other_model)
-        if items:
-            _emit(FORMATS[fmt], items, destination, baseline_out, baseline)
+        form = FORMATS[fmt]
+        listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
+        if items or listed:
+            _emit(form, items, destination, baseline_out, baseline,
+                  (len(targets), failed) if listed else None)
             if any(not c.outcome.passed for c in items):
                 worst = max(worst, 1)
     if worst:
@@ -123,15 +133,21 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
 
 
 def _emit(form: OutputFormat, items: list[Checked], destination: OutputPath,
-          baseline_out: OutputPath | None, baseline: Path | None) -> None:
-    """Write the output (and the baseline, both or neither), then the verdicts on stderr."""
+          baseline_out: OutputPath | None, baseline: Path | None,
+          listing: tuple[int, list[Failed]] | None) -> None:
+    """Write the output (and the baseline, both or neither), then the verdicts on stderr.
+    ``listing``: the number of targets and the failed ones, for a format that lists them."""
     from mhaudit.gate.baseline import baseline_text
 
     assert form.checks is not None
     options = render_options(form, False, destination.is_stdout,
                              flagged_sweeps(form, [c.report for c in items]))
-    text = form.checks(items, options)
-    if baseline_out is not None:  # both files are replaced, or neither
+    text = form.checks(items, options) if items else None
+    if listing is not None and form.listing is not None:
+        count, failed = listing
+        text = form.listing(text, count, {f.index: f.data() for f in failed})
+    text = text or ""
+    if baseline_out is not None and items:  # both files are replaced, or neither
         writes = [(baseline_out, baseline_text(items[0].data()))]
         if destination.path is not None:
             writes.insert(0, (destination, text))

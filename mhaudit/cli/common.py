@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,8 +17,20 @@ from mhaudit.cli.guard import (
     terminate_as_exception,
     write_report,
 )
+from mhaudit.cli.inputs import pyprojects
+from mhaudit.contain.files import check_toml_depth, read_input_text
 from mhaudit.cost.devices import ALIASES, DEFAULT_GPU, PROFILES
-from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, MhauditError, first_line
+from mhaudit.errors import (
+    DependencyError,
+    InternalError,
+    Interrupted,
+    LoadError,
+    MhauditError,
+    OutputClosed,
+    first_line,
+    safe_text,
+    type_name,
+)
 from mhaudit.load.device import parse_device
 from mhaudit.options import MAX_SIZE, FlopsBackend
 from mhaudit.render.escape import plain
@@ -38,6 +49,21 @@ GPU = click.Choice(sorted({*PROFILES, *ALIASES}), case_sensitive=False)
 """``--gpu``: every profile name and alias that :func:`~mhaudit.cost.devices.get_profile` takes."""
 
 
+def ascii_digits(text: str) -> bool:
+    """True for a non-empty run of ASCII digits; ``str.isdigit`` also takes ``²`` and ``٣``."""
+    return text.isascii() and text.isdigit()
+
+
+class AsciiIntRange(click.IntRange):
+    """An integer option written in ASCII digits (``int()`` reads other scripts' digits too)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        if isinstance(value, str) and not ascii_digits(value.strip().lstrip("+-")):
+            self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
     """``value`` split at commas (or ``x`` for shapes) into positive ints; no empty items."""
     parts = value.lower().replace("x", ",").split(",") if what == "shape" else value.split(",")
@@ -46,7 +72,7 @@ def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
         raise click.BadParameter(f"{value!r} has an empty item; write a {what} like {example}")
     dims: list[int] = []
     for item in items:
-        if not item.lstrip("+").isdigit():
+        if not ascii_digits(item.lstrip("+")):
             raise click.BadParameter(f"{value!r}: {item!r} is not a whole number; "
                                      f"write a {what} like {example}")
         dims.append(int(item))
@@ -96,7 +122,7 @@ def _parse_seq_lens(value: str) -> tuple[int, ...]:
 def model_options(func: F) -> F:
     """The options every command that builds a model takes."""
     options = [
-        click.option("--batch-size", "-b", type=click.IntRange(min=1), default=1,
+        click.option("--batch-size", "-b", type=AsciiIntRange(min=1), default=1,
                      show_default=True, help="Batch size for inferred inputs."),
         click.option("--seq-len", "-n", default="128", show_default=True,
                      help="Sequence length for inferred inputs; a list (512,2048,8192) "
@@ -110,7 +136,7 @@ def model_options(func: F) -> F:
                      help="Element type for bytes and kernel choice."),
         click.option("--gpu", type=GPU, default=DEFAULT_GPU, show_default=True,
                      help="Target GPU profile (a name or an alias such as a100)."),
-        click.option("--tensor-parallel", type=click.IntRange(min=1), default=None,
+        click.option("--tensor-parallel", type=AsciiIntRange(min=1), default=None,
                      help="Tensor-parallel degree to check head counts against."),
         click.option("--flops-backend", type=click.Choice(FlopsBackend.values()),
                      default=FlopsBackend.GRAPH.value, show_default=True,
@@ -151,7 +177,14 @@ def rule_options(func: F) -> F:
 
 
 def rule_config_from(params: dict[str, Any]) -> RuleConfig:
-    """The rule configuration: the nearest pyproject.toml, then the CLI values over it."""
+    """The rule configuration: the nearest pyproject.toml, then the CLI values over it.
+
+    Every pyproject.toml the search may read is checked first (size, UTF-8), so a broken
+    one is a configuration error (exit 2) for ``report`` as for ``check``.
+    """
+    for path in pyprojects():
+        if path.is_file():
+            check_toml_depth(read_input_text(path, "settings file"), path)
     return load_config(
         other_keys=("budget",),
         select=list(params.pop("select")) or None,
@@ -184,8 +217,28 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def say(message: str) -> None:
-    """One line for the user on the real stderr (never captured with the model's logs)."""
-    click.echo(f"mhaudit: {message}", file=error_stream())
+    """One line for the user on the real stderr (never captured with the model's logs).
+
+    A stderr that cannot be written (closed, full) loses the line, never the exit code.
+    """
+    echo_error(f"mhaudit: {message}")
+
+
+def echo_error(text: str) -> None:
+    """``text`` and a newline on the real stderr; a failing stderr is ignored."""
+    with contextlib.suppress(Exception):
+        click.echo(text, file=error_stream())
+
+
+def require_torch() -> None:
+    """Import torch now, so that a missing or broken torch is the environment's error (exit 3)
+    with torch's first line, not a bug of mhaudit."""
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:
+        raise DependencyError(f"torch could not be imported: {first_line(exc)}",
+                              "Check the torch installation (pip install torch) and that "
+                              "PYTHONPATH holds no broken copy of it.") from exc
 
 
 def audit_quietly(target: str, options: AuditOptions) -> Report:
@@ -196,22 +249,33 @@ def audit_quietly(target: str, options: AuditOptions) -> Report:
 
 
 def _explain(error: BaseException, log: str, verbose: bool) -> None:
-    stream = error_stream()
     if not verbose:
         return
     if log:
-        click.echo("captured log:\n" + log, file=stream)
-    click.echo("".join(traceback.format_exception(error)).rstrip(), file=stream)
+        echo_error("captured log:\n" + log)
+    try:
+        text = "".join(traceback.format_exception(error)).rstrip()
+    except Exception:  # an exception whose message cannot be formatted
+        text = f"(no traceback: {first_line(error)})"
+    echo_error(text)
 
 
 class CommandExit(SystemExit):
-    """The exit a command's error wrapper chose; an enclosing wrapper lets it through."""
+    """The exit a command's error wrapper chose; an enclosing wrapper lets it through.
+
+    ``line`` is the one line it printed (empty for a quiet exit).
+    """
+
+    def __init__(self, code: int, line: str = "") -> None:
+        super().__init__(code)
+        self.line = line
 
 
 def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
     _explain(error, log, verbose)
-    click.echo(f"mhaudit: {plain(' '.join(line.split()))}", file=error_stream())
-    raise CommandExit(code)
+    text = plain(" ".join(line.split()))
+    echo_error(f"mhaudit: {text}")
+    raise CommandExit(code, text)
 
 
 @contextlib.contextmanager
@@ -220,33 +284,41 @@ def errors_to_exit(verbose: bool = False) -> Iterator[None]:
 
     stdout is protected for the whole body (see :mod:`mhaudit.cli.guard`), torch's and
     transformers' logs are captured, and ``verbose`` shows them with the traceback.
-    MhauditError exits with its code (2 or 3), Ctrl-C with 130, SIGTERM with 143, and
-    any other exception is a bug of mhaudit: exit 4, never 1.
+    Every exit code is read from the error's class: MhauditError's subclasses (2, 3, 141
+    for a closed pipe, quietly), Ctrl-C 130, SIGTERM 143, the timer and model code that
+    exits or raises a BaseException 3; any other exception is a bug of mhaudit: exit 4,
+    never 1.
     """
-    from mhaudit.load.capture import captured_logs
-    from mhaudit.load.contain import StageTimeout, Terminated
+    from mhaudit.contain.capture import captured_logs
+    from mhaudit.contain.contain import StageTimeout, Terminated
 
     with protected_stdout(), terminate_as_exception(), captured_logs() as log:
         try:
             yield
+        except OutputClosed as error:
+            raise CommandExit(error.exit_code) from None
         except MhauditError as error:
             _exit(f"error: {error.one_line()}", error.exit_code, error,
                   error.log or log.text(), verbose)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, CommandExit):
             raise
         except KeyboardInterrupt as error:
-            _exit("interrupted", INTERRUPTED_EXIT, error, log.text(), verbose)
+            _exit("interrupted", Interrupted.exit_code, error, log.text(), verbose)
         except Terminated as error:
-            _exit("terminated", 128 + signal.SIGTERM, error, log.text(), verbose)
+            _exit("terminated", error.exit_code, error, log.text(), verbose)
         except StageTimeout as error:
-            _exit(f"error: {error}. Raise --timeout.", 3, error, log.text(), verbose)
+            _exit(f"error: {error}. Raise --timeout.", error.exit_code, error, log.text(),
+                  verbose)
         except SystemExit as error:  # only model code exits inside a command's body
-            _exit(f"error: model code called sys.exit({error.code!r}). Model files must not "
-                  "exit.", 3, error, log.text(), verbose)
+            _exit(f"error: model code called sys.exit({safe_text(error.code, repr)[:80]}). "
+                  "Model files must not exit.", LoadError.exit_code, error, log.text(), verbose)
         except Exception as error:
             _exit(f"internal error: {first_line(error)}. This is a bug in mhaudit: rerun with "
-                  "--verbose for the traceback and report it.", INTERNAL_ERROR_EXIT, error,
+                  "--verbose for the traceback and report it.", InternalError.exit_code, error,
                   log.text(), verbose)
+        except BaseException as error:  # GeneratorExit and the like: only model code
+            _exit(f"error: model code raised {type_name(error)}. Model code must return or "
+                  "raise an Exception.", LoadError.exit_code, error, log.text(), verbose)
 
 
 def output_path(output: str | Path | None) -> OutputPath:

@@ -2,8 +2,11 @@
 
 The report must be the only thing on stdout. For the whole command, file descriptor 1
 points at stderr, so a model that prints, writes to fd 1 or starts a printing thread
-writes to stderr; the report goes to a duplicate of the original fd 1. SIGTERM becomes an
-exception, so temporary files are removed on the way out.
+writes to stderr; the report goes to a duplicate of the original fd 1, and mhaudit's own
+messages to a duplicate of fd 2 (a model that closes fd 2 does not silence them). A
+closed pipe on stdout ends the run quietly with 141; a full disk or a closed stdout is
+exit 2 with one line. SIGTERM becomes an exception, so temporary files are removed on the
+way out.
 """
 
 from __future__ import annotations
@@ -19,12 +22,21 @@ from typing import Any, NoReturn, TextIO
 
 import click
 
-from mhaudit.errors import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, first_line
-from mhaudit.load.contain import Terminated
+from mhaudit.cli.process import run_process, stdout_closed
+from mhaudit.contain.contain import Terminated
+from mhaudit.errors import (
+    INTERNAL_ERROR_EXIT,
+    INTERRUPTED_EXIT,
+    ConfigError,
+    OutputClosed,
+    first_line,
+)
 from mhaudit.render.escape import encodable
 
 _report: list[TextIO] = []
 _errors: list[TextIO] = []
+_opened: list[TextIO] = []
+"""Streams this module opened on duplicated descriptors, flushed before the process exits."""
 
 
 def error_stream() -> TextIO:
@@ -38,10 +50,37 @@ def report_stream() -> TextIO:
 
 
 def write_report(text: str) -> None:
-    """Write ``text`` to the report stream, in characters its encoding can hold."""
+    """Write ``text`` to the report stream, in characters its encoding can hold.
+
+    A reader that went away is :class:`OutputClosed` (exit 141, no message); a full disk,
+    a closed stdout or another write error is a ConfigError (exit 2).
+    """
     stream = report_stream()
-    stream.write(encodable(text, getattr(stream, "encoding", None) or "utf-8"))
-    stream.flush()
+    if stdout_closed() or stream is None:
+        raise ConfigError("stdout is closed, so the report has nowhere to go",
+                          "Write it to a file with --output FILE, or keep stdout open.")
+    try:
+        stream.write(encodable(text, getattr(stream, "encoding", None) or "utf-8"))
+        stream.flush()
+    except BrokenPipeError:
+        _discard(stream)
+        raise OutputClosed("stdout was closed by its reader") from None
+    except (OSError, ValueError) as exc:
+        _discard(stream)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
+        raise ConfigError(f"cannot write the report to stdout: {reason}",
+                          "Free some space, or write to a file with --output FILE.") from None
+
+
+def _discard(stream: TextIO) -> None:
+    """Point a failed stream at /dev/null, so the text still buffered flushes nowhere."""
+    fd = _fileno(stream)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
 
 
 def _fileno(stream: TextIO) -> int | None:
@@ -79,17 +118,25 @@ def protected_stdout() -> Iterator[None]:
             _report.pop()
             _errors.pop()
         return
-    original.flush()
+    with contextlib.suppress(OSError, ValueError):
+        original.flush()
     saved = os.dup(fd)
     os.dup2(err_fd, fd)
     encoding = getattr(original, "encoding", None) or "utf-8"
     stream = open(saved, "w", encoding=encoding, errors="replace", closefd=True)  # noqa: SIM115
+    messages = open(os.dup(err_fd), "w", encoding=getattr(err, "encoding", None) or "utf-8",  # noqa: SIM115
+                    errors="backslashreplace", buffering=1, closefd=True)
+    _errors[-1] = messages
+    _opened.extend((stream, messages))
     _report.append(stream)
     sys.stdout = err
     try:
         yield
     finally:
-        stream.flush()
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+        with contextlib.suppress(OSError, ValueError):
+            messages.close()  # later lines (the group's own) go to sys.stderr
         _report.pop()
         _errors.pop()
 
@@ -114,7 +161,8 @@ def terminate_as_exception() -> Iterator[None]:
 def _usage_error(error: click.UsageError) -> NoReturn:
     hint = f" Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
     message = " ".join(error.format_message().split()).rstrip(".")
-    click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
+    with contextlib.suppress(Exception):  # a closed or full stderr loses the line, not the code
+        click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
     sys.exit(error.exit_code)
 
 
@@ -124,6 +172,20 @@ class GuardedGroup(click.Group):
     Each command body runs inside :func:`mhaudit.cli.common.errors_to_exit`; this is the
     net around everything else (option parsing, imports of the command modules).
     """
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        """The console script and ``python -m mhaudit`` (no ``args``) run as a process: see
+        :mod:`mhaudit.cli.process`. Given ``args`` (click's test runner), a plain call."""
+        if args is not None or not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+
+        def run() -> object:
+            return super(GuardedGroup, self).main(None, prog_name, complete_var, True, **extra)
+
+        run_process(run, lambda: list(_opened))
+        return None  # pragma: no cover - run_process never returns
 
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
@@ -142,17 +204,20 @@ class GuardedGroup(click.Group):
         except click.UsageError as error:
             _usage_error(error)
         except click.ClickException as error:
-            click.echo(f"mhaudit: error: {' '.join(error.format_message().split())}",
-                       file=error_stream())
+            with contextlib.suppress(Exception):
+                click.echo(f"mhaudit: error: {' '.join(error.format_message().split())}",
+                           file=error_stream())
             sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
         except KeyboardInterrupt:
-            click.echo("mhaudit: interrupted", file=error_stream())
+            with contextlib.suppress(Exception):
+                click.echo("mhaudit: interrupted", file=error_stream())
             sys.exit(INTERRUPTED_EXIT)
-        except Terminated:
-            sys.exit(128 + signal.SIGTERM)
+        except Terminated as error:
+            sys.exit(error.exit_code)
         except Exception as error:
-            click.echo(f"mhaudit: internal error: {first_line(error)}. This is a bug in "
-                       "mhaudit: rerun with --verbose and report it.", file=error_stream())
+            with contextlib.suppress(Exception):
+                click.echo(f"mhaudit: internal error: {first_line(error)}. This is a bug in "
+                           "mhaudit: rerun with --verbose and report it.", file=error_stream())
             sys.exit(INTERNAL_ERROR_EXIT)

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
+from mhaudit.cli.common import AsciiIntRange
 from mhaudit.options import Checkpointing, Optimizer, Precision
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,7 +30,7 @@ def phase_options(func: F) -> F:
                      help="layers: recompute each repeated layer in the backward."),
         click.option("--decode", is_flag=True,
                      help="Add one generation step: FLOPs, bytes, time and the KV cache."),
-        click.option("--context", type=click.IntRange(min=0), default=None,
+        click.option("--context", type=AsciiIntRange(min=0), default=None,
                      help="Cached tokens for --decode (default: the audited sequence length)."),
     ]
     for option in reversed(options):

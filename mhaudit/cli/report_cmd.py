@@ -8,15 +8,18 @@ from typing import Any
 import click
 
 from mhaudit.cli.common import (
+    AsciiIntRange,
     errors_to_exit,
     model_options,
     options_from,
     output_path,
+    require_torch,
     rule_config_from,
     rule_options,
     say,
     write_output,
 )
+from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.render.formats import FORMATS, formats_with
@@ -46,7 +49,7 @@ Examples:
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]),
               default="never", show_default=True,
               help="Exit 1 when a flag at or above this severity is raised.")
-@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--repeats", type=AsciiIntRange(min=1), default=10, show_default=True,
               help="Timed forwards when measuring on cpu or cuda.")
 def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide: bool,
                    fail_on: str, repeats: int, **params: Any) -> None:
@@ -58,21 +61,27 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
     """
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
+        require_torch()  # before anything that imports it: a broken torch is exit 3
         destination = output_path(output)
+        refuse_inputs_as_outputs([("--output", destination)], command_inputs(targets))
         rule_config = rule_config_from(params)
         phases = phase_options_from(params)
         given = options_from(params)
         from mhaudit.gate.budget import failing_findings
         from mhaudit.options import AuditOptions
-        done, worst = audit_each(targets, lambda progress: AuditOptions(
+        done, worst, failed = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, repeats=repeats, progress=progress, **phases, **given),
             verbose)
         reports = [report for _, report in done]
-        if reports:
-            form = FORMATS[fmt]
+        form = FORMATS[fmt]
+        listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
+        if reports or listed:
             options = render_options(form, wide, destination.is_stdout,
                                      flagged_sweeps(form, reports))
-            write_output(form.render_reports(reports, options), destination)
+            text = form.render_reports(reports, options) if reports else None
+            if listed and form.listing is not None:
+                text = form.listing(text, len(targets), {f.index: f.data() for f in failed})
+            write_output(text or "", destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):
                 worst = max(worst, 1)
             if destination.path is not None:

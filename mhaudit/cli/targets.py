@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from mhaudit.cli.common import audit_quietly, errors_to_exit, warn_unused_shape_options
+from mhaudit.cli.common import (
+    audit_quietly,
+    errors_to_exit,
+    require_torch,
+    warn_unused_shape_options,
+)
 from mhaudit.cli.guard import report_stream
+from mhaudit.cli.inputs import target_files
 from mhaudit.cli.progress import Status
 from mhaudit.cli.terminal import terminal_width, use_color
+from mhaudit.contain.state import clean_state
 from mhaudit.render.formats import OutputFormat
 from mhaudit.render.style import RenderOptions
 
@@ -19,19 +27,40 @@ if TYPE_CHECKING:
 INTERRUPTED = 130
 
 
+@dataclass(frozen=True)
+class Failed:
+    """A target that gave no report: its exit code and the line printed for it."""
+
+    index: int
+    """Position among the targets given."""
+    target: str
+    exit_code: int
+    error: str
+
+    def data(self) -> dict[str, Any]:
+        """The entry a JSON list of several targets holds in this target's place."""
+        return {"source": self.target, "error": self.error, "exit_code": self.exit_code}
+
+
 def audit_each(
     targets: Sequence[str], make_options: Callable[[Callable[[int, int], None]], AuditOptions],
     verbose: bool = False,
-) -> tuple[list[tuple[str, Report]], int]:
+) -> tuple[list[tuple[str, Report]], int, list[Failed]]:
     """Audit every target; a failure prints its one line and the others still run.
 
-    Returns the reports that were made and the worst exit code of the failures (0 if none).
+    Each target starts from the same torch and module state (:func:`clean_state`).
+    Returns the reports that were made, the worst exit code of the failures (0 if none)
+    and the failures.
     """
+    require_torch()
     done: list[tuple[str, Report]] = []
+    failed: list[Failed] = []
     worst = 0
-    for target in targets:
+    for index, target in enumerate(targets):
         try:
-            with errors_to_exit(verbose), Status(f"mhaudit: {target}") as status:
+            folders = [p.resolve().parent for p in target_files(target)]
+            with errors_to_exit(verbose), clean_state(folders), \
+                    Status(f"mhaudit: {target}") as status:
                 report = audit_quietly(target, make_options(status.measured))
             warn_unused_shape_options(report)
             done.append((target, report))
@@ -39,8 +68,10 @@ def audit_each(
             code = exc.code if isinstance(exc.code, int) else 1
             if code == INTERRUPTED:
                 raise
+            line = str(getattr(exc, "line", ""))
+            failed.append(Failed(index, target, code, line.removeprefix("error: ")))
             worst = max(worst, code)
-    return done, worst
+    return done, worst, failed
 
 
 def render_options(fmt: OutputFormat, wide: bool, to_stdout: bool,

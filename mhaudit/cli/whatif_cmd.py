@@ -10,17 +10,21 @@ import click
 from mhaudit.cli.common import (
     DTYPE,
     GPU,
+    AsciiIntRange,
+    ascii_digits,
     audit_quietly,
     errors_to_exit,
     output_path,
     parse_input_shapes,
+    require_torch,
     say,
     verbose_option,
     write_output,
 )
+from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
-from mhaudit.errors import ConfigError
+from mhaudit.errors import ConfigError, first_line
 from mhaudit.options import MAX_SIZE
 from mhaudit.render.formats import FORMATS, formats_with
 from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
@@ -29,14 +33,14 @@ from mhaudit.whatif import whatif as run_whatif
 DEFAULT_SEQ_LEN = 2048
 
 
-_SIZE = click.IntRange(min=1, max=MAX_SIZE)
+_SIZE = AsciiIntRange(min=1, max=MAX_SIZE)
 
 
 def _int_list(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = [part.strip() for part in text.split(",")]
-    if not all(item.isdigit() and 0 < int(item) <= MAX_SIZE for item in items):
+    if not all(ascii_digits(item) and 0 < int(item) <= MAX_SIZE for item in items):
         raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
                           "Write comma-separated counts, e.g. --try-heads 8,16,32.")
     return tuple(int(item) for item in items)
@@ -117,7 +121,7 @@ Examples:
 @click.option("--bias/--no-bias", default=False, help="Q, K, V and O biases (spec mode).")
 @click.option("--try-heads", help="Comma-separated head counts instead of every divisor.")
 @click.option("--device", help="Also measure each layout on this device (cuda, cuda:1, cpu).")
-@click.option("--repeats", type=click.IntRange(min=1, max=10**6), default=20, show_default=True,
+@click.option("--repeats", type=AsciiIntRange(min=1, max=10**6), default=20, show_default=True,
               help="Timed runs per layout.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
@@ -134,7 +138,11 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
     Give a spec (--d-model, --heads, --kv-heads) or a model TARGET and --block.
     """
     with errors_to_exit(verbose):
+        require_torch()  # before anything that imports it: a broken torch is exit 3
         destination = output_path(opts["output"])
+        plot = output_path(opts["plot"]) if opts["plot"] else None
+        refuse_inputs_as_outputs([("--output", destination), ("--plot", plot)],
+                                 command_inputs([target] if target else []))
         spec_flags = [k for k in ("d_model", "heads", "kv_heads", "head_dim") if opts[k]]
         if target is not None and spec_flags:
             raise ConfigError("give a model or a --d-model/--heads spec, not both",
@@ -150,6 +158,10 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         assert render is not None
         text = render(result)
         if opts["plot"]:
-            say(f"wrote {plot_whatif(result, opts['plot'])}")
+            try:
+                say(f"wrote {plot_whatif(result, opts['plot'])}")
+            except ValueError as exc:  # matplotlib: a suffix it cannot draw
+                raise ConfigError(f"cannot draw --plot {opts['plot']}: {first_line(exc)}",
+                                  "Name a .png or .svg file.") from None
         write_output(text, destination)
 

@@ -80,6 +80,13 @@ def causal_pairs(n_q: int, n_kv: int, offset: int = 0, window: int | None = None
     return kept
 
 
+def _arith(a: int, b: int, c: int) -> int:
+    """Σ (t + c) over a ≤ t < b (0 for an empty range)."""
+    if b <= a:
+        return 0
+    return (b - a) * (a + b - 1) // 2 + (b - a) * c
+
+
 def causal_tile_pairs(
     n_q: int, n_kv: int, offset: int = 0, window: int | None = None, tile: int = TILE
 ) -> int:
@@ -90,17 +97,41 @@ def causal_tile_pairs(
     sees (r0 + offset − window + 1, or 0) to the tile holding the last key row r1 sees
     (r1 + offset), clipped to n_kv. An upper bound of the unmasked pairs, exact for
     FlashAttention's block skipping at that tile size.
+
+    Closed form, O(1) in the lengths: full query tile t (rows tT .. tT + T − 1) ends its keys
+    at min(n_kv, (t + A + 1)·T) with A = ⌊(T − 1 + offset)/T⌋ and starts them at
+    max(0, t + B)·T with B = ⌊(offset − window + 1)/T⌋ (0 without a window); each bound is
+    linear in t up to one clamp, so each sum is an arithmetic series. The last, partial
+    query tile is counted on its own.
     """
+    full = n_q // tile
+    reach = (tile - 1 + offset) // tile  # A: key tiles past t that row tT + T − 1 reaches
+    a = max(0, -reach)  # first tile whose last row sees a key (t·T + T − 1 + offset ≥ 0)
+    b = full
+    start = None if window is None else (offset - window + 1) // tile  # B
+    if window is not None:  # the first row must see a key below n_kv: tT + offset − w + 1 < n_kv
+        b = min(b, max(0, -((-(n_kv - offset + window - 1)) // tile)))
     total = 0
-    for r0 in range(0, n_q, tile):
-        r1 = min(n_q, r0 + tile) - 1
-        hi = min(n_kv - 1, r1 + offset)
-        lo = 0 if window is None else max(0, r0 + offset - window + 1)
-        if hi < lo:
-            continue
-        first, last = lo // tile * tile, min(n_kv, (hi // tile + 1) * tile)
-        total += (r1 - r0 + 1) * (last - first)
+    if b > a:
+        capped = min(b, max(a, n_kv // tile - reach))  # tiles with (t + A + 1)·T ≤ n_kv
+        ends = tile * _arith(a, capped, reach + 1) + (b - capped) * n_kv
+        begins = 0 if start is None else tile * _arith(max(a, min(b, -start)), b, start)
+        total = tile * (ends - begins)
+    if n_q % tile:
+        total += _tile_pairs(full * tile, n_q, n_kv, offset, window, tile)
     return total
+
+
+def _tile_pairs(r0: int, end: int, n_kv: int, offset: int, window: int | None,
+                tile: int) -> int:
+    """Score elements of the one query tile of rows r0 .. end − 1."""
+    r1 = end - 1
+    hi = min(n_kv - 1, r1 + offset)
+    lo = 0 if window is None else max(0, r0 + offset - window + 1)
+    if hi < lo:
+        return 0
+    first, last = lo // tile * tile, min(n_kv, (hi // tile + 1) * tile)
+    return (r1 - r0 + 1) * (last - first)
 
 
 def block_flops(layout: Layout) -> FlopBreakdown:

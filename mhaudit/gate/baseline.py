@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mhaudit.contain.files import parse_json, read_input_text
 from mhaudit.data import Report
 from mhaudit.errors import ConfigError
 from mhaudit.gate.budget import MAX_QUANTITY, METRICS, metrics_from, phase_metrics
@@ -44,9 +45,14 @@ def _number(data: Mapping[str, Any], key: str, source: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{source}: field {key} = {value!r} is not a number", _REGENERATE)
-    if not math.isfinite(value) or value < 0 or value > MAX_QUANTITY:
-        raise ConfigError(f"{source}: field {key} = {value!r} is not a finite value >= 0",
-                          _REGENERATE)
+    # compare before any float conversion: a 400-digit int overflows math.isfinite
+    in_range = 0 <= value <= MAX_QUANTITY if isinstance(value, int) else (
+        math.isfinite(value) and 0 <= value <= MAX_QUANTITY)
+    if not in_range:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... " \
+            f"({len(repr(value))} digits)"
+        raise ConfigError(f"{source}: field {key} = {shown} is not a finite value >= 0 "
+                          f"(at most {MAX_QUANTITY:.0e})", _REGENERATE)
     return value
 
 
@@ -89,13 +95,13 @@ def baseline_from_dict(data: Mapping[str, Any], origin: str = "baseline") -> Bas
 def load_baseline_report(path: str | Path) -> Baseline:
     """Read and check a previous JSON report file (schema, finite values, model identity)."""
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"cannot read baseline {path}: No such file or directory",
+                          "Create it with: mhaudit check --baseline FILE --update-baseline.")
+    text = read_input_text(path, "baseline")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-    except OSError as exc:
-        raise ConfigError(f"cannot read baseline {path}: {exc.strerror or exc}",
-                          "Create it with: mhaudit check --baseline FILE --update-baseline."
-                          ) from exc
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        data = parse_json(text, f"baseline {path}", parse_constant=_reject_constant)
+    except ValueError as exc:
         raise ConfigError(f"baseline {path} is not valid JSON: {exc}", _REGENERATE) from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"baseline {path} is not a JSON object", _REGENERATE)

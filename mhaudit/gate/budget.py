@@ -16,6 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from mhaudit.contain.files import read_input_text
 from mhaudit.data import BudgetLimit, BudgetResult, Finding, GateOutcome, Report, Severity
 from mhaudit.errors import ConfigError
 
@@ -222,14 +223,11 @@ def check_budget_applies(budget: Budget, device: str) -> None:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"cannot read budget file {path}: {reason}",
-                          "Check the file's path and permissions.") from exc
+    text = read_input_text(path, "budget file")
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path} nests too deeply to read", "Check the file.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}",
                           'Fix the syntax there; strings need quotes, e.g. max_params = "20k".'

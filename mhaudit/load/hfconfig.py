@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from mhaudit.contain.contain import contained
+from mhaudit.contain.files import check_input_file, parse_json, read_input_text
+from mhaudit.contain.offline import hub_offline, set_offline_env
 from mhaudit.errors import LoadError, first_line
-from mhaudit.load.contain import contained
 from mhaudit.load.inputs import Shapes, config_inputs, with_shapes
-from mhaudit.load.offline import hub_offline, set_offline_env
 
 HF_TIP = "pip install 'mhaudit[hf]' (from PyPI)"
 """The one-line fix when transformers is missing."""
@@ -92,9 +92,11 @@ def load_hf_config(
     inputs by name. Tensors follow the default device; pass ``device="meta"`` to build
     without allocating.
     """
+    check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
+    text = read_input_text(path, "config", error=LoadError)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        data = parse_json(text, f"config {path}", error=LoadError)
+    except ValueError as exc:
         raise LoadError(
             f"cannot read {path}: {first_line(exc)}", "Check the path and JSON."
         ) from exc

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.errors import LoadError
-from mhaudit.load.contain import contained, preserved_state
+from mhaudit.contain.contain import contained, preserved_state
+from mhaudit.contain.files import check_input_file
+from mhaudit.errors import LoadError, type_name
 from mhaudit.load.device import parse_device
 from mhaudit.load.inputs import Shapes, with_shapes
 
@@ -66,7 +67,7 @@ def load_target(
 ) -> LoadedModel:
     """Resolve ``model.py[:NAME]``, ``pkg.mod:NAME``, a ``config.json`` or a model folder.
 
-    Model code runs contained (see :mod:`mhaudit.load.contain`): whatever it raises or
+    Model code runs contained (see :mod:`mhaudit.contain.contain`): whatever it raises or
     however it exits becomes a LoadError naming the file and the stage.
     """
     path_part, _, attr = _split_target(target)
@@ -132,8 +133,7 @@ def _import_target(spec: str) -> ModuleType:
     if spec.endswith(".py") or path.exists():
         if not path.exists():
             raise LoadError(f"model file {spec} does not exist", "Check the path.")
-        if not path.is_file():
-            raise LoadError(f"{spec} is not a regular file", "Point at a .py model file.")
+        check_input_file(path, "model file")  # a FIFO, a device or a huge file: exit 2
         name = f"mhaudit_user_{''.join(c if c.isalnum() else '_' for c in path.stem)}_" \
                f"{uuid.uuid4().hex[:8]}"
         mod_spec = importlib.util.spec_from_file_location(name, path)
@@ -155,7 +155,11 @@ def _import_target(spec: str) -> ModuleType:
             raise
 
 
-def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
+_GETATTR_TIP = "A module-level __getattr__ must raise AttributeError for names it lacks."
+
+
+def _factory(module: ModuleType, attr: str, target: str) -> tuple[Any, str]:
+    """The object the target names, and what to call it in messages."""
     if attr:
         if not hasattr(module, attr):
             raise LoadError(f"{target}: no attribute {attr!r}", "Check the name after the colon.")
@@ -170,18 +174,27 @@ def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
             "Add `def build_model(): return MyModel(...)` or name one with file.py:NAME.",
         )
     if isinstance(obj, nn.Module):
-        return obj
+        return obj, ""
     if not callable(obj):
         raise LoadError(f"{target}: {attr or 'model'} is not callable", "Point at a factory.")
     if inspect.isclass(obj) and issubclass(obj, nn.Module):
-        obj_name = obj.__name__
-    else:
-        obj_name = getattr(obj, "__name__", "factory")
+        return obj, type_name(obj)
+    name = getattr(obj, "__name__", "factory")
+    return obj, name if isinstance(name, str) and name else "factory"
+
+
+def _build(module: ModuleType, attr: str, target: str) -> nn.Module:
+    # a module-level __getattr__, or a factory object with odd attributes, is user code too
+    with contained(f"looking up {attr or 'build_model'} in the model file", target,
+                   tip=_GETATTR_TIP):
+        obj, obj_name = _factory(module, attr, target)
+    if not obj_name:
+        return obj  # type: ignore[no-any-return]
     with contained(f"{obj_name}()", target):
         built = obj()
     if not isinstance(built, nn.Module):
         raise LoadError(
-            f"{obj_name}() returned {type(built).__name__}, not an nn.Module",
+            f"{obj_name}() returned {type_name(built)}, not an nn.Module",
             "Return the model from the factory.",
         )
     return built
@@ -196,9 +209,10 @@ def _inputs(
     input_shapes: Shapes,
     target: str,
 ) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
-    provider = getattr(module, "example_inputs", None)
-    if provider is None:
-        provider = getattr(module, "EXAMPLE_INPUTS", None)
+    with contained("looking up example_inputs in the model file", target, tip=_GETATTR_TIP):
+        provider = getattr(module, "example_inputs", None)
+        if provider is None:
+            provider = getattr(module, "EXAMPLE_INPUTS", None)
 
     def provided() -> Any:
         with contained("example_inputs()", target):
@@ -317,8 +331,7 @@ def _load_hf_config(
 
     if not path.exists():
         raise LoadError(f"config file {path} does not exist", "Check the path.")
-    if not path.is_file():
-        raise LoadError(f"{path} is not a regular file", "Point at a model's config.json.")
+    check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
     with quiet_stdout(), device_context(device):
         model, args, kwargs = load_hf_config(path, batch_size, seq_len,
                                              input_shape=input_shape, input_shapes=input_shapes)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mhaudit.data import Report, WhatIf
 from mhaudit.render import rules_list
@@ -11,7 +12,7 @@ from mhaudit.render.gate import checks
 from mhaudit.render.gate.checks import CheckRenderer
 from mhaudit.render.github import render_github, render_github_many
 from mhaudit.render.html import render_html, render_html_many
-from mhaudit.render.json import render_json, render_json_many
+from mhaudit.render.json import json_listing, render_json, render_json_many
 from mhaudit.render.markdown import render_markdown, render_markdown_many
 from mhaudit.render.sarif import render_sarif, render_sarif_many
 from mhaudit.render.style import RenderOptions
@@ -24,6 +25,8 @@ ManyRenderer = Callable[[Sequence[Report], RenderOptions], str]
 WhatIfRenderer = Callable[[WhatIf], str]
 RulesRenderer = Callable[[Sequence[Rule], RenderOptions], str]
 RuleRenderer = Callable[[Rule, RenderOptions], str]
+ListingRenderer = Callable[[str | None, int, Mapping[int, Mapping[str, Any]]], str]
+"""Several targets' output with the failed ones' entries in their places."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class OutputFormat:
     """Draws the what-if sweeps of flagged blocks (the CLI computes them for it)."""
     step_summary: CheckRenderer | None = None
     """A markdown job summary to append to ``GITHUB_STEP_SUMMARY`` after ``check``."""
+    listing: ListingRenderer | None = None
+    """With several targets, one list in target order in which a target that failed keeps
+    its place as ``{source, error, exit_code}``; None: failures are only on stderr."""
 
     def render_reports(self, reports: Sequence[Report], options: RenderOptions) -> str:
         """One report as :attr:`report` renders it; several as :attr:`reports` does."""
@@ -77,7 +83,7 @@ FORMATS: dict[str, OutputFormat] = {f.name: f for f in (
                  terminal=True),
     OutputFormat("json", "json", True, render_json, render_json_many, checks.checks_json,
                  render_whatif_json, rules_list.rules_json, rules_list.rule_json,
-                 states_verdict=False),
+                 states_verdict=False, listing=json_listing),
     OutputFormat("github", "txt", False, render_github, render_github_many,
                  checks.checks_github, step_summary=checks.checks_markdown),
     OutputFormat("junit", "xml", True, checks=checks.checks_junit, states_verdict=False),

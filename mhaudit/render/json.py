@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mhaudit.data import Report
 from mhaudit.render.style import PLAIN, RenderOptions
@@ -17,3 +18,16 @@ def render_json(report: Report, options: RenderOptions = PLAIN) -> str:
 def render_json_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
     """Several reports as one JSON list."""
     return json.dumps([r.to_dict() for r in reports], indent=2) + "\n"
+
+
+def json_listing(text: str | None, count: int, failed: Mapping[int, Mapping[str, Any]]) -> str:
+    """The JSON list for ``count`` targets in their order, each failed one as its entry
+    (``{source, error, exit_code}``) in its place.
+
+    ``text`` is what the renderer gave for the others: one object for one report, a list
+    for more, None for none.
+    """
+    data = json.loads(text) if text is not None else []
+    made = iter(data if isinstance(data, list) else [data])
+    items = [dict(failed[i]) if i in failed else next(made) for i in range(count)]
+    return json.dumps(items, indent=2) + "\n"

@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from mhaudit import __version__
 from mhaudit.data import Finding, Report, Severity, SourceLocation
@@ -45,11 +46,18 @@ def fingerprint(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
+def path_uri(path: str) -> str:
+    """A file path as an RFC 3986 reference: ``/`` separators, every other character outside
+    the unreserved set percent-encoded as UTF-8 (``my model.py`` -> ``my%20model.py``; a
+    ``:`` too, so a first segment never reads as a scheme)."""
+    return quote(path.replace("\\", "/"), safe="/")
+
+
 def physical(where: SourceLocation | None) -> list[dict[str, Any]]:
     """``locations`` of a result: the file and line, when known."""
     if where is None:
         return []
-    artifact: dict[str, Any] = {"uri": where.path}
+    artifact: dict[str, Any] = {"uri": path_uri(where.path)}
     if not where.path.startswith("/"):
         artifact["uriBaseId"] = "%SRCROOT%"
     return [{"physicalLocation": {"artifactLocation": artifact,

@@ -13,6 +13,7 @@ from torch import nn
 
 from mhaudit.errors import TraceError, first_line
 from mhaudit.trace.guards import move_stray_tensors, plain_autocast
+from mhaudit.trace.ran import require_plain_forward, require_ran
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph, output_tensors, strip_wrapper
 
@@ -87,7 +88,12 @@ def _quiet() -> Iterator[None]:
 
 
 def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
-    """Run the tracer ladder; raise TraceError naming each rung's first cause."""
+    """Run the tracer ladder; raise TraceError naming each rung's first cause.
+
+    A graph from a forward that did not run (see :func:`mhaudit.trace.ran.require_ran`)
+    is refused, whichever rung produced it.
+    """
+    require_plain_forward(model)
     was_training = model.training
     model.eval()
     move_stray_tensors(model, (args, kwargs))
@@ -96,9 +102,12 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tr
         with _quiet(), plain_autocast():
             for name, tracer in TRACERS:
                 try:
-                    return tracer(model, args, kwargs)
+                    traced = tracer(model, args, kwargs)
                 except Exception as exc:
                     failures.append((name, exc))
+                else:
+                    require_ran(model, traced)
+                    return traced
     finally:
         model.train(was_training)
     causes = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failures)

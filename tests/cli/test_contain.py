@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mhaudit.contain.contain import contained, preserved_state, time_limit
 from mhaudit.errors import LoadError, TraceError, first_line
-from mhaudit.load.contain import contained, preserved_state, time_limit
 
 
 @pytest.mark.parametrize(

@@ -175,7 +175,8 @@ def test_library_audit_keeps_torch_logging_off_stderr(
             return self.lin(x) if x.sum() > 0 else x
 
     # torch.export fails on the branch (and logs fake-tensor tracebacks); a later rung traces it
-    report = mhaudit.audit(DataDependent(), torch.zeros(1, 4, 8))
+    # (ones, so the branch taken reads the layer: a forward that reads none is refused)
+    report = mhaudit.audit(DataDependent(), torch.ones(1, 4, 8))
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
     assert not report.model.trace_method.startswith("torch.export")
@@ -225,7 +226,8 @@ def test_failing_trace_prints_no_torch_noise(tmp_path: Path) -> None:
     # torch.export fails on the branch and torch logs about it (imported only once the
     # command runs); a later rung of the tracer ladder audits it, and stderr stays empty
     model = model_file(tmp_path, "class DataDependent(Attention):\n    def forward(self, x):\n"
-                       "        return super().forward(x) if x.sum() > 0 else x\n\n"
+                       "        y = super().forward(x)\n"
+                       "        return y if x.sum() > 0 else -y\n\n"
                        "def build_model():\n    return DataDependent()\n")
     run = run_process("report", model, timeout=120)
     assert run.code == 0 and run.stderr == "", run.stderr

@@ -171,7 +171,7 @@ def test_temporary_file_is_removed_on_sigterm(tmp_path: Path) -> None:
         from pathlib import Path
         from mhaudit.atomic import write_text_atomic
         from mhaudit.cli.guard import terminate_as_exception
-        from mhaudit.load.contain import Terminated
+        from mhaudit.contain.contain import Terminated
 
         real_fsync = os.fsync
         def fsync_then_terminate(fd):

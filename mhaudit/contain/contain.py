@@ -15,14 +15,25 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
-from mhaudit.errors import LoadError, MhauditError, TraceError, first_line
+from mhaudit.errors import LoadError, MhauditError, TraceError, first_line, safe_text, type_name
 
 _stages: list[str] = []
 """The stages now running, innermost last (the timer names the innermost one)."""
+
+_sources: list[str] = []
+"""The model source of each running stage, beside ``_stages``."""
+
+HardStop = Callable[[str], None]
+"""Called with "SOURCE: timed out after S s in STAGE" when the timer failed to stop a stage."""
+
+_hard_stops: list[HardStop] = []
+
+GRACE_S = 1.0
+"""How long past the time limit the watchdog waits for the timer before its hard stop."""
 
 _sigint = threading.Event()
 """Set by the SIGINT handler, so a real Ctrl-C is told apart from a raised KeyboardInterrupt."""
@@ -34,9 +45,13 @@ class Terminated(BaseException):
     It ends the run: containment lets it through like a real Ctrl-C.
     """
 
+    exit_code = 128 + signal.SIGTERM
+
 
 class StageTimeout(BaseException):
     """Raised by the timer inside user code; a BaseException so ``except Exception`` misses it."""
+
+    exit_code = LoadError.exit_code
 
     def __init__(self, seconds: float, stage: str) -> None:
         super().__init__(f"timed out after {seconds:g} s in {stage}")
@@ -79,9 +94,11 @@ def _watch_sigint() -> Iterator[None]:
 
 
 def _exit_text(code: object) -> str:
-    if code is None or isinstance(code, int):
-        return f"sys.exit({code if code is not None else ''})"
-    return f"sys.exit({code!r})"
+    if code is None:
+        return "sys.exit()"
+    if type(code) is int:
+        return f"sys.exit({code})"
+    return f"sys.exit({safe_text(code, repr)[:80]})"
 
 
 _TIPS = {
@@ -100,7 +117,7 @@ _TIPS = {
 
 def _tip(exc: BaseException, stage: str, default: str | None) -> str:
     """The fix that matches the cause: by exception type, else the stage's own tip."""
-    names = [cls.__name__ for cls in type(exc).__mro__]
+    names = [type_name(cls) for cls in type(exc).__mro__]
     for name in names:
         if name in _TIPS and (default is None or name in _RESOURCE):
             return _TIPS[name]
@@ -127,6 +144,7 @@ def contained(
     if not _stages:
         _sigint.clear()  # a Ctrl-C from an earlier audit in this process is over
     _stages.append(stage)
+    _sources.append(source)
     try:
         with _watch_sigint():
             yield
@@ -143,13 +161,12 @@ def contained(
     except SystemExit as exc:
         raise error_type(f"{source}: {stage} called {_exit_text(exc.code)}",
                          _TIPS["SystemExit"]) from exc
-    except BaseException as exc:
-        if isinstance(exc, GeneratorExit):
-            raise
+    except BaseException as exc:  # GeneratorExit and any other BaseException of user code
         raise error_type(f"{source}: {stage} failed: {first_line(exc)}",
                          _tip(exc, stage, tip)) from exc
     finally:
         _stages.pop()
+        _sources.pop()
 
 
 @contextlib.contextmanager
@@ -174,13 +191,52 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
+    dog = _Watchdog(seconds) if _hard_stops else None
     try:
         yield
     except StageTimeout as exc:  # fired between two stages, in mhaudit's own code
         raise LoadError(str(exc), "Raise the timeout.") from exc
     finally:
+        if dog is not None:
+            dog.stop()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def set_hard_stop(handler: HardStop | None) -> None:
+    """Install what a timed stage does when its timer fails to stop it (the CLI: exit).
+
+    Model code can disarm SIGALRM (``signal.setitimer(signal.ITIMER_REAL, 0)``, a handler
+    of its own, a blocked signal). With a hard stop installed, every ``time_limit`` also
+    starts a daemon watchdog thread that calls it ``GRACE_S`` after the limit unless the
+    stages ended. The library installs none: it never ends the process.
+    """
+    _hard_stops[:] = [handler] if handler is not None else []
+
+
+class _Watchdog:
+    """A daemon thread that waits for the stages to end and calls the hard stop if not."""
+
+    active: ClassVar[list[_Watchdog]] = []
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.done = threading.Event()
+        self.handler = _hard_stops[-1]
+        _Watchdog.active.append(self)
+        threading.Thread(target=self._watch, name="mhaudit-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.seconds + GRACE_S):
+            return
+        stage = _stages[-1] if _stages else "the audit"
+        source = f"{_sources[-1]}: " if _sources else ""
+        self.handler(f"{source}timed out after {self.seconds:g} s in {stage}")
+
+    def stop(self) -> None:
+        self.done.set()
+        with contextlib.suppress(ValueError):
+            _Watchdog.active.remove(self)
 
 
 @contextlib.contextmanager
@@ -211,3 +267,5 @@ def stop_timer() -> None:
     """End the running time limit early: the stages it bounds are over."""
     if hasattr(signal, "setitimer") and _main_thread():
         signal.setitimer(signal.ITIMER_REAL, 0)
+    for dog in list(_Watchdog.active):
+        dog.stop()
