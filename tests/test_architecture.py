@@ -29,14 +29,17 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, module: str, top_level: bool) -> Iterator[str]:
-    """Absolute names a module imports; ``top_level`` skips imports inside functions."""
+def _imports(tree: ast.AST, module: str, top_level: bool,
+             type_only: bool = False) -> Iterator[str]:
+    """Absolute names a module imports; ``top_level`` skips imports inside functions,
+    ``type_only`` counts ``TYPE_CHECKING`` imports too (a type in the wrong home is a
+    circle in the design, whether or not it runs)."""
     package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if not type_only and isinstance(child, ast.If) and _is_type_checking(child):
                 continue
             if top_level and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -52,12 +55,12 @@ def _imports(tree: ast.AST, module: str, top_level: bool) -> Iterator[str]:
             stack.append(child)
 
 
-def _graph(top_level: bool) -> dict[str, set[str]]:
+def _graph(top_level: bool, type_only: bool = False) -> dict[str, set[str]]:
     """Module -> the mhaudit modules it imports, package ``__init__``s on the way included."""
     edges: dict[str, set[str]] = {}
     for module, path in MODULES.items():
         targets: set[str] = set()
-        for name in _imports(ast.parse(path.read_text()), module, top_level):
+        for name in _imports(ast.parse(path.read_text()), module, top_level, type_only):
             if name not in MODULES:
                 continue
             parts = name.split(".")
@@ -74,9 +77,10 @@ def _external(module: str, top_level: bool = False) -> set[str]:
     return {name.split(".")[0] for name in _imports(tree, module, top_level)}
 
 
-@pytest.mark.parametrize("top_level", [True, False], ids=["top-level", "deferred-too"])
-def test_no_import_cycles(top_level: bool) -> None:
-    edges = _graph(top_level=top_level)
+@pytest.mark.parametrize(("top_level", "type_only"), [(True, False), (False, False), (False, True)],
+                         ids=["top-level", "deferred-too", "type-only-too"])
+def test_no_import_cycles(top_level: bool, type_only: bool) -> None:
+    edges = _graph(top_level=top_level, type_only=type_only)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -137,7 +141,9 @@ def _every_import(module: str) -> set[str]:
 
 
 COMPUTING = ("mhaudit.api", "mhaudit.assemble", "mhaudit.whatif", "mhaudit.cost",
-             "mhaudit.trace", "mhaudit.detect", "mhaudit.load", "mhaudit.cli")
+             "mhaudit.flops", "mhaudit.memory", "mhaudit.phases", "mhaudit.measure",
+             "mhaudit.parallel", "mhaudit.trace", "mhaudit.detect", "mhaudit.load",
+             "mhaudit.contain", "mhaudit.options", "mhaudit.cli")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.render")))
@@ -162,6 +168,26 @@ def test_each_stage_is_a_package_with_a_docstring() -> None:
 
 def test_package_root_holds_at_most_ten_modules() -> None:
     assert len(list(PACKAGE.glob("*.py"))) <= 10
+
+
+@pytest.mark.parametrize("package", sorted({p.parent for p in PACKAGE.rglob("__init__.py")}),
+                         ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_packages_hold_at_most_sixteen_modules(package: Path) -> None:
+    assert len(list(package.glob("*.py"))) <= 16
+
+
+def _long_functions(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > 60]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_functions_stay_under_60_lines(path: Path) -> None:
+    assert _long_functions(path) == []
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)

@@ -11,6 +11,7 @@ fields ending in ``_bytes`` are bytes; ``params`` are element counts.
 
 from __future__ import annotations
 
+from mhaudit.data.blocks import AttentionBlock, BlockGroup, Coverage, ModelInfo, Totals
 from mhaudit.data.costs import (
     BlockMemory,
     ExpertLayer,
@@ -32,14 +33,7 @@ from mhaudit.data.phases import (
     MemoryBreakdown,
     TrainingCost,
 )
-from mhaudit.data.report import (
-    AttentionBlock,
-    BlockGroup,
-    Coverage,
-    ModelInfo,
-    Report,
-    Totals,
-)
+from mhaudit.data.report import Report
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
 __all__ = [

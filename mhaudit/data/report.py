@@ -1,128 +1,29 @@
-"""The audited model, its blocks and totals: the report every renderer reads."""
+"""The full result of an audit, and its JSON form (schema version 1)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from mhaudit.data.costs import (
-    BlockMemory,
-    ExpertLayer,
-    FlopBreakdown,
-    Measurement,
-    ScalingPoint,
-    TargetEstimate,
-)
+from mhaudit.data.blocks import AttentionBlock, BlockGroup, Coverage, ModelInfo, Totals
+from mhaudit.data.costs import ExpertLayer, Measurement, ScalingPoint
 from mhaudit.data.findings import Finding
-from mhaudit.data.layout import Layout, ParamBreakdown
-from mhaudit.data.location import SourceLocation
 from mhaudit.data.phases import DecodeCost, TrainingCost
-from mhaudit.data.schema import report_to_dict
-
-
-@dataclass(frozen=True)
-class AttentionBlock:
-    """One attention block with everything mhaudit knows about it."""
-
-    layout: Layout
-    params: ParamBreakdown
-    flops: FlopBreakdown
-    memory: BlockMemory
-    findings: tuple[Finding, ...] = ()
-    target: TargetEstimate | None = None
-    """Kernel and roofline estimate on the target GPU."""
-    location: SourceLocation | None = None
-    """The ``class`` line of the block's module, or where the model is built."""
-
-    @property
-    def name(self) -> str:
-        """The block's qualified module name."""
-        return self.layout.name
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What was audited and how."""
-
-    source: str
-    """The target as given (file path, ``pkg.mod:NAME``, or a class name)."""
-    class_name: str
-    params_total: int
-    """All parameters, tied weights counted once."""
-    trace_method: str
-    """Name of the tracer that produced the graph."""
-    device: str
-    dtype: str
-    inputs: dict[str, Any]
-    """Input names to shapes and dtypes, e.g. ``{"input_ids": [1, 128], ...}``."""
-    param_bytes: int = 0
-    """Parameter bytes at ``dtype``."""
-    inputs_inferred: bool = False
-    """True when mhaudit made the inputs up from the model's first layer."""
-    location: SourceLocation | None = None
-    """The target file and the line where the model is built, when known."""
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """What the cost engine could not account for; never silently zero."""
-
-    ops_without_formula: dict[str, int] = field(default_factory=dict)
-    """Op name to number of calls that no formula covers."""
-    untraced_modules: tuple[str, ...] = ()
-    """Modules the tracer could not see into."""
-
-
-@dataclass(frozen=True)
-class Totals:
-    """Whole-model figures."""
-
-    num_blocks: int
-    attention_params: int
-    """Sum of block params (each parameter counted once across blocks)."""
-    params_total: int
-    attention_params_share: float
-    """attention_params / params_total."""
-    flops: int
-    """Whole-model forward FLOPs: every op with a formula."""
-    attention_flops: int
-    kv_cache_bytes_per_token: int
-    """Sum over self-attention blocks."""
-    param_bytes: int = 0
-    """Parameter bytes at the audited dtype."""
-    peak_activation_bytes: int | None = None
-    """Estimated peak of live activations in the forward pass (inference)."""
-    measured_peak_memory_bytes: int | None = None
-    """Peak memory measured on a real device (``--device cpu|cuda``)."""
-    latency_ms: float | None = None
-    """Median measured forward latency in milliseconds."""
-    flops_by_family: dict[str, int] = field(default_factory=dict)
-    """``flops`` split into matmul, conv, softmax, norm, elementwise and other; sums to
-    ``flops``. matmul + conv is what torch's FlopCounterMode counts."""
-    params_active: int | None = None
-    """Parameters one token touches: all of them, less (E − k)/E of each routed expert
-    layer's stacked tensors (top-k dispatch)."""
-    buffer_bytes: int = 0
-    """Buffer bytes (rotary tables, masks, running stats) at the audited dtype."""
-    peak_memory_bytes: int | None = None
-    """Estimated inference peak: ``param_bytes`` + ``buffer_bytes`` +
-    ``peak_activation_bytes``."""
-
-
-@dataclass(frozen=True)
-class BlockGroup:
-    """Blocks with identical layouts and figures (repeated layers), shown as one row."""
-
-    pattern: str
-    """Names folded into one, e.g. ``layers.{0..31}.self_attn``."""
-    names: tuple[str, ...]
-    block: AttentionBlock
-    """The first block of the group; the others match it in every figure."""
-
-    @property
-    def count(self) -> int:
-        """How many blocks the group stands for."""
-        return len(self.names)
+from mhaudit.data.schema import (
+    CAUSAL_CONVENTION,
+    EXPERTS_CONVENTION,
+    FLOPS_CONVENTION,
+    SCHEMA_VERSION,
+    TOOL_VERSION,
+    block_to_dict,
+    decode_to_dict,
+    finding_to_dict,
+    measurement_to_dict,
+    model_to_dict,
+    scaling_to_dict,
+    totals_to_dict,
+    training_to_dict,
+)
 
 
 @dataclass(frozen=True)
@@ -153,3 +54,48 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""
         return report_to_dict(self)
+
+
+def _sections(report: Report) -> dict[str, Any]:
+    """The optional sections, present only when the audit made them."""
+    data: dict[str, Any] = {}
+    if report.experts:
+        data["experts"] = [
+            {"module": e.module, "router": e.router, "num_experts": e.num_experts,
+             "top_k": e.top_k, "tokens": e.tokens, "weights": list(e.weights)}
+            for e in report.experts
+        ]
+    if report.scaling:
+        data["scaling"] = [scaling_to_dict(p) for p in report.scaling]
+    if report.measurement is not None:
+        data["measurement"] = measurement_to_dict(report.measurement)
+    if report.training is not None:
+        data["training"] = training_to_dict(report.training)
+    if report.decode is not None:
+        data["decode"] = decode_to_dict(report.decode)
+    return data
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The whole report, per the JSON contract."""
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "mhaudit", "version": TOOL_VERSION},
+        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
+                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
+        "model": model_to_dict(report.model),
+        "blocks": [block_to_dict(b) for b in report.blocks],
+        "groups": [
+            {"pattern": g.pattern, "count": g.count, "names": list(g.names)}
+            for g in report.groups
+        ],
+        "totals": totals_to_dict(report.totals),
+        "flags": [finding_to_dict(f) for f in report.findings],
+        "coverage": {
+            "ops_without_formula": dict(report.coverage.ops_without_formula),
+            "untraced_modules": list(report.coverage.untraced_modules),
+        },
+    }
+    data.update(_sections(report))
+    data.update(report.extras)
+    return data

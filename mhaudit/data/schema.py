@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mhaudit.data.blocks import AttentionBlock, ModelInfo, Totals
 from mhaudit.data.costs import Measurement, ScalingPoint, TargetEstimate, Timing
 from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
 from mhaudit.data.phases import DecodeCost, TrainingCost
 from mhaudit.data.whatif import WhatIf
-
-if TYPE_CHECKING:  # annotations only: report.py imports this module to serialise itself
-    from mhaudit.data.report import AttentionBlock, ModelInfo, Report, Totals
 
 TOOL_VERSION = "0.1.0"
 """The version of mhaudit (``mhaudit.__version__``), written into every report."""
@@ -239,7 +237,7 @@ _TOTAL_FIELDS = ("num_blocks", "params_total", "attention_params", "attention_pa
                  "buffer_bytes", "peak_memory_bytes", "measured_peak_memory_bytes", "latency_ms")
 
 
-def _model_to_dict(info: ModelInfo) -> dict[str, Any]:
+def model_to_dict(info: ModelInfo) -> dict[str, Any]:
     return {
         "source": info.source,
         "class": info.class_name,
@@ -254,54 +252,9 @@ def _model_to_dict(info: ModelInfo) -> dict[str, Any]:
     }
 
 
-def _totals_to_dict(totals: Totals) -> dict[str, Any]:
+def totals_to_dict(totals: Totals) -> dict[str, Any]:
     data = {key: getattr(totals, key) for key in _TOTAL_FIELDS}
     data["flops_by_family"] = dict(totals.flops_by_family)
-    return data
-
-
-def _sections(report: Report) -> dict[str, Any]:
-    """The optional sections, present only when the audit made them."""
-    data: dict[str, Any] = {}
-    if report.experts:
-        data["experts"] = [
-            {"module": e.module, "router": e.router, "num_experts": e.num_experts,
-             "top_k": e.top_k, "tokens": e.tokens, "weights": list(e.weights)}
-            for e in report.experts
-        ]
-    if report.scaling:
-        data["scaling"] = [scaling_to_dict(p) for p in report.scaling]
-    if report.measurement is not None:
-        data["measurement"] = measurement_to_dict(report.measurement)
-    if report.training is not None:
-        data["training"] = training_to_dict(report.training)
-    if report.decode is not None:
-        data["decode"] = decode_to_dict(report.decode)
-    return data
-
-
-def report_to_dict(report: Report) -> dict[str, Any]:
-    """The whole report, per the JSON contract."""
-    data: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "mhaudit", "version": TOOL_VERSION},
-        "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
-                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
-        "model": _model_to_dict(report.model),
-        "blocks": [block_to_dict(b) for b in report.blocks],
-        "groups": [
-            {"pattern": g.pattern, "count": g.count, "names": list(g.names)}
-            for g in report.groups
-        ],
-        "totals": _totals_to_dict(report.totals),
-        "flags": [finding_to_dict(f) for f in report.findings],
-        "coverage": {
-            "ops_without_formula": dict(report.coverage.ops_without_formula),
-            "untraced_modules": list(report.coverage.untraced_modules),
-        },
-    }
-    data.update(_sections(report))
-    data.update(report.extras)
     return data
 
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mhaudit.data import Report, WhatIf
-from mhaudit.render import rules_list
 from mhaudit.render.gate import checks
 from mhaudit.render.gate.checks import CheckRenderer
 from mhaudit.render.github import render_github, render_github_many
 from mhaudit.render.html import render_html, render_html_many
 from mhaudit.render.json import json_listing, render_json, render_json_many
 from mhaudit.render.markdown import render_markdown, render_markdown_many
+from mhaudit.render.rules import listing as rules_list
 from mhaudit.render.sarif import render_sarif, render_sarif_many
 from mhaudit.render.style import RenderOptions
 from mhaudit.render.table import render_table, render_table_many

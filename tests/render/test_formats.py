@@ -17,7 +17,7 @@ from mhaudit.cli.rules_cmd import rules
 from mhaudit.cli.whatif_cmd import whatif as whatif_command
 from mhaudit.data import LayoutSpec, WhatIf, WhatIfRow
 from mhaudit.render import FORMATS, OutputFormat, formats_with
-from mhaudit.render.rules_list import rules_table
+from mhaudit.render.rules.listing import rules_table
 from mhaudit.render.style import RenderOptions
 
 CLI = Path(__file__).resolve().parents[2] / "mhaudit" / "cli"

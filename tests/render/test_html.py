@@ -91,7 +91,7 @@ def test_new_renderers_do_not_import_torch() -> None:
     import sys
 
     code = ("import sys, mhaudit.render, mhaudit.render.gate, mhaudit.render.whatif, "
-            "mhaudit.render.whatif_plot, mhaudit.render.rule_text; print('torch' in sys.modules)")
+            "mhaudit.render.whatif_plot, mhaudit.render.rules.text; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from mhaudit.render.rule_text import render_rule_list, render_rule_text, rule_dict
+from mhaudit.render.rules.text import render_rule_list, render_rule_text, rule_dict
 from mhaudit.render.style import RenderOptions
 from mhaudit.rules import REGISTRY
 

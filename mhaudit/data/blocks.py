@@ -1,0 +1,116 @@
+"""The audited model's parts: its blocks, their groups, the model, totals and coverage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mhaudit.data.costs import BlockMemory, FlopBreakdown, TargetEstimate
+from mhaudit.data.findings import Finding
+from mhaudit.data.layout import Layout, ParamBreakdown
+from mhaudit.data.location import SourceLocation
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    """One attention block with everything mhaudit knows about it."""
+
+    layout: Layout
+    params: ParamBreakdown
+    flops: FlopBreakdown
+    memory: BlockMemory
+    findings: tuple[Finding, ...] = ()
+    target: TargetEstimate | None = None
+    """Kernel and roofline estimate on the target GPU."""
+    location: SourceLocation | None = None
+    """The ``class`` line of the block's module, or where the model is built."""
+
+    @property
+    def name(self) -> str:
+        """The block's qualified module name."""
+        return self.layout.name
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What was audited and how."""
+
+    source: str
+    """The target as given (file path, ``pkg.mod:NAME``, or a class name)."""
+    class_name: str
+    params_total: int
+    """All parameters, tied weights counted once."""
+    trace_method: str
+    """Name of the tracer that produced the graph."""
+    device: str
+    dtype: str
+    inputs: dict[str, Any]
+    """Input names to shapes and dtypes, e.g. ``{"input_ids": [1, 128], ...}``."""
+    param_bytes: int = 0
+    """Parameter bytes at ``dtype``."""
+    inputs_inferred: bool = False
+    """True when mhaudit made the inputs up from the model's first layer."""
+    location: SourceLocation | None = None
+    """The target file and the line where the model is built, when known."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the cost engine could not account for; never silently zero."""
+
+    ops_without_formula: dict[str, int] = field(default_factory=dict)
+    """Op name to number of calls that no formula covers."""
+    untraced_modules: tuple[str, ...] = ()
+    """Modules the tracer could not see into."""
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Whole-model figures."""
+
+    num_blocks: int
+    attention_params: int
+    """Sum of block params (each parameter counted once across blocks)."""
+    params_total: int
+    attention_params_share: float
+    """attention_params / params_total."""
+    flops: int
+    """Whole-model forward FLOPs: every op with a formula."""
+    attention_flops: int
+    kv_cache_bytes_per_token: int
+    """Sum over self-attention blocks."""
+    param_bytes: int = 0
+    """Parameter bytes at the audited dtype."""
+    peak_activation_bytes: int | None = None
+    """Estimated peak of live activations in the forward pass (inference)."""
+    measured_peak_memory_bytes: int | None = None
+    """Peak memory measured on a real device (``--device cpu|cuda``)."""
+    latency_ms: float | None = None
+    """Median measured forward latency in milliseconds."""
+    flops_by_family: dict[str, int] = field(default_factory=dict)
+    """``flops`` split into matmul, conv, softmax, norm, elementwise and other; sums to
+    ``flops``. matmul + conv is what torch's FlopCounterMode counts."""
+    params_active: int | None = None
+    """Parameters one token touches: all of them, less (E − k)/E of each routed expert
+    layer's stacked tensors (top-k dispatch)."""
+    buffer_bytes: int = 0
+    """Buffer bytes (rotary tables, masks, running stats) at the audited dtype."""
+    peak_memory_bytes: int | None = None
+    """Estimated inference peak: ``param_bytes`` + ``buffer_bytes`` +
+    ``peak_activation_bytes``."""
+
+
+@dataclass(frozen=True)
+class BlockGroup:
+    """Blocks with identical layouts and figures (repeated layers), shown as one row."""
+
+    pattern: str
+    """Names folded into one, e.g. ``layers.{0..31}.self_attn``."""
+    names: tuple[str, ...]
+    block: AttentionBlock
+    """The first block of the group; the others match it in every figure."""
+
+    @property
+    def count(self) -> int:
+        """How many blocks the group stands for."""
+        return len(self.names)
