@@ -100,15 +100,16 @@ def _failed(path: Path, exc: OSError) -> ConfigError:
                        "Check free space and that the folder is writable.")
 
 
-def _stage(path: Path, text: str) -> str:
-    """Write ``text`` to a new temporary file beside ``path``; return its name."""
+def _stage(path: Path, text: str | bytes) -> str:
+    """Write ``text`` (or bytes) to a new temporary file beside ``path``; return its name."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise _failed(path, exc) from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, _mode_for(path))
@@ -120,16 +121,17 @@ def _stage(path: Path, text: str) -> str:
     return tmp
 
 
-def _write_in_place(path: Path, text: str) -> None:
+def _write_in_place(path: Path, text: str | bytes) -> None:
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(path, "wb") as handle:
+            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
     except OSError as exc:
         raise _failed(path, exc) from exc
 
 
-def write_texts_atomic(items: Sequence[tuple[OutputPath, str]]) -> None:
-    """Write every file, or none: all texts are staged before any target is replaced.
+def write_texts_atomic(items: Sequence[tuple[OutputPath, str | bytes]]) -> None:
+    """Write every file, or none: all texts (or bytes) are staged before any target is
+    replaced.
 
     Items for the report stream are skipped (the caller prints them). If a rename fails
     part way, the targets already replaced are put back from hard-link backups.
@@ -174,8 +176,8 @@ def write_texts_atomic(items: Sequence[tuple[OutputPath, str]]) -> None:
             _write_in_place(out.path, text)
 
 
-def write_text_atomic(path: str | Path | OutputPath, text: str) -> None:
-    """Write ``text`` to a file path safely (see the module docstring)."""
+def write_text_atomic(path: str | Path | OutputPath, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to a file path safely (see the module docstring)."""
     out = path if isinstance(path, OutputPath) else resolve_output(path)
     if out.path is None:
         raise ConfigError(f"{os.fspath(path) if not isinstance(path, OutputPath) else '-'} is "

@@ -23,6 +23,7 @@ from mhaudit.cost.formulas import (
     is_zero_flop,
     lookup,
 )
+from mhaudit.trace.ops import ZERO_BACKWARD_OPS
 
 aten = torch.ops.aten
 
@@ -53,12 +54,7 @@ RMS norm 6; the embedding backward 1 add per gradient element; nll_loss 1 per
 gathered element forward, 0 backward (a scatter).
 """
 
-ZERO_BACKWARD: frozenset[str] = frozenset({
-    "aten.new_empty_strided", "aten.zero_", "aten.zero", "aten.copy_", "aten.detach",
-    "aten.new_zeros", "aten.fill_", "aten.index_put_", "aten.scatter_add", "aten.select_backward",
-    "aten.slice_backward", "aten.masked_fill_", "aten.index_add", "aten.bernoulli_",
-    "aten.bernoulli", "aten._to_copy", "aten.set_", "aten.lift_fresh_copy", "aten.empty_like",
-})
+ZERO_BACKWARD: frozenset[str] = frozenset(f"aten.{name}" for name in ZERO_BACKWARD_OPS)
 """Copies, fills and scatters that do no floating-point arithmetic."""
 
 

@@ -10,8 +10,9 @@ from torch import fx, nn
 from mhaudit.phases.decode import ExpertGroup
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight, rename, rep_position
+from mhaudit.trace.ops import GATHER_OPS
 
-_GATHERS = frozenset({"aten.embedding"})
+_GATHERS = frozenset(f"aten.{name}" for name in GATHER_OPS)
 
 
 def _op(node: fx.Node) -> str:

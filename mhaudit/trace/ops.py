@@ -260,6 +260,16 @@ COPY_VIEW_OPS = frozenset(
 )
 """Views, copies and casts of a whole tensor (nothing selected, nothing padded)."""
 
+ZERO_BACKWARD_OPS = frozenset({
+    "new_empty_strided", "zero_", "zero", "copy_", "detach", "new_zeros", "fill_",
+    "index_put_", "scatter_add", "select_backward", "slice_backward", "masked_fill_",
+    "index_add", "bernoulli_", "bernoulli", "_to_copy", "set_", "lift_fresh_copy",
+    "empty_like",
+})
+"""Copies, fills and scatters of a backward that do no floating-point arithmetic."""
+GATHER_OPS = frozenset({"embedding"})
+"""Ops that read rows of a weight by index (a step touches only the rows it gathers)."""
+
 NON_ATEN = {"getitem": "operator.getitem", "__matmul__": "torch.Tensor.__matmul__"}
 """The names in the tables above that are not aten ops, and what they are."""
 

@@ -151,8 +151,9 @@ def measure_block_ms(
 
 def plot_whatif(result: WhatIf, path: str | Path) -> Path:
     """Draw the sweep to ``path`` (PNG); see :mod:`mhaudit.render.whatif_plot`."""
+    from mhaudit.atomic import write_text_atomic
     from mhaudit.render.whatif_plot import whatif_png
 
     out = Path(path)
-    out.write_bytes(whatif_png(result))
+    write_text_atomic(out, whatif_png(result))  # whole, or not at all
     return out
