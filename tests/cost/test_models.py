@@ -165,13 +165,22 @@ def test_t5_counts_decoder_self_attention_only() -> None:
     assert all(b.memory.kv_cache_bytes_per_token == 0 for b in cross)
 
 
-def test_sliding_window_caps_the_cache() -> None:
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_sliding_window_caps_the_cache(impl: str, use_cache: bool) -> None:
+    # without a cache HF reads positions through position_ids[b, q] and ANDs in a
+    # packed-sequence term: the window must be read through both, boolean or additive
     config = T.MistralConfig(**SMALL, num_hidden_layers=1, intermediate_size=96,
                              num_key_value_heads=2, sliding_window=16,
-                             attn_implementation="sdpa")
+                             attn_implementation=impl)
     model = T.MistralForCausalLM(config).eval()
-    (block,) = mhaudit.audit(model, (_ids(1, 64),)).blocks
+    report = mhaudit.audit(model, {"input_ids": _ids(1, 64), "use_cache": use_cache},
+                           decode=True, context=64)
+    (block,) = report.blocks
     assert block.layout.window == 16
+    assert report.decode is not None
+    # one new token reads the 16 cached positions: 128 B · 16
+    assert report.decode.kv_cache_bytes == 128 * 16
     # 2 KV heads · (16 + 16) · 2 B = 128 B per token, held for 16 of the 64 positions
     assert block.memory.kv_cache_bytes_per_token == 128
     assert block.memory.kv_cache_bytes == 128 * 16
