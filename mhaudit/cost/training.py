@@ -54,14 +54,17 @@ def _layer_groups(model: nn.Module, fold_layers: bool) -> list[_Group]:
 
 
 def _short_lists(model: nn.Module) -> list[_Group]:
-    """Layer lists too short to fold (two or three layers of one class), run in full."""
+    """Layer lists too short to fold (two or three layers of one class), run in full: every
+    such list outside another (an encoder's and a decoder's), none inside a layer."""
+    groups: list[_Group] = []
     for name, module in model.named_modules():
         children = list(module.children())
-        if name and isinstance(module, (nn.ModuleList, nn.Sequential)) and len(children) >= 2 \
-                and len({type(c) for c in children}) == 1:
+        inside = any(name.startswith(f"{g.path}.") for g in groups)
+        if name and not inside and isinstance(module, (nn.ModuleList, nn.Sequential)) \
+                and len(children) >= 2 and len({type(c) for c in children}) == 1:
             every = tuple(range(len(children)))
-            return [_Group(name, every, every)]
-    return []
+            groups.append(_Group(name, every, every))
+    return groups
 
 
 @contextlib.contextmanager

@@ -97,6 +97,52 @@ def test_checkpointing_matches_memtracker() -> None:
     assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
 
 
+def _lm_default_cache(config: Callable[[], Any], model: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        return getattr(transformers, model)(config())
+
+    return build
+
+
+def _seq2seq_batch(batch: int, n: int) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        return {"input_ids": torch.zeros(batch, n, dtype=torch.long),
+                "labels": torch.zeros(batch, n // 2, dtype=torch.long)}
+
+    return make
+
+
+# default configs: use_cache stays on, as a user's training config leaves it
+FRAMEWORK_CHECKPOINTED: dict[str, tuple[Callable[[], nn.Module], Callable[[], dict[str, Any]]]] = {
+    "gpt-neox": (_lm_default_cache(lambda: transformers.GPTNeoXConfig(
+        vocab_size=500, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=128), "GPTNeoXForCausalLM"), _lm_batch(2, 64)),
+    "t5-v1.1": (_lm_default_cache(lambda: transformers.T5Config(
+        vocab_size=500, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_heads=4,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0,
+        pad_token_id=0), "T5ForConditionalGeneration"), _seq2seq_batch(2, 64)),
+    "mistral-window": (_lm_default_cache(lambda: transformers.MistralConfig(
+        vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, sliding_window=16),
+        "MistralForCausalLM"), _lm_batch(2, 64)),
+    "falcon": (_lm_default_cache(lambda: transformers.FalconConfig(
+        vocab_size=500, hidden_size=64, num_hidden_layers=4, num_attention_heads=4),
+        "FalconForCausalLM"), _lm_batch(2, 64)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FRAMEWORK_CHECKPOINTED))
+def test_checkpointing_as_transformers_does_it(name: str) -> None:
+    # with the cache on, a recomputed layer would append K/V to the DynamicCache again;
+    # transformers turns the cache off when it checkpoints, and so must the audit. T5's
+    # encoder and decoder lists (three layers each, too short to fold) are both recomputed
+    build, batch = FRAMEWORK_CHECKPOINTED[name]
+    reference = memtracker_peak(build, batch, framework_checkpointing=True)
+    ours = _ours(build, batch, checkpointing="layers")
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+
+
 @pytest.mark.slow
 def test_bf16_mixed_matches_memtracker_under_autocast() -> None:
     reference = memtracker_peak(_llama("sdpa"), _lm_batch(2, 96), autocast=True)
