@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from mhaudit.cost.block import roofline
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.cost.formulas import SOFTMAX_FLOPS_PER_ELEMENT
+from mhaudit.cost.latent import absorbed_core_flops
 from mhaudit.data import AttentionBlock, BlockDecode, DecodeCost, Layout, Projection, Report
 from mhaudit.errors import ConfigError
 
 CONVENTION = (
     "one step: batch_size new tokens at the context; FLOPs are the audited forward's per-token "
     "FLOPs (attention cores taken out) times batch_size plus QKᵀ, softmax and PV over the "
-    "cache (window-capped; latent attention at its head dims, absorbed weights); bytes are every "
+    "cache (window-capped; latent attention absorbed, over its latent); bytes are every "
     "weight once (embedding tables that are only gathered: the rows gathered), the cache read "
     "at the context and written for the new tokens; roofline max(compute, memory) at the "
     "profile's dense bf16 peak"
@@ -153,11 +154,15 @@ def decode_step(
         raise ConfigError("the audited forward has no tokens", "Audit at least one token.")
     linear = per_token_flops(forward_flops, blocks, tokens) * batch_size
     rows: list[BlockDecode] = []
-    core_total = read_total = write_total = 0
+    core_total = read_total = write_total = per_head_total = 0
+    latent = False
     for block in blocks:
         lay = block.layout
         keys = effective_context(lay, context) if lay.kind == "self" else lay.seq_len_kv
-        core = core_flops(lay, batch_size, keys)
+        per_head = core_flops(lay, batch_size, keys)
+        absorbed = absorbed_core_flops(lay, batch_size, keys)
+        core = per_head if absorbed is None else absorbed
+        latent, per_head_total = latent or absorbed is not None, per_head_total + per_head
         read, write = kv_read_bytes(block, batch_size, context), kv_write_bytes(block, batch_size)
         flops = projection_flops(lay, batch_size) + core
         moved = _weight_bytes(lay, element_bytes) + read + write
@@ -184,6 +189,7 @@ def decode_step(
         kv_cache_bytes=cache, param_bytes=param_bytes, memory_bytes=profile.memory_bytes,
         fits=param_bytes + cache <= profile.memory_bytes, blocks=tuple(rows),
         convention=convention,
+        flops_per_step_non_absorbed=round(linear) + per_head_total if latent else None,
     )
 
 

@@ -17,6 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from mhaudit.cost.block import block_memory, roofline
 from mhaudit.cost.decode import core_flops, effective_context, projection_flops
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.cost.latent import absorbed_core_flops
 from mhaudit.cost.livemem import LiveStorages
 from mhaudit.data import Layout
 
@@ -107,6 +108,8 @@ def phase_columns(layout: Layout, dtype: str, profile: GpuProfile) -> PhaseColum
         read, write = b * keys * per_token, b * per_token
     else:
         keys, read, write = layout.seq_len_kv, memory.kv_cache_bytes, 0
-    flops = projection_flops(layout, b) + core_flops(layout, b, keys)
+    absorbed = absorbed_core_flops(layout, b, keys)  # latent attention as decode runs it
+    core = core_flops(layout, b, keys) if absorbed is None else absorbed
+    flops = projection_flops(layout, b) + core
     step = roofline(flops, _weights(layout) * e + read + write, profile)
     return PhaseColumns(step.time_s, read, saved_scores_bytes(layout, dtype))

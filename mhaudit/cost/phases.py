@@ -7,6 +7,7 @@ from typing import Protocol
 
 from mhaudit.cost.decode import decode_for_report
 from mhaudit.cost.devices import dtype_bytes, get_profile
+from mhaudit.cost.latent import LATENT_DECODE_CONVENTION
 from mhaudit.cost.step_weights import expert_groups, gathered_parameters, step_weight_bytes
 from mhaudit.cost.training import training_step
 from mhaudit.data import Report
@@ -53,6 +54,9 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
         experts = expert_groups(traced, loaded.module, e, plans)
         report = replace(report, decode=decode_for_report(report, weights, e, profile,
                                                           opts.context, experts))
+        if report.decode.flops_per_step_non_absorbed is not None:
+            report = replace(report, conventions={
+                **report.conventions, "latent_attention_decode": LATENT_DECODE_CONVENTION})
     return report
 
 

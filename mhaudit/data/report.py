@@ -148,6 +148,9 @@ class Report:
     """One optimizer step, with ``--train``."""
     decode: DecodeCost | None = None
     """One generation step, with ``--decode``."""
+    conventions: dict[str, str] = field(default_factory=dict)
+    """Counting conventions that depend on the model, by name, beside the fixed ones
+    (``latent_attention_decode``: the latent-attention decode form, absorbed by default)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""

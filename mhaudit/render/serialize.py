@@ -256,6 +256,7 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
             for r in d.blocks
         ],
         "convention": d.convention,
+        "flops_per_step_non_absorbed": d.flops_per_step_non_absorbed,
     }
 
 
@@ -266,7 +267,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "mhaudit", "version": __version__},
         "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
-                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
+                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION,
+                        **report.conventions},
         "model": {
             "source": info.source,
             "class": info.class_name,
