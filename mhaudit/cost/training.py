@@ -214,6 +214,8 @@ def training_step(
         f"{len(layers)} layers run" + (f", {extra} folded from them" if extra else "")
         + ("; checkpointing: torch.utils.checkpoint (non-reentrant), which stops recomputing "
            "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
+        + (f"; {opt.host_state_bytes} B of step counters on the host, where torch keeps them "
+           "for CUDA parameters (not fused, not capturable)" if opt.host_state_bytes else "")
         + "; max_batch_size scales activations and temporaries linearly with the batch")
     return TrainingCost(
         optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,

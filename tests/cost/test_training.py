@@ -67,8 +67,10 @@ def test_gpt2_lm_head_matches_memtracker() -> None:
     params = sum(p.numel() for p in _gpt2().parameters())
     tensors = len(list(_gpt2().parameters()))
     assert ours.breakdown.params == params * 4
-    # exp_avg and exp_avg_sq per parameter, plus a 4-byte step counter per tensor
-    assert ours.breakdown.optimizer_states == 2 * params * 4 + 4 * tensors
+    # exp_avg and exp_avg_sq per parameter on the device; the 4-byte step counter per
+    # tensor stays on the host for CUDA parameters (MemTracker on CPU counts it)
+    assert ours.breakdown.optimizer_states == 2 * params * 4
+    assert f"{4 * tensors} B of step counters on the host" in ours.convention
     assert ours.loss == ".loss" and ours.folded_layers == 1
 
 
@@ -212,12 +214,28 @@ def test_folding_an_update_that_peaks() -> None:
 
 def test_optimizer_states_by_optimizer() -> None:
     params = sum(p.numel() for p in _tiny_gpt().parameters())
-    tensors = len(list(_tiny_gpt().parameters()))
     states = {name: _ours(_tiny_gpt, _ids, optimizer=name).breakdown.optimizer_states
               for name in ("adamw", "adam", "sgd", "sgd-momentum", "none")}
-    assert states["adamw"] == states["adam"] == 2 * 4 * params + 4 * tensors
+    assert states["adamw"] == states["adam"] == 2 * 4 * params  # steps on the host
     assert states["sgd-momentum"] == 4 * params  # one momentum buffer per parameter
     assert states["sgd"] == states["none"] == 0
+
+
+def test_step_counters_sit_where_torch_puts_them() -> None:
+    from mhaudit.cost.optimizer_step import on_host, optimizer_step
+
+    params = [nn.Parameter(torch.zeros(10, 4)), nn.Parameter(torch.zeros(4))]
+    # two tensors: 4 B step counter each; exp_avg and exp_avg_sq of 44 elements at 4 B
+    gpu = optimizer_step(params, "adamw", torch.float32)
+    assert (gpu.state_bytes, gpu.host_state_bytes) == (2 * 44 * 4, 2 * 4)
+    cpu = optimizer_step(params, "adamw", torch.float32, device="cpu")
+    assert (cpu.state_bytes, cpu.host_state_bytes) == (2 * 44 * 4 + 2 * 4, 0)
+    # torch.optim.adam._init_group: on the parameter's device when fused or capturable
+    step = torch.tensor(0.0)
+    assert on_host("step", step, {"fused": None, "capturable": False})
+    assert not on_host("step", step, {"fused": True, "capturable": False})
+    assert not on_host("step", step, {"fused": None, "capturable": True})
+    assert not on_host("exp_avg", torch.zeros(3), {"fused": None, "capturable": False})
 
 
 def test_precision_presets() -> None:
