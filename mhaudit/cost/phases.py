@@ -52,9 +52,9 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
         weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
                                     _decode_batch(report), e)
         experts = expert_groups(traced, loaded.module, e, plans)
-        report = replace(report, decode=decode_for_report(report, weights, e, profile,
-                                                          opts.context, experts))
-        if report.decode.flops_per_step_non_absorbed is not None:
+        decode = decode_for_report(report, weights, e, profile, opts.context, experts)
+        report = replace(report, decode=decode)
+        if decode.flops_per_step_non_absorbed is not None:
             report = replace(report, conventions={
                 **report.conventions, "latent_attention_decode": LATENT_DECODE_CONVENTION})
     return report
