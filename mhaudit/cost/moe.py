@@ -52,6 +52,26 @@ def _chosen_by(index: object, topks: list[fx.Node]) -> fx.Node | None:
     return None
 
 
+_SELECTION_OPS = _INDEX_VIEWS | frozenset({"getitem", "sort", "histc", "cumsum", "bincount"})
+
+
+def _selection(offsets: object) -> fx.Node | None:
+    """The (tokens, k) expert ids a grouped GEMM's group offsets count, whatever chose
+    them (a top-k, or a sampled selection such as PhiMoE's sparsemixer): the offsets are
+    a cumulative histogram of the sorted, flattened ids."""
+    node = offsets
+    for _ in range(12):
+        if not isinstance(node, fx.Node):
+            return None
+        value = val(node)
+        if value is not None and value.dim() >= 2 and not value.is_floating_point():
+            return node
+        if op_name(node) not in _SELECTION_OPS or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
 def _expert_read(node: fx.Node, params: dict[str, str], topks: list[fx.Node]
                  ) -> tuple[fx.Node, int, fx.Node | None] | None:
     """(stacked weight operand, dispatched token copies, router) when ``node`` reads a
@@ -100,6 +120,9 @@ def routed_experts(
         router = router or _router(innermost_module(node), num_experts, topks)
         k_arg = router.args[1] if router is not None and len(router.args) > 1 else 0
         top_k = k_arg if isinstance(k_arg, int) else 0
+        chosen = _selection(node.args[2]) if not top_k and len(node.args) > 2 else None
+        if chosen is not None:  # no top-k: as many experts per token as ids per row
+            top_k, router = shape(chosen)[-1], chosen
         previous = found.get(module)
         weights = (*(previous.weights if previous else ()), qualified)
         found[module] = ExpertLayer(

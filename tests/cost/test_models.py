@@ -170,6 +170,22 @@ def test_batched_experts_are_found_by_their_routing(name: str) -> None:
     assert report.totals.params_active == report.totals.params_total - experts // 2
 
 
+def test_sparsemixer_experts_are_found_by_their_selection() -> None:
+    # PhiMoE picks its experts by sampling (sparsemixer), not with a topk: the grouped
+    # GEMMs' offsets count a (tokens, 2) tensor of expert ids, so k = 2
+    config = T.PhimoeConfig(**SMALL, num_hidden_layers=2, intermediate_size=32,
+                            num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2)
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(config).eval()
+        ids = torch.zeros(1, 16, dtype=torch.long)
+    report = mhaudit.audit(model, (ids,))
+    assert len(report.experts) == 2
+    for layer in report.experts:
+        assert (layer.top_k, layer.tokens, layer.num_experts) == (2, 16, 4) and layer.router
+    # per layer gate_up 4·64·64 + down 4·64·32 = 24,576 elements, half idle per token
+    assert report.totals.params_active == report.totals.params_total - 2 * 24_576 // 2
+
+
 def test_latent_attention_caches_its_latent() -> None:
     model = T.AutoModelForCausalLM.from_config(MOE["deepseek_v3"]()).eval()
     ids = _ids()
