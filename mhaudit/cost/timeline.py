@@ -73,17 +73,15 @@ def _segment(log: StepLog, bounds: Sequence[Vec], start: int | None, end: int | 
 
 
 def _released(log: StepLog, fwd: Segment, forward_end: int) -> list[Segment]:
-    """What a layer's forward keeps past the last layer and frees before the backward
-    (a KV cache the model's output holds): each copy's frees with it, at the same tick.
+    """What a layer's forward keeps until the model's output is dropped, before the
+    backward (a KV cache the output holds): each copy's frees with it, at the same tick.
 
     Such storages are in the forward segment's net bytes but in no backward segment,
     which frees only what the backward saved.
     """
-    last_layer = max((t for event, _, t in log.marks if event == "forward_end"), default=0)
     freed: dict[int, list[int]] = {}
-    for rec in log.records:
-        if fwd.start <= rec.born < fwd.end and rec.freed is not None \
-                and last_layer <= rec.freed <= forward_end:
+    for rec in log.records:  # freed when the output is dropped, right after the loss
+        if fwd.start <= rec.born < fwd.end and rec.freed == forward_end:
             vec = freed.setdefault(rec.freed, [0, 0, 0])
             vec[CATEGORIES.index(rec.category)] -= rec.nbytes
     return [Segment(tick, tick, (v[0], v[1], v[2]), 0) for tick, v in sorted(freed.items())]
