@@ -130,3 +130,6 @@ class DecodeCost:
     blocks: tuple[BlockDecode, ...]
     convention: str = ""
     """How the step was counted, stated for the report."""
+    flops_per_step_non_absorbed: int | None = None
+    """``flops_per_step`` with latent attention at its per-head dims (K and V expanded from
+    the latent for every cached position's scores); None without latent attention."""

@@ -50,6 +50,9 @@ class Report:
     """One optimizer step, with ``--train``."""
     decode: DecodeCost | None = None
     """One generation step, with ``--decode``."""
+    conventions: dict[str, str] = field(default_factory=dict)
+    """Counting conventions that depend on the model, by name, beside the fixed ones
+    (``latent_attention_decode``: the latent-attention decode form, absorbed by default)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema version 1) as plain Python data."""
@@ -82,7 +85,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "mhaudit", "version": TOOL_VERSION},
         "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
-                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION},
+                        "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION,
+                        **report.conventions},
         "model": model_to_dict(report.model),
         "blocks": [block_to_dict(b) for b in report.blocks],
         "groups": [

@@ -228,6 +228,7 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
             for r in d.blocks
         ],
         "convention": d.convention,
+        "flops_per_step_non_absorbed": d.flops_per_step_non_absorbed,
     }
 
 

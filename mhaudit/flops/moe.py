@@ -1,4 +1,6 @@
-"""Routed experts from the graph: grouped expert GEMMs, their router, top-k and expert count."""
+"""Routed experts from the graph: stacked expert weights read per dispatched token copy
+(grouped GEMMs, or rows gathered by the router's choices for a batched matmul), their
+router, top-k and expert count."""
 
 from __future__ import annotations
 
@@ -32,6 +34,62 @@ def _router(experts_path: str, num_experts: int, topks: list[fx.Node]) -> fx.Nod
     return max(fits, key=lambda t: _common_prefix(innermost_module(t), experts_path))
 
 
+_INDEX_VIEWS = frozenset({"view", "reshape", "_unsafe_view", "flatten", "contiguous", "clone",
+                          "to", "_to_copy", "alias"})
+
+
+def _chosen_by(index: object, topks: list[fx.Node]) -> fx.Node | None:
+    """The ``topk`` whose indices ``index`` is (through getitem and views): the router."""
+    node = index
+    for _ in range(8):
+        if not isinstance(node, fx.Node):
+            return None
+        if node in topks:
+            return node
+        if op_name(node) not in _INDEX_VIEWS | {"getitem"} or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+_SELECTION_OPS = _INDEX_VIEWS | frozenset({"getitem", "sort", "histc", "cumsum", "bincount"})
+
+
+def _selection(offsets: object) -> fx.Node | None:
+    """The (tokens, k) expert ids a grouped GEMM's group offsets count, whatever chose
+    them (a top-k, or a sampled selection such as PhiMoE's sparsemixer): the offsets are
+    a cumulative histogram of the sorted, flattened ids."""
+    node = offsets
+    for _ in range(12):
+        if not isinstance(node, fx.Node):
+            return None
+        value = val(node)
+        if value is not None and value.dim() >= 2 and not value.is_floating_point():
+            return node
+        if op_name(node) not in _SELECTION_OPS or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+def _expert_read(node: fx.Node, params: dict[str, str], topks: list[fx.Node]
+                 ) -> tuple[fx.Node, int, fx.Node | None] | None:
+    """(stacked weight operand, dispatched token copies, router) when ``node`` reads a
+    (E, k, n) parameter per token copy: a grouped GEMM over it, or rows of it gathered by
+    expert ids (``weight[ids]``, as a batched matmul then uses them)."""
+    name = op_name(node)
+    if name in GROUPED_MM_OPS and len(node.args) >= 2:
+        rows = shape(node.args[0])[0] if shape(node.args[0]) else 0
+        return node.args[1], rows, None  # type: ignore[return-value]
+    if name == "index" and len(node.args) >= 2 and isinstance(node.args[1], (list, tuple)) \
+            and len(node.args[1]) == 1 and isinstance(node.args[1][0], fx.Node) \
+            and param_root(node.args[0], params) is not None:
+        ids = node.args[1][0]
+        if any(op_name(u) in ("bmm", "matmul", "baddbmm") for u in node.users):
+            return node.args[0], math.prod(shape(ids)), _chosen_by(ids, topks)  # type: ignore[return-value]
+    return None
+
+
 def routed_experts(
     graph: fx.Graph,
     params: dict[str, str],
@@ -48,19 +106,23 @@ def routed_experts(
     topks = [n for n in graph.nodes if op_name(n) == "topk"]
     found: dict[str, ExpertLayer] = {}
     for node in graph.nodes:
-        if op_name(node) not in GROUPED_MM_OPS or len(node.args) < 2:
+        read = _expert_read(node, params, topks)
+        if read is None:
             continue
-        root = param_root(node.args[1], params)
-        weight = val(node.args[1])
+        operand, rows, router = read
+        root = param_root(operand, params)
+        weight = val(operand)
         if root is None or weight is None or weight.dim() != 3:
             continue
         qualified = params[root]
         module = qualified.rpartition(".")[0]
         num_experts = int(weight.shape[0])
-        router = _router(innermost_module(node), num_experts, topks)
+        router = router or _router(innermost_module(node), num_experts, topks)
         k_arg = router.args[1] if router is not None and len(router.args) > 1 else 0
         top_k = k_arg if isinstance(k_arg, int) else 0
-        rows = shape(node.args[0])[0] if shape(node.args[0]) else 0
+        chosen = _selection(node.args[2]) if not top_k and len(node.args) > 2 else None
+        if chosen is not None:  # no top-k: as many experts per token as ids per row
+            top_k, router = shape(chosen)[-1], chosen
         previous = found.get(module)
         weights = (*(previous.weights if previous else ()), qualified)
         found[module] = ExpertLayer(

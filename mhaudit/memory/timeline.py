@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mhaudit.memory.live import StepLog
+from mhaudit.memory.live import CATEGORIES, StepLog
 
 Vec = tuple[int, int, int]
 """Live (activations, grads, temporaries) bytes."""
@@ -72,6 +72,21 @@ def _segment(log: StepLog, bounds: Sequence[Vec], start: int | None, end: int | 
     return Segment(start, end, delta, sum(log.tick_flops[start:end]))
 
 
+def _released(log: StepLog, fwd: Segment, forward_end: int) -> list[Segment]:
+    """What a layer's forward keeps until the model's output is dropped, before the
+    backward (a KV cache the output holds): each copy's frees with it, at the same tick.
+
+    Such storages are in the forward segment's net bytes but in no backward segment,
+    which frees only what the backward saved.
+    """
+    freed: dict[int, list[int]] = {}
+    for rec in log.records:  # freed when the output is dropped, right after the loss
+        if fwd.start <= rec.born < fwd.end and rec.freed == forward_end:
+            vec = freed.setdefault(rec.freed, [0, 0, 0])
+            vec[CATEGORIES.index(rec.category)] -= rec.nbytes
+    return [Segment(tick, tick, (v[0], v[1], v[2]), 0) for tick, v in sorted(freed.items())]
+
+
 def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
     """The peak and FLOPs of the full model from a run with fewer layers."""
     levels = log.levels()
@@ -87,6 +102,8 @@ def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
         for seg in (fwd, bwd):
             if seg is not None:
                 inserts.append((seg.end, seg, rep.extra))
+        if fwd is not None:
+            inserts.extend((r.end, r, rep.extra) for r in _released(log, fwd, forward_end))
     inserts.sort(key=lambda item: item[0])
 
     def shift(tick: int) -> Vec:

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from mhaudit.cost.devices import dtype_bytes, get_profile
+from mhaudit.cost.latent import LATENT_DECODE_CONVENTION
 from mhaudit.data import Report
 from mhaudit.load.target import LoadedModel
 from mhaudit.phases.decode import decode_for_report
@@ -51,8 +52,11 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
         weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
                                     _decode_batch(report), e)
         experts = expert_groups(traced, loaded.module, e, plans)
-        report = replace(report, decode=decode_for_report(report, weights, e, profile,
-                                                          opts.context, experts))
+        decode = decode_for_report(report, weights, e, profile, opts.context, experts)
+        report = replace(report, decode=decode)
+        if decode.flops_per_step_non_absorbed is not None:
+            report = replace(report, conventions={
+                **report.conventions, "latent_attention_decode": LATENT_DECODE_CONVENTION})
     return report
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from mhaudit.cost.block import core_flops, projection_flops, roofline
 from mhaudit.cost.devices import GpuProfile
+from mhaudit.cost.latent import absorbed_core_flops
 from mhaudit.data import (
     AttentionBlock,
     BlockDecode,
@@ -31,7 +32,7 @@ from mhaudit.errors import ConfigError
 CONVENTION = (
     "one step: batch_size new tokens at the context; FLOPs are the audited forward's per-token "
     "FLOPs (attention cores taken out) times batch_size plus QKᵀ, softmax and PV over the "
-    "cache (window-capped; latent attention at its head dims, absorbed weights); bytes are every "
+    "cache (window-capped; latent attention absorbed, over its latent); bytes are every "
     "weight once (embedding tables that are only gathered: the rows gathered), the cache read "
     "at the context and written for the new tokens; roofline max(compute, memory) at the "
     "profile's dense bf16 peak"
@@ -117,6 +118,10 @@ class BlockStep:
     kv_write_bytes: int
     roofline: Roofline
     """Of ``flops`` over the block's weights once plus its cache reads and writes."""
+    per_head_core_flops: int
+    """``core_flops`` with every head's own K and V (the non-absorbed form)."""
+    absorbed: bool
+    """``core_flops`` is the absorbed form of latent attention (decode kernels' form)."""
 
 
 def block_step(layout: Layout, memory: BlockMemory, batch: int, context: int,
@@ -128,12 +133,15 @@ def block_step(layout: Layout, memory: BlockMemory, batch: int, context: int,
     writes nothing.
     """
     keys = effective_context(layout, context) if layout.kind == "self" else layout.seq_len_kv
-    core = core_flops(layout, batch, 1, keys)
+    per_head = core_flops(layout, batch, 1, keys)
+    absorbed = absorbed_core_flops(layout, batch, keys)  # latent attention as decode runs it
+    core = per_head if absorbed is None else absorbed
     read = _cache_read(layout, memory, batch, context)
     write = _cache_write(layout, memory, batch)
     flops = step_projection_flops(layout, batch) + core
     moved = weight_bytes(layout, element_bytes) + read + write
-    return BlockStep(core, flops, read, write, roofline(flops, moved, profile))
+    return BlockStep(core, flops, read, write, roofline(flops, moved, profile), per_head,
+                     absorbed is not None)
 
 
 def per_token_flops(forward_flops: int, blocks: Sequence[AttentionBlock], tokens: int) -> float:
@@ -176,13 +184,16 @@ def decode_step(
         raise ConfigError("the audited forward has no tokens", "Audit at least one token.")
     linear = per_token_flops(forward_flops, blocks, tokens) * batch_size
     rows: list[BlockDecode] = []
-    core_total = read_total = write_total = 0
+    core_total = read_total = write_total = per_head_total = 0
+    latent = False
     for block in blocks:
         step = block_step(block.layout, block.memory, batch_size, context, element_bytes,
                           profile)
         rows.append(BlockDecode(block.layout.name, step.flops, step.kv_read_bytes,
                                 step.roofline.time_s))
         core_total += step.core_flops
+        per_head_total += step.per_head_core_flops
+        latent = latent or step.absorbed
         read_total += step.kv_read_bytes
         write_total += step.kv_write_bytes
     weights = weight_bytes - routed_bytes_saved(experts, batch_size)
@@ -201,6 +212,7 @@ def decode_step(
         kv_cache_bytes=cache, param_bytes=param_bytes, memory_bytes=profile.memory_bytes,
         fits=param_bytes + cache <= profile.memory_bytes, blocks=tuple(rows),
         convention=convention,
+        flops_per_step_non_absorbed=round(linear) + per_head_total if latent else None,
     )
 
 

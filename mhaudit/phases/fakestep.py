@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -198,11 +199,26 @@ def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
                 vars(layer.module).pop("forward", None)
 
 
+def without_cache(model: nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the KV cache turned off where ``forward`` takes ``use_cache``.
+
+    transformers turns the cache off when it checkpoints in training: a recomputed
+    layer would append its K/V to the cache a second time, and the cache keeps both.
+    """
+    try:
+        takes = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {**kwargs, "use_cache": False} if takes else kwargs
+
+
 def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                   precision: str, layers: Sequence[LayerRun],
                   blocks: Sequence[tuple[str, nn.Module]], recompute: bool) -> FakeRun:
     """Forward, loss and backward of ``model`` on fake tensors, tracked."""
     dtype, autocast = PRECISIONS[precision]
+    if recompute:
+        kwargs = without_cache(model, kwargs)
     mode = FakeTensorMode()
     tracker = LiveStorages(op_flops)
     was_training = model.training

@@ -29,6 +29,8 @@ class OptimizerRun:
     grad_bytes: int
     temporary_bytes: int
     """Peak of tensors the update makes and frees (foreach intermediates)."""
+    host_state_bytes: int = 0
+    """States torch keeps on the host for device parameters (Adam's ``step`` counters)."""
 
     @property
     def peak_bytes(self) -> int:
@@ -40,8 +42,16 @@ def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def on_host(key: str, value: torch.Tensor, group: dict[str, object]) -> bool:
+    """True when torch keeps this state on the host for CUDA parameters: a scalar ``step``
+    of an update that is neither capturable nor fused (``torch.tensor(0.0)`` in Adam's,
+    AdamW's and their kin's ``_init_group``; on the parameter's device otherwise)."""
+    return key == "step" and value.dim() == 0 and not group.get("capturable") \
+        and not group.get("fused")
+
+
 def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.dtype,
-                   copies: Sequence[int] | None = None) -> OptimizerRun:
+                   copies: Sequence[int] | None = None, device: str = "cuda") -> OptimizerRun:
     """Run one update on fake copies of ``params`` at ``dtype`` and track it.
 
     ``copies[i]`` is how many parameters of the full model ``params[i]`` stands for
@@ -49,7 +59,8 @@ def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.
     temporaries, which foreach makes per parameter and in proportion to its size, are
     scaled by the full parameter bytes over those run. The states the first update
     makes are counted as alive throughout (steady state); the temporaries are
-    everything else it makes, at their highest.
+    everything else it makes, at their highest. On a ``cuda`` target the states torch
+    keeps on the host (:func:`on_host`) are not device memory: ``host_state_bytes``.
     """
     copies = list(copies) if copies is not None else [1] * len(params)
     grad_bytes = sum(p.numel() * n for p, n in zip(params, copies, strict=True)) * dtype.itemsize
@@ -70,9 +81,16 @@ def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.
             opt.step()  # the first step makes the states; the update after it is the same
         states = [v for state in opt.state.values() for v in state.values()
                   if isinstance(v, torch.Tensor)]
-        state_bytes = sum(
-            n * _nbytes([v for v in opt.state[p].values() if isinstance(v, torch.Tensor)])
-            for p, n in zip(fakes, copies, strict=True))
+        groups = {id(p): g for g in opt.param_groups for p in g["params"]}
+        state_bytes = host_bytes = 0
+        for p, n in zip(fakes, copies, strict=True):
+            for key, v in opt.state[p].items():
+                if not isinstance(v, torch.Tensor):
+                    continue
+                if device == "cuda" and on_host(key, v, groups[id(p)]):
+                    host_bytes += n * _nbytes([v])
+                else:
+                    state_bytes += n * _nbytes([v])
         state_records = {tracker.storage_index(t) for t in states} - {None}
     log = tracker.log
     for index, rec in enumerate(log.records):
@@ -80,4 +98,4 @@ def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.
     temporary = max((level[2] for level in log.levels()), default=0)
     run_bytes = sum(p.numel() for p in params) * dtype.itemsize
     scaled = temporary * grad_bytes // run_bytes if run_bytes else temporary
-    return OptimizerRun(state_bytes, grad_bytes, scaled)
+    return OptimizerRun(state_bytes, grad_bytes, scaled, host_bytes)

@@ -54,14 +54,17 @@ def _layer_groups(model: nn.Module, fold_layers: bool) -> list[_Group]:
 
 
 def _short_lists(model: nn.Module) -> list[_Group]:
-    """Layer lists too short to fold (two or three layers of one class), run in full."""
+    """Layer lists too short to fold (two or three layers of one class), run in full: every
+    such list outside another (an encoder's and a decoder's), none inside a layer."""
+    groups: list[_Group] = []
     for name, module in model.named_modules():
         children = list(module.children())
-        if name and isinstance(module, (nn.ModuleList, nn.Sequential)) and len(children) >= 2 \
-                and len({type(c) for c in children}) == 1:
+        inside = any(name.startswith(f"{g.path}.") for g in groups)
+        if name and not inside and isinstance(module, (nn.ModuleList, nn.Sequential)) \
+                and len(children) >= 2 and len({type(c) for c in children}) == 1:
             every = tuple(range(len(children)))
-            return [_Group(name, every, every)]
-    return []
+            groups.append(_Group(name, every, every))
+    return groups
 
 
 @contextlib.contextmanager
@@ -202,6 +205,8 @@ def training_step(
         f"{len(layers)} layers run" + (f", {extra} folded from them" if extra else "")
         + ("; checkpointing: torch.utils.checkpoint (non-reentrant), which stops recomputing "
            "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
+        + (f"; {opt.host_state_bytes} B of step counters on the host, where torch keeps them "
+           "for CUDA parameters (not fused, not capturable)" if opt.host_state_bytes else "")
         + "; max_batch_size scales activations and temporaries linearly with the batch")
     return TrainingCost(
         optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,

@@ -13,12 +13,14 @@ from torch.utils.checkpoint import checkpoint
 
 
 def memtracker_peak(build: Callable[[], nn.Module], inputs: Callable[[], dict[str, Any]], *,
-                    layers: str | None = None, autocast: bool = False) -> dict[str, int]:
+                    layers: str | None = None, autocast: bool = False,
+                    framework_checkpointing: bool = False) -> dict[str, int]:
     """Peak of a steady-state AdamW step (foreach) under MemTracker, by category and total.
 
     The model and its inputs are made under FakeTensorMode; a first step makes the
     optimizer states, the second is tracked. ``layers`` names a ModuleList whose
-    layers are checkpointed.
+    layers are checkpointed; ``framework_checkpointing`` checkpoints as transformers does
+    (``gradient_checkpointing_enable()``, which also turns the KV cache off in training).
     """
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -28,6 +30,9 @@ def memtracker_peak(build: Callable[[], nn.Module], inputs: Callable[[], dict[st
             for layer in model.get_submodule(layers):
                 layer.forward = functools.partial(checkpoint, layer.forward,
                                                   use_reentrant=False, preserve_rng_state=False)
+        if framework_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
         batch = inputs()
 

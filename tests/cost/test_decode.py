@@ -173,3 +173,67 @@ def test_whatif_columns_and_the_report_decode_share_one_block_builder() -> None:
     columns = phase_columns(lay, "bfloat16", H100)
     assert columns.decode_step_s == cost.blocks[0].time_s
     assert columns.decode_kv_read_bytes == cost.kv_read_bytes == cost.blocks[0].kv_read_bytes
+
+
+def _latent(block: AttentionBlock, rank: int, rope: int) -> AttentionBlock:
+    """``block`` as multi-head latent attention caching rank + rope elements per position."""
+    from mhaudit.cost.block import block_memory
+
+    assert block.layout.k is not None
+    layout = replace(block.layout, latent_width=rank + rope, cached_width=rank + rope,
+                     k=replace(block.layout.k, low_rank_width=rank))
+    return AttentionBlock(layout, block.params, block.flops, block_memory(layout, 2, False))
+
+
+def test_latent_decode_is_absorbed_by_default() -> None:
+    # DeepSeek-V2-Lite's attention: 16 heads, QK head dim 192 (128 + rope 64), V 128,
+    # kv_lora_rank d_c 512 + rope d_r 64 = the 576-wide latent, at 4096 cached tokens
+    block = _latent(make_block(heads=16, head_dim=192, v_head_dim=128, d_model=2048, seq=64,
+                               causal=True), rank=512, rope=64)
+    tokens = block.layout.batch_size * block.layout.seq_len_q
+    cost = decode_step([block], forward_flops=_prefill_core(block) + 5000 * tokens,
+                       tokens=tokens, batch_size=1, context=4096, weight_bytes=10_000,
+                       param_bytes=10_000, element_bytes=2, profile=H100)
+    pairs = 16 * 4096  # 65,536 (head, key) pairs for one new token
+    # absorbed: QKᵀ 2·65,536·576 = 75,497,472, softmax 3·65,536 = 196,608,
+    # PV 2·65,536·512 = 67,108,864
+    assert cost.flops_per_step == 5000 + 75_497_472 + 196_608 + 67_108_864
+    # per-head dims: QKᵀ 2·65,536·192 = 25,165,824, PV 2·65,536·128 = 16,777,216
+    assert cost.flops_per_step_non_absorbed == 5000 + 25_165_824 + 196_608 + 16_777_216
+    assert pairs * 2 * 576 == 75_497_472
+    assert cost.kv_read_bytes == 4096 * 576 * 2  # the latent, not per-head K/V
+
+
+def test_dense_decode_has_no_latent_form() -> None:
+    block = make_block(heads=8, kv_heads=2, head_dim=32, d_model=256, seq=128, causal=True)
+    cost = decode_step([block], forward_flops=_prefill_core(block) + 5000 * 128, tokens=128,
+                       batch_size=1, context=1000, weight_bytes=10_000, param_bytes=10_000,
+                       element_bytes=2, profile=H100)
+    assert cost.flops_per_step_non_absorbed is None
+
+
+@pytest.mark.slow
+def test_latent_model_names_its_decode_form() -> None:
+    transformers = pytest.importorskip("transformers")
+    # d_c 32 ≠ d_nope 16 and d_v 16, so the two forms differ
+    config = transformers.DeepseekV3Config(
+        vocab_size=128, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=4,
+        num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=2, q_lora_rank=32,
+        kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_group=1,
+        topk_group=1, num_key_value_heads=4)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        ids = torch.zeros(1, 16, dtype=torch.long)
+    report = mhaudit.audit(model, (ids,), decode=True, context=1000)
+    d = report.decode
+    assert d is not None and d.flops_per_step_non_absorbed is not None
+    layers, h, c = 2, 4, 1000
+    # absorbed minus per-head, per layer: QKᵀ 2·h·c·((32 + 8) − 24), PV 2·h·c·(32 − 16)
+    assert d.flops_per_step - d.flops_per_step_non_absorbed == layers * (
+        2 * h * c * 16 + 2 * h * c * 16)
+    data = report.to_dict()
+    assert data["conventions"]["latent_attention_decode"].startswith("absorbed")
+    assert data["decode"]["flops_per_step_non_absorbed"] == d.flops_per_step_non_absorbed
+    assert "latent_attention_decode" not in mhaudit.audit(
+        model, (ids,)).to_dict()["conventions"]

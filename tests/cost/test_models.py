@@ -131,6 +131,61 @@ def test_routed_experts_at_top_k(name: str) -> None:
     assert report.totals.params_active == report.totals.params_total - experts // 2
 
 
+BATCHED: dict[str, Callable[[], Any]] = {
+    "qwen2_moe": lambda: T.Qwen2MoeConfig(
+        **SMALL, num_hidden_layers=2, intermediate_size=96, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        num_key_value_heads=2),
+    "olmoe": lambda: T.OlmoeConfig(**SMALL, num_hidden_layers=2, intermediate_size=32,
+                                   num_experts=4, num_experts_per_tok=2,
+                                   num_key_value_heads=2),
+    "granitemoe": lambda: T.GraniteMoeConfig(**SMALL, num_hidden_layers=2, intermediate_size=32,
+                                             num_local_experts=4, num_experts_per_tok=2,
+                                             num_key_value_heads=2),
+    "deepseek_v2": lambda: T.DeepseekV2Config(
+        **SMALL, num_hidden_layers=2, intermediate_size=96, moe_intermediate_size=32,
+        n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+        first_k_dense_replace=0, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1, num_key_value_heads=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED))
+def test_batched_experts_are_found_by_their_routing(name: str) -> None:
+    # batched_mm gathers each token copy's expert weights by the router's ids
+    # (weight[ids], then a bmm): no grouped GEMM, but the same routing
+    config = BATCHED[name]()
+    config._attn_implementation = "eager"
+    config._experts_implementation = "batched_mm"
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config).eval()
+    expected, report = _counted(model, _ids(1, 16))
+    assert _products(report) == expected  # FlopCounterMode counts the bmm over gathered rows
+    assert len(report.experts) == 2
+    for layer in report.experts:
+        assert (layer.top_k, layer.tokens, layer.num_experts) == (2, 16, 4) and layer.router
+    # one token touches 2 of 4 experts: half of each stacked expert tensor is idle
+    experts = sum(p.numel() for n, p in model.named_parameters()
+                  if ".experts." in n and p.shape[:1] == (4,))
+    assert report.totals.params_active == report.totals.params_total - experts // 2
+
+
+def test_sparsemixer_experts_are_found_by_their_selection() -> None:
+    # PhiMoE picks its experts by sampling (sparsemixer), not with a topk: the grouped
+    # GEMMs' offsets count a (tokens, 2) tensor of expert ids, so k = 2
+    config = T.PhimoeConfig(**SMALL, num_hidden_layers=2, intermediate_size=32,
+                            num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2)
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(config).eval()
+        ids = torch.zeros(1, 16, dtype=torch.long)
+    report = mhaudit.audit(model, (ids,))
+    assert len(report.experts) == 2
+    for layer in report.experts:
+        assert (layer.top_k, layer.tokens, layer.num_experts) == (2, 16, 4) and layer.router
+    # per layer gate_up 4·64·64 + down 4·64·32 = 24,576 elements, half idle per token
+    assert report.totals.params_active == report.totals.params_total - 2 * 24_576 // 2
+
+
 def test_latent_attention_caches_its_latent() -> None:
     model = T.AutoModelForCausalLM.from_config(MOE["deepseek_v3"]()).eval()
     ids = _ids()
@@ -165,13 +220,22 @@ def test_t5_counts_decoder_self_attention_only() -> None:
     assert all(b.memory.kv_cache_bytes_per_token == 0 for b in cross)
 
 
-def test_sliding_window_caps_the_cache() -> None:
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_sliding_window_caps_the_cache(impl: str, use_cache: bool) -> None:
+    # without a cache HF reads positions through position_ids[b, q] and ANDs in a
+    # packed-sequence term: the window must be read through both, boolean or additive
     config = T.MistralConfig(**SMALL, num_hidden_layers=1, intermediate_size=96,
                              num_key_value_heads=2, sliding_window=16,
-                             attn_implementation="sdpa")
+                             attn_implementation=impl)
     model = T.MistralForCausalLM(config).eval()
-    (block,) = mhaudit.audit(model, (_ids(1, 64),)).blocks
+    report = mhaudit.audit(model, {"input_ids": _ids(1, 64), "use_cache": use_cache},
+                           decode=True, context=64)
+    (block,) = report.blocks
     assert block.layout.window == 16
+    assert report.decode is not None
+    # one new token reads the 16 cached positions: 128 B · 16
+    assert report.decode.kv_cache_bytes == 128 * 16
     # 2 KV heads · (16 + 16) · 2 B = 128 B per token, held for 16 of the 64 positions
     assert block.memory.kv_cache_bytes_per_token == 128
     assert block.memory.kv_cache_bytes == 128 * 16

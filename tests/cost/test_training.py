@@ -67,8 +67,10 @@ def test_gpt2_lm_head_matches_memtracker() -> None:
     params = sum(p.numel() for p in _gpt2().parameters())
     tensors = len(list(_gpt2().parameters()))
     assert ours.breakdown.params == params * 4
-    # exp_avg and exp_avg_sq per parameter, plus a 4-byte step counter per tensor
-    assert ours.breakdown.optimizer_states == 2 * params * 4 + 4 * tensors
+    # exp_avg and exp_avg_sq per parameter on the device; the 4-byte step counter per
+    # tensor stays on the host for CUDA parameters (MemTracker on CPU counts it)
+    assert ours.breakdown.optimizer_states == 2 * params * 4
+    assert f"{4 * tensors} B of step counters on the host" in ours.convention
     assert ours.loss == ".loss" and ours.folded_layers == 1
 
 
@@ -95,6 +97,65 @@ def test_checkpointing_matches_memtracker() -> None:
     reference = memtracker_peak(_llama("sdpa"), _lm_batch(2, 96), layers="model.layers")
     ours = _ours(_llama("sdpa"), _lm_batch(2, 96), checkpointing="layers")
     assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+
+
+def _lm_default_cache(config: Callable[[], Any], model: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        return getattr(transformers, model)(config())
+
+    return build
+
+
+def _seq2seq_batch(batch: int, n: int) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        return {"input_ids": torch.zeros(batch, n, dtype=torch.long),
+                "labels": torch.zeros(batch, n // 2, dtype=torch.long)}
+
+    return make
+
+
+# default configs: use_cache stays on, as a user's training config leaves it
+FRAMEWORK_CHECKPOINTED: dict[str, tuple[Callable[[], nn.Module], Callable[[], dict[str, Any]]]] = {
+    "gpt-neox": (_lm_default_cache(lambda: transformers.GPTNeoXConfig(
+        vocab_size=500, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=128), "GPTNeoXForCausalLM"), _lm_batch(2, 64)),
+    "t5-v1.1": (_lm_default_cache(lambda: transformers.T5Config(
+        vocab_size=500, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_heads=4,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0,
+        pad_token_id=0), "T5ForConditionalGeneration"), _seq2seq_batch(2, 64)),
+    "mistral-window": (_lm_default_cache(lambda: transformers.MistralConfig(
+        vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, sliding_window=16),
+        "MistralForCausalLM"), _lm_batch(2, 64)),
+    "falcon": (_lm_default_cache(lambda: transformers.FalconConfig(
+        vocab_size=500, hidden_size=64, num_hidden_layers=4, num_attention_heads=4),
+        "FalconForCausalLM"), _lm_batch(2, 64)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FRAMEWORK_CHECKPOINTED))
+def test_checkpointing_as_transformers_does_it(name: str) -> None:
+    # with the cache on, a recomputed layer would append K/V to the DynamicCache again;
+    # transformers turns the cache off when it checkpoints, and so must the audit. T5's
+    # encoder and decoder lists (three layers each, too short to fold) are both recomputed
+    build, batch = FRAMEWORK_CHECKPOINTED[name]
+    reference = memtracker_peak(build, batch, framework_checkpointing=True)
+    ours = _ours(build, batch, checkpointing="layers")
+    assert ours.peak_bytes == pytest.approx(reference["Total"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_a_folded_cache_is_freed_with_the_output() -> None:
+    # with the cache on, each layer's K/V live until the output is dropped, not until its
+    # backward: a folded layer's copies free theirs there too (one layer's K + V was left
+    # alive through the backward: 2 · 2 · 64 · 2 heads · 16 · 4 B = 32,768 B, +0.55%)
+    build, batch = FRAMEWORK_CHECKPOINTED["mistral-window"]
+    reference = memtracker_peak(build, batch)
+    folded = _ours(build, batch)
+    assert folded.folded_layers == 1
+    assert folded.peak_bytes == _ours(build, batch, fold_layers=False).peak_bytes
+    assert folded.peak_bytes == pytest.approx(reference["Total"], rel=0.001)
 
 
 @pytest.mark.slow
@@ -153,12 +214,28 @@ def test_folding_an_update_that_peaks() -> None:
 
 def test_optimizer_states_by_optimizer() -> None:
     params = sum(p.numel() for p in _tiny_gpt().parameters())
-    tensors = len(list(_tiny_gpt().parameters()))
     states = {name: _ours(_tiny_gpt, _ids, optimizer=name).breakdown.optimizer_states
               for name in ("adamw", "adam", "sgd", "sgd-momentum", "none")}
-    assert states["adamw"] == states["adam"] == 2 * 4 * params + 4 * tensors
+    assert states["adamw"] == states["adam"] == 2 * 4 * params  # steps on the host
     assert states["sgd-momentum"] == 4 * params  # one momentum buffer per parameter
     assert states["sgd"] == states["none"] == 0
+
+
+def test_step_counters_sit_where_torch_puts_them() -> None:
+    from mhaudit.phases.optimizer_step import on_host, optimizer_step
+
+    params = [nn.Parameter(torch.zeros(10, 4)), nn.Parameter(torch.zeros(4))]
+    # two tensors: 4 B step counter each; exp_avg and exp_avg_sq of 44 elements at 4 B
+    gpu = optimizer_step(params, "adamw", torch.float32)
+    assert (gpu.state_bytes, gpu.host_state_bytes) == (2 * 44 * 4, 2 * 4)
+    cpu = optimizer_step(params, "adamw", torch.float32, device="cpu")
+    assert (cpu.state_bytes, cpu.host_state_bytes) == (2 * 44 * 4 + 2 * 4, 0)
+    # torch.optim.adam._init_group: on the parameter's device when fused or capturable
+    step = torch.tensor(0.0)
+    assert on_host("step", step, {"fused": None, "capturable": False})
+    assert not on_host("step", step, {"fused": True, "capturable": False})
+    assert not on_host("step", step, {"fused": None, "capturable": True})
+    assert not on_host("exp_avg", torch.zeros(3), {"fused": None, "capturable": False})
 
 
 def test_precision_presets() -> None:

@@ -35,6 +35,16 @@ class Masked(nn.Module):
             return torch.ones(self.n_q, self.n_kv, dtype=torch.bool).tril()
         if self.build == "tril-bottom-right":
             return torch.ones(self.n_q, self.n_kv, dtype=torch.bool).tril(self.n_kv - self.n_q)
+        if self.build in ("indexed", "indexed-removed"):
+            # as HF builds it without a cache: positions read through position_ids[b, idx],
+            # and a packed-sequence term (same document) that is not index arithmetic
+            positions = torch.arange(self.n_kv)[None, :]  # (1, n) position_ids
+            b = torch.arange(1)[:, None, None, None]  # (1, 1, 1, 1) batch rows
+            qi, kj = positions[b, i[None, None]], positions[b, j[None, None]]  # (1,1,n,1)/(1,1,1,n)
+            document = torch.zeros(1, self.n_kv, dtype=torch.long).cumsum(-1)
+            same = document[b, i[None, None]] == document[b, j[None, None]]
+            kept = (kj > qi - w) & (kj <= qi) & same
+            return ~kept if self.build == "indexed-removed" else kept
         if self.build == "padding":
             return j < self.n_kv - 1  # not causal: drops the last key for everyone
         raise ValueError(self.build)
@@ -68,6 +78,7 @@ def _core_mask(build: str, n_q: int, n_kv: int, window: int = 0) -> tuple[bool, 
         ("tril-bottom-right", 4, 16, 0, (True, None, "bottom-right")),
         ("triu-fill", 16, 16, 0, (True, None, "top-left")),  # masked_fill(triu(1)): removed
         ("padding", 16, 16, 0, (False, None, "top-left")),
+        ("indexed", 16, 16, 6, (True, 6, "top-left")),  # kv > q − 6, kv ≤ q, same document
     ],
 )
 def test_masks_by_their_index_arithmetic(
@@ -79,6 +90,12 @@ def test_masks_by_their_index_arithmetic(
 class Sdpa(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_an_unreadable_conjunct_bounds_only_what_is_kept() -> None:
+    # masked_fill(~(¬kept)) keeps ¬kept, a superset of the window's complement: the part
+    # that was read bounds nothing about it, so no window may be claimed
+    assert _core_mask("indexed-removed", 16, 16, 6)[1] is None
 
 
 def test_is_causal_is_top_left() -> None:

@@ -5,7 +5,11 @@ value is an affine form in the query index i and the key index j, each compariso
 linear constraint, ``&`` a conjunction. ``(i - j >= 0) & (i - j < w)`` keeps
 j ≤ i (causal, top-left) and j > i − w (a window of w keys); ``kv > q − w`` and
 ``kv ≤ q`` as HF builds them read the same. Whether an ``arange`` indexes queries or
-keys is read from the axis it is broadcast along (−2 queries, −1 keys).
+keys is read from the axis it is broadcast along (−2 queries, −1 keys). Positions read
+through an index (``position_ids[b, q_idx]``, as HF masks do without a cache) are the
+position tensor's form at the index's form. A conjunct that is not index arithmetic
+(padding, packed-sequence boundaries) only removes keys: the rest still bounds what is
+kept, so the reading stays an upper bound of every query's keys.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class _Mask:
     """A conjunction of constraints; ``keeps_all`` for a mask of ones."""
 
     constraints: tuple[_Constraint, ...] = ()
+    partial: bool = False
+    """True when unreadable conjuncts were dropped: the mask keeps at most this."""
 
 
 class _Reader:
@@ -131,7 +137,28 @@ class _Reader:
             return self._band(name, args[0], arg(node, 1, "diagonal", 0))
         if name == "where" and len(args) >= 3:
             return self._where(args)
+        if name == "index" and len(args) >= 2 and isinstance(args[1], (list, tuple)):
+            return self._index(args[0], args[1])
         return None
+
+    def _index(self, base: object, indices: list[object] | tuple[object, ...]) -> object:
+        """``positions[..., idx]`` of positions affine in one ``arange`` along their last
+        axis: the same form at ``idx`` (earlier indices pick batch rows, which the
+        positions do not vary over)."""
+        positions = self.value(base)
+        dims = shape(base) if isinstance(base, fx.Node) else ()
+        if not isinstance(positions, _Affine) or not indices or len(indices) != len(dims):
+            return None
+        ranges = list(positions.coefs.items())
+        if len(ranges) > 1 or any(isinstance(n, str) for n, _ in ranges):
+            return None
+        if ranges and (shape(ranges[0][0]) or (0,))[-1] != dims[-1]:
+            return None
+        at = self.value(indices[-1])
+        if not isinstance(at, _Affine):
+            return None
+        coef = ranges[0][1] if ranges else 0
+        return at.times(coef).plus(_Affine(const=positions.const))
 
     def _mul(self, a: object, b: object) -> object:
         if isinstance(a, _Affine) and isinstance(b, _Affine):
@@ -144,7 +171,10 @@ class _Reader:
 
     def _and(self, a: object, b: object) -> object:
         if isinstance(a, _Mask) and isinstance(b, _Mask):
-            return _Mask(a.constraints + b.constraints)
+            return _Mask(a.constraints + b.constraints, a.partial or b.partial)
+        known = a if isinstance(a, _Mask) else b if isinstance(b, _Mask) else None
+        if known is not None and (a is None or b is None):  # the unknown side only removes
+            return _Mask(known.constraints, partial=True)
         return None
 
     def _band(self, name: str, base: object, diagonal: object) -> object:
@@ -214,6 +244,8 @@ def _negate(mask: object) -> object:
     a complement (the mask itself), else a ``_Not`` to undo later."""
     if isinstance(mask, _Not):
         return mask.mask
+    if isinstance(mask, _Mask) and mask.partial:  # the complement of an upper bound bounds
+        return _Not(mask)  # nothing, but negated back it is the bound again
     if isinstance(mask, _Mask) and len(mask.constraints) == 1:
         a, b, c = mask.constraints[0]
         return _Mask(((-a, -b, -c - 1),))
