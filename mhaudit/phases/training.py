@@ -198,16 +198,8 @@ def training_step(
     memory = profile.memory_bytes
     max_batch = _max_batch(during, update, batch, memory)
     extra = sum(r.extra for r in repeats)
-    convention = (
-        f"steady-state step: forward ({precision}), backward from the {run.loss}, "
-        f"{optimizer} update (torch.optim, foreach, states made by the previous step); "
-        "live tensor bytes as torch's MemTracker counts them (no allocator rounding); "
-        f"{len(layers)} layers run" + (f", {extra} folded from them" if extra else "")
-        + ("; checkpointing: torch.utils.checkpoint (non-reentrant), which stops recomputing "
-           "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
-        + (f"; {opt.host_state_bytes} B of step counters on the host, where torch keeps them "
-           "for CUDA parameters (not fused, not capturable)" if opt.host_state_bytes else "")
-        + "; max_batch_size scales activations and temporaries linearly with the batch")
+    convention = _convention(precision, run.loss, optimizer, len(layers), extra,
+                             checkpointing, opt.host_state_bytes)
     return TrainingCost(
         optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,
         peak_bytes=breakdown.total, peak_phase=phase, breakdown=breakdown, flops=folded.flops,
@@ -215,6 +207,21 @@ def training_step(
         fits=breakdown.total <= memory, max_batch_size=max_batch, batch_size=batch,
         folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
     )
+
+
+def _convention(precision: str, loss: str, optimizer: str, layers: int, extra: int,
+                checkpointing: str, host_state_bytes: int) -> str:
+    """What the step's figures count, in words."""
+    return (
+        f"steady-state step: forward ({precision}), backward from the {loss}, "
+        f"{optimizer} update (torch.optim, foreach, states made by the previous step); "
+        "live tensor bytes as torch's MemTracker counts them (no allocator rounding); "
+        f"{layers} layers run" + (f", {extra} folded from them" if extra else "")
+        + ("; checkpointing: torch.utils.checkpoint (non-reentrant), which stops recomputing "
+           "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
+        + (f"; {host_state_bytes} B of step counters on the host, where torch keeps them "
+           "for CUDA parameters (not fused, not capturable)" if host_state_bytes else "")
+        + "; max_batch_size scales activations and temporaries linearly with the batch")
 
 
 def _max_batch(during: MemoryBreakdown, update: MemoryBreakdown, batch: int, memory: int
