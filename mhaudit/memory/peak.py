@@ -25,6 +25,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves
 
+from mhaudit.memory.fakes import fake_inputs, fake_state
 from mhaudit.memory.live import LiveStorages
 from mhaudit.trace.fold import FoldedList
 
@@ -94,33 +95,24 @@ def fake_forward_peak(
     their representatives). Raises whatever the forward raises on fake tensors.
     """
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake:
-        fake_args, fake_kwargs = _fakes(fake, args), _fakes(fake, kwargs)
-    mode = LiveStorages()
-    mode.known(t for t in (*model.parameters(), *model.buffers(), *tree_leaves((args, kwargs)))
-               if isinstance(t, torch.Tensor))
     was_training = model.training
     model.eval()
     quiet = logging.getLogger("torch._subclasses.fake_tensor")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # an op without a fake kernel is reported by the caller
     try:
-        with torch.no_grad(), fake, mode, _layer_leftovers(model, plans, mode):
-            out = model(*fake_args, **fake_kwargs)
-            retained = mode.live + mode.extra
-            del out
+        # fake CPU state and inputs: a meta-built model runs the kernels a real run does
+        with fake_state(model, fake, None):
+            fake_args, fake_kwargs = fake_inputs(args, fake, None), fake_inputs(kwargs, fake, None)
+            mode = LiveStorages()
+            mode.known(t for t in (*model.parameters(), *model.buffers(),
+                                   *tree_leaves((fake_args, fake_kwargs)))
+                       if isinstance(t, torch.Tensor))
+            with torch.no_grad(), fake, mode, _layer_leftovers(model, plans, mode):
+                out = model(*fake_args, **fake_kwargs)
+                retained = mode.live + mode.extra
+                del out
     finally:
         quiet.setLevel(level)
         model.train(was_training)
     return PeakEstimate(mode.peak, retained)
-
-
-def _fakes(mode: FakeTensorMode, value: Any) -> Any:
-    """User inputs as fake tensors (nested tuples, lists and dicts kept)."""
-    if isinstance(value, torch.Tensor):
-        return mode.from_tensor(value)
-    if isinstance(value, dict):
-        return {k: _fakes(mode, v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fakes(mode, v) for v in value)
-    return value

@@ -21,6 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.checkpoint import checkpoint
 
 from mhaudit.errors import TraceError, first_line
+from mhaudit.memory.fakes import fake_inputs, fake_state
 from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
 from mhaudit.phases.backward_flops import op_flops
 
@@ -53,61 +54,6 @@ class FakeRun:
     """``id`` of each original parameter that received a gradient."""
     forward_end: int
     """Tick at which the forward (loss included) ended."""
-
-
-def _fake_like(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    target = dtype if t.is_floating_point() else t.dtype
-    with mode:
-        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=target, device="cpu")
-
-
-@contextlib.contextmanager
-def fake_state(model: nn.Module, mode: FakeTensorMode, dtype: torch.dtype
-               ) -> Iterator[tuple[int, int, dict[int, nn.Parameter]]]:
-    """Swap parameters, buffers and tensor attributes for fake tensors.
-
-    Yields the parameter and buffer bytes and each original parameter's fake one by ``id``.
-    """
-    swapped: list[tuple[dict[str, Any], str, Any]] = []
-    made: dict[int, Any] = {}
-    param_bytes = buffer_bytes = 0
-    try:
-        for module in model.modules():
-            for table, is_param in ((module._parameters, True), (module._buffers, False)):
-                for name, value in list(table.items()):
-                    if value is None:
-                        continue
-                    if id(value) not in made:
-                        fake = _fake_like(mode, value, dtype)
-                        if is_param:
-                            fake = nn.Parameter(fake, requires_grad=value.requires_grad)
-                            param_bytes += fake.numel() * fake.element_size()
-                        else:
-                            buffer_bytes += fake.numel() * fake.element_size()
-                        made[id(value)] = fake
-                    swapped.append((table, name, value))
-                    table[name] = made[id(value)]
-            for name, value in list(vars(module).items()):
-                if isinstance(value, torch.Tensor) and not name.startswith("_"):
-                    swapped.append((vars(module), name, value))
-                    vars(module)[name] = made.setdefault(id(value), _fake_like(mode, value,
-                                                                               value.dtype))
-        fakes = {key: value for key, value in made.items() if isinstance(value, nn.Parameter)}
-        yield param_bytes, buffer_bytes, fakes
-    finally:
-        for table, name, value in reversed(swapped):
-            table[name] = value
-
-
-def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype) -> Any:
-    """Inputs with every tensor replaced by a fake CPU one (floats at ``dtype``)."""
-    if isinstance(value, torch.Tensor):
-        return _fake_like(mode, value, dtype)
-    if isinstance(value, dict):
-        return {k: fake_inputs(v, mode, dtype) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(fake_inputs(v, mode, dtype) for v in value)
-    return value
 
 
 def pick_loss(output: Any) -> tuple[torch.Tensor, str]:

@@ -288,3 +288,51 @@ def test_eager_scores_at_the_width_softmax_computes() -> None:
     gpt2 = DENSE["gpt2"]().eval()
     (block, _) = mhaudit.audit(gpt2, (_ids(),)).blocks
     assert block.layout.score_dtype is None and block.memory.scores_bytes == 1 * 4 * 16 * 16 * 2
+
+
+PATH_FIELDS = ("peak_activation_bytes", "flops", "kv_cache_bytes_per_token", "params_total",
+               "attention_params", "params_active")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PEAK))
+def test_every_path_gives_the_same_figures(name: str, tmp_path: Any) -> None:
+    """A real model, the same model built on meta, its config.json on the command line and
+    a model file: one set of figures (the meta paths run the kernels a real run does)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from mhaudit.cli import main as cli
+
+    model = PEAK[name]().eval()
+    ids = torch.zeros(2, 64, dtype=torch.long)
+    real = mhaudit.audit(model, (ids,), dtype="fp32").totals
+    with torch.device("meta"):
+        meta_model = PEAK[name]().eval()
+    meta = mhaudit.audit(meta_model, (torch.zeros(2, 64, dtype=torch.long),),
+                         dtype="fp32").totals
+    config = tmp_path / "config.json"
+    data = model.config.to_dict()
+    data["architectures"] = [type(model).__name__]
+    data["attn_implementation"] = model.config._attn_implementation  # not in to_dict()
+    config.write_text(json.dumps(data))
+    done = CliRunner().invoke(cli, ["report", str(config), "--format", "json", "--dtype",
+                                    "fp32", "-b", "2", "-n", "64"])
+    assert done.exit_code == 0, done.output
+    from_config = json.loads(done.stdout)["totals"]
+    source = tmp_path / "model.py"
+    source.write_text(
+        "import json, torch, transformers\n"
+        f"CONFIG = json.loads({json.dumps(json.dumps(data))})\n"
+        "def build_model():\n"
+        f"    config = transformers.AutoConfig.for_model(CONFIG.pop('model_type'), **CONFIG)\n"
+        f"    return transformers.{type(model).__name__}(config)\n"
+        "def example_inputs():\n"
+        "    return (torch.zeros(2, 64, dtype=torch.long),)\n")
+    from_file = mhaudit.audit_target(str(source), dtype="fp32").totals
+    for field in PATH_FIELDS:
+        figures = {getattr(real, field), getattr(meta, field), from_config[field],
+                   getattr(from_file, field)}
+        assert len(figures) == 1, (field, getattr(real, field), getattr(meta, field),
+                                   from_config[field], getattr(from_file, field))
