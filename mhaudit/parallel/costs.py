@@ -35,7 +35,8 @@ def _forward_flops(blocks: Sequence[AttentionBlock], params: int, batch: int, to
 
 def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
           precision: str, optimizer: str, training: TrainingCost | None,
-          decode: DecodeCost | None, context: int | None) -> StepSpec:
+          decode: DecodeCost | None, context: int | None,
+          activations: int | None) -> StepSpec:
     lay = blocks[0].layout if blocks else None
     batch = lay.batch_size if lay else 1
     e = dtype_bytes(canonical_dtype(dtype))
@@ -44,7 +45,8 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
         tokens = lay.seq_len_q if lay else 1
         flops = training.flops if training else 3 * _forward_flops(blocks, params, batch,
                                                                     tokens, 0)
-        acts = training.breakdown.activations if training else None
+        acts = activations if activations is not None else (
+            training.breakdown.activations if training else None)
         return StepSpec(TRAIN, stored, compute, optimizer, batch, tokens, 0, acts, flops)
     ctx = decode.context if decode else (context if context is not None else (
         lay.seq_len_kv if lay else 0))
@@ -59,7 +61,7 @@ def plan_costs(
     phase: str = TRAIN, *, dtype: str = "bfloat16", precision: str = "fp32",
     optimizer: str = "adamw", context: int | None = None,
     training: TrainingCost | None = None, decode: DecodeCost | None = None,
-    use_torch: bool = True,
+    activation_bytes: int | None = None, use_torch: bool = True,
 ) -> ParallelCost:
     """Per-device cost of one ``phase`` (``train`` or ``decode``) of ``model`` under ``plan``.
 
@@ -69,6 +71,8 @@ def plan_costs(
     ``torch.distributed``); where torch cannot apply the plan, the analytic model answers
     and ``notes`` says why. ``training``/``decode`` are the single-device phase results,
     when the audit has them: their activations, FLOPs, batch and context are used.
+    ``activation_bytes`` is a single-device count of the bytes saved for the backward
+    (MemTracker's, say) that the plan then splits; it takes precedence over ``training``'s.
     """
     plan = as_plan(plan)
     if phase not in PHASES:
@@ -77,7 +81,7 @@ def plan_costs(
     units = fsdp_units(model, blocks)
     params = inventory(model, modules, units)
     spec = _spec(blocks, total_elements(params), phase, dtype, precision, optimizer,
-                 training, decode, context)
+                 training, decode, context, activation_bytes)
     shards = unit_shards(params, units, plan)
     d_model = blocks[0].layout.d_model if blocks else 0
     comm = collectives(modules, shards, d_model, spec, plan)

@@ -4,6 +4,7 @@ process group under FakeTensorMode, measured by FSDPMemTracker/MemTracker and Co
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +108,9 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
     from torch.distributed._tools.mem_tracker import MemTracker
 
     twin = copy.deepcopy(model).to("meta")
-    with fake_world(plan) as mesh:
+    with fake_world(plan) as mesh, warnings.catch_warnings():
+        # FSDP2's hooks warn about module outputs that are views or need no gradient
+        warnings.simplefilter("ignore", UserWarning)
         _apply(twin, mesh, modules, units, plan)
         with FakeTensorMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")

@@ -1,0 +1,95 @@
+"""The plan as torch runs it on a fake world: per-rank states equal FSDPMemTracker's,
+collectives equal CommDebugMode's, and the fake process group is always torn down."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mhaudit.api import audit
+from mhaudit.cost.devices import get_profile
+from mhaudit.parallel import plan_costs
+from mhaudit.parallel.roles import fsdp_units, tp_modules
+from tests.parallel.torch_oracle import fsdp_states, tp_comm_counts
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+
+H100 = get_profile("h100")
+
+
+def _llama(**config: int) -> tuple[torch.nn.Module, torch.Tensor]:
+    cfg = transformers.LlamaConfig(**{
+        "hidden_size": 256, "intermediate_size": 520, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1003, **config})
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+    return model, torch.zeros((2, 64), dtype=torch.long, device="meta")
+
+
+@pytest.fixture(scope="module")
+def llama() -> tuple[torch.nn.Module, torch.Tensor, tuple]:  # type: ignore[type-arg]
+    model, ids = _llama()
+    return model, ids, audit(model, (ids,)).blocks
+
+
+def test_fsdp_states_equal_fsdp_mem_tracker(llama) -> None:  # type: ignore[no-untyped-def]
+    model, ids, blocks = llama
+    units = [u for u in fsdp_units(model, blocks) if u]
+    ref = fsdp_states(model, ids, units, 8)
+    got = plan_costs(model, (ids,), {}, blocks, "fsdp=8", H100, precision="fp32",
+                     use_torch=False)
+    held = got.per_device_bytes
+    # 1,003 vocabulary rows pad to 1,008 over 8 ranks: the shards carry FSDP2's padding
+    assert (held.params, held.grads, held.optimizer_states) == (
+        ref["Sharded Param"], ref["Sharded Grad"], ref["OptState"])
+    assert got.source == "analytic"
+    measured = plan_costs(model, (ids,), {}, blocks, "fsdp=8", H100, precision="fp32")
+    assert measured.source == "torch.distributed"
+    assert measured.per_device_bytes.params == held.params
+    assert measured.comm_calls_per_step == got.comm_calls_per_step
+    assert measured.comm_bytes_per_step == got.comm_bytes_per_step
+    assert not dist.is_initialized()
+
+
+def test_tp8_collectives_equal_comm_debug_mode(llama) -> None:  # type: ignore[no-untyped-def]
+    model, ids, blocks = llama
+    modules = tp_modules(model, blocks)
+    assert {m.name.rsplit(".", 1)[1]: m.role for m in modules} == {
+        "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
+        "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"}
+    ref = tp_comm_counts(model, ids, {m.name: m.role for m in modules}, 8)
+    got = plan_costs(model, (ids,), {}, blocks, "tp=8", H100, use_torch=False)
+    # per layer: O and down all-reduce their outputs in the forward (2), Q, K, V, gate and up
+    # their input gradients in the backward (5): 14 over 2 layers
+    assert ref == {"c10d_functional.all_reduce": 14}
+    assert got.comm_calls_per_step.all_reduce == 14 and got.comm_calls_per_step.total == 14
+    # each is a (2, 64, 256) fp32 tensor, 131,072 B: a ring all-reduce over 8 sends
+    # 2·7/8·131,072 = 229,376 B, 14 of them 3,211,264 B
+    assert got.comm_bytes_per_step.all_reduce == 3211264
+    measured = plan_costs(model, (ids,), {}, blocks, "tp=8", H100)
+    assert measured.source == "torch.distributed"
+    assert measured.comm_bytes_per_step == got.comm_bytes_per_step
+    assert measured.per_device_bytes.params == got.per_device_bytes.params
+    assert not dist.is_initialized()
+
+
+def test_unshardable_plans_fall_back_and_say_why(llama) -> None:  # type: ignore[no-untyped-def]
+    model, ids, blocks = llama
+    got = plan_costs(model, (ids,), {}, blocks, "tp=16", H100)
+    assert got.source == "analytic" and any("t = 16" in n for n in got.notes)
+    sp = plan_costs(model, (ids,), {}, blocks, "tp=8,sp", H100)
+    assert sp.source == "analytic" and any("sequence parallelism" in n for n in sp.notes)
+
+
+def test_fake_world_is_torn_down_after_a_failure() -> None:
+    from mhaudit.data import ParallelPlan
+    from mhaudit.parallel.world import fake_world
+
+    with pytest.raises(ZeroDivisionError), fake_world(ParallelPlan(fsdp=4)):
+        assert dist.get_world_size() == 4
+        _ = 1 / 0
+    assert not dist.is_initialized()
