@@ -98,6 +98,15 @@ def _held(current: dict[str, int], peak: dict[str, int]) -> DeviceBytes:
     return DeviceBytes(params, grads, states, acts, 0, temps, peak.get("Total", 0))
 
 
+def _optimizer(model: nn.Module, name: str) -> torch.optim.Optimizer | None:
+    params = list(model.parameters())
+    if name in ("adamw", "adam"):
+        return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(params)
+    if name.startswith("sgd"):
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9 if name == "sgd-momentum" else 0.0)
+    return None
+
+
 def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
              modules: Sequence[TpModule], units: Sequence[str], plan: ParallelPlan,
              optimizer: str) -> EngineRun:
@@ -114,13 +123,7 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
         _apply(twin, mesh, modules, units, plan)
         with FakeTensorMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")
-            params = list(twin.parameters())
-            opt: torch.optim.Optimizer | None = None
-            if optimizer in ("adamw", "adam"):
-                opt = (torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam)(params)
-            elif optimizer.startswith("sgd"):
-                opt = torch.optim.SGD(params, lr=0.1,
-                                      momentum=0.9 if optimizer == "sgd-momentum" else 0.0)
+            opt = _optimizer(twin, optimizer)
             fargs, fkwargs = _fake_inputs(args), _fake_inputs(dict(kwargs))
             tracker: Any = (FSDPMemTracker(twin, opt) if plan.fsdp > 1 else MemTracker())
             if plan.fsdp == 1:

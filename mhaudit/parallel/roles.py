@@ -33,9 +33,16 @@ class TpModule:
     projection that is not an ``nn.Linear``."""
 
 
-def layer_of(block: AttentionBlock) -> str:
-    """The repeated layer holding ``block``: its parent module (``""`` for the root)."""
-    return block.name.rpartition(".")[0]
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
+
+
+def layer_of(model: nn.Module, block: AttentionBlock) -> str:
+    """The repeated layer holding ``block``: its parent module, or the block itself when the
+    parent is a container of layers (``""`` for the root)."""
+    parent = block.name.rpartition(".")[0]
+    if block.name and isinstance(model.get_submodule(parent), _CONTAINERS):
+        return block.name
+    return parent
 
 
 def _attention_modules(block: AttentionBlock) -> list[tuple[str, str, int]]:
@@ -51,7 +58,7 @@ def _attention_modules(block: AttentionBlock) -> list[tuple[str, str, int]]:
 def _mlp_modules(model: nn.Module, block: AttentionBlock, taken: set[str]) -> list[TpModule]:
     """Linear modules of the block's layer outside attention: d → wider ones column-wise
     (up, gate), wider → d ones row-wise (down); none unless both kinds are there."""
-    layer = layer_of(block)
+    layer = layer_of(model, block)
     if not layer:
         return []
     d = block.layout.d_model
@@ -59,7 +66,8 @@ def _mlp_modules(model: nn.Module, block: AttentionBlock, taken: set[str]) -> li
     up: list[TpModule] = []
     down: list[TpModule] = []
     for name, mod in model.get_submodule(layer).named_modules(prefix=layer):
-        if not isinstance(mod, nn.Linear) or name in taken or name.startswith(block.name + "."):
+        inside = layer != block.name and name.startswith(block.name + ".")
+        if not isinstance(mod, nn.Linear) or name in taken or inside:
             continue
         if not name.startswith(prefix):
             continue
@@ -96,7 +104,7 @@ def fsdp_units(model: nn.Module, blocks: Sequence[AttentionBlock]) -> tuple[str,
     root (``""``), which keeps every parameter outside them."""
     layers: list[str] = []
     for block in blocks:
-        layer = layer_of(block)
+        layer = layer_of(model, block)
         if layer and layer not in layers and not any(
                 layer.startswith(u + ".") or u.startswith(layer + ".") for u in layers):
             layers.append(layer)

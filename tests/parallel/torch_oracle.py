@@ -21,7 +21,8 @@ def _world(size: int) -> Any:
     return init_device_mesh("cpu", (size,))
 
 
-def fsdp_states(model: nn.Module, ids: torch.Tensor, units: list[str], world: int) -> dict[str, int]:
+def fsdp_states(model: nn.Module, ids: torch.Tensor, units: list[str],
+                world: int) -> dict[str, int]:
     """FSDPMemTracker's current bytes after one AdamW step of ``model`` wrapped unit by unit."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.fsdp import fully_shard
