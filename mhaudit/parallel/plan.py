@@ -70,3 +70,18 @@ def as_plan(value: ParallelPlan | str) -> ParallelPlan:
     plan = parse_plan(value) if isinstance(value, str) else value
     check_plan(plan)
     return plan
+
+
+def sweep_plans(gpus: int, sp: bool = False, max_tp: int = 64) -> tuple[ParallelPlan, ...]:
+    """Every ``tp × fsdp = gpus`` plan with t a power of two up to ``max_tp`` (SP beside
+    each t > 1 when ``sp``), smallest t first: what ``whatif --parallel`` compares."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_DEGREE:
+        raise ConfigError(f"the GPU count must be a whole number in 1..{MAX_DEGREE}, "
+                          f"not {gpus!r}", "Pass e.g. 64.")
+    plans = []
+    tp = 1
+    while tp <= min(gpus, max_tp):
+        if gpus % tp == 0:
+            plans.append(ParallelPlan(tp=tp, sp=sp and tp > 1, fsdp=gpus // tp))
+        tp *= 2
+    return tuple(plans)

@@ -51,3 +51,28 @@ def test_check_plan_refuses_wrong_types() -> None:
         check_plan(ParallelPlan(tp=True))  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         check_plan(ParallelPlan(tp=2, sp=1))  # type: ignore[arg-type]
+
+
+def test_audit_options_take_a_plan_or_its_text() -> None:
+    from mhaudit.options import AuditOptions, resolve_options
+
+    opts = resolve_options(None, {"parallel": "tp=8,sp", "train": True})
+    assert opts.parallel == ParallelPlan(tp=8, sp=True)
+    assert resolve_options(AuditOptions(parallel=ParallelPlan(fsdp=4), decode=True), {})
+    for bad, says in (({"parallel": "tp=0", "train": True}, "1..65536"),
+                      ({"parallel": "tp=8"}, "neither is asked"),
+                      ({"parallel": "tp=8", "train": True, "tensor_parallel": 4}, "disagrees")):
+        with pytest.raises(ConfigError, match=says):
+            resolve_options(None, bad)
+
+
+def test_sweep_plans_covers_every_power_of_two_split() -> None:
+    from mhaudit.parallel import sweep_plans
+
+    plans = sweep_plans(64, sp=True, max_tp=8)
+    assert [(p.tp, p.fsdp, p.sp) for p in plans] == [
+        (1, 64, False), (2, 32, True), (4, 16, True), (8, 8, True)]
+    assert all(p.world_size == 64 for p in plans)
+    assert [p.tp for p in sweep_plans(12)] == [1, 2, 4]
+    with pytest.raises(ConfigError):
+        sweep_plans(0)
