@@ -77,6 +77,17 @@ def test_tp8_collectives_equal_comm_debug_mode(llama) -> None:  # type: ignore[n
     assert not dist.is_initialized()
 
 
+def test_2d_plan_matches_torch(llama) -> None:  # type: ignore[no-untyped-def]
+    model, ids, blocks = llama
+    got = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=4", H100, use_torch=False)
+    measured = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=4", H100)
+    assert measured.source == "torch.distributed"
+    for name in ("params", "grads", "optimizer_states"):
+        assert getattr(measured.per_device_bytes, name) == getattr(got.per_device_bytes, name)
+    assert measured.comm_calls_per_step == got.comm_calls_per_step
+    assert measured.comm_bytes_per_step == got.comm_bytes_per_step
+
+
 def test_unshardable_plans_fall_back_and_say_why(llama) -> None:  # type: ignore[no-untyped-def]
     model, ids, blocks = llama
     got = plan_costs(model, (ids,), {}, blocks, "tp=16", H100)
