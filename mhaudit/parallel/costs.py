@@ -11,13 +11,13 @@ from torch import nn
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import AttentionBlock, DecodeCost, TrainingCost
 from mhaudit.data.parallel import ParallelCost, ParallelPlan
-from mhaudit.errors import ConfigError
+from mhaudit.errors import ConfigError, MhauditError, first_line
 from mhaudit.parallel import analytic
 from mhaudit.parallel.collectives import collectives
-from mhaudit.parallel.engine import engine_blocker, run_plan
+from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
 from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan
-from mhaudit.parallel.roles import fsdp_units, tp_modules
+from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
 from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 
 
@@ -53,6 +53,25 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
     batch = decode.batch_size if decode else batch
     flops = decode.flops_per_step if decode else _forward_flops(blocks, params, batch, 1, ctx)
     return StepSpec(DECODE, e, e, "none", batch, 1, ctx, None, flops)
+
+
+def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+               blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
+               units: Sequence[str], plan: ParallelPlan, spec: StepSpec,
+               use_torch: bool) -> tuple[EngineRun | None, str | None]:
+    """torch's run of the plan, or why there is none (None for a one-GPU plan)."""
+    if plan.world_size == 1:
+        return None, None
+    heads = [(b.layout.num_heads, b.layout.num_kv_heads) for b in blocks]
+    why = engine_blocker(modules, heads, plan, spec.phase) if use_torch else "not asked"
+    if why is not None:
+        return None, why
+    try:
+        return run_plan(model, args, kwargs, modules, units, plan, spec.optimizer), None
+    except MhauditError:
+        raise
+    except Exception as exc:  # torch's APIs reject what they cannot shard in many ways
+        return None, f"torch could not run the plan on this model ({first_line(exc, 160)})"
 
 
 def plan_costs(
@@ -91,18 +110,16 @@ def plan_costs(
     notes = ["activations split as Korthikanti et al. 2022 split them"
              + (" (the single-device count in that proportion)" if spec.activation_bytes
                 else " (their per-layer count)")] if phase == TRAIN else []
+    run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec, use_torch)
     source = "analytic"
-    heads = [(b.layout.num_heads, b.layout.num_kv_heads) for b in blocks]
-    blocker = engine_blocker(modules, heads, plan, phase) if use_torch else "not asked"
-    if blocker is None and plan.world_size > 1:
-        run = run_plan(model, args, kwargs, modules, units, plan, spec.optimizer)
+    if run is not None:
         held = replace(run.held, activations=held.activations, kv_cache=held.kv_cache)
         comm = replace(comm, sent=run.sent, calls=run.calls)
         source = "torch.distributed"
         notes.append("states, buffers, peak and collectives measured by torch on rank 0 of a "
                      f"fake world of {plan.tp * plan.fsdp}")
-    elif blocker is not None:
-        notes.append(f"analytic model: {blocker}")
+    elif why is not None:
+        notes.append(f"analytic model: {why}")
     time_s = analytic.step_time_s(spec, comm, held, plan, profile)
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,

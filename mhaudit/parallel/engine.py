@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
@@ -34,6 +35,8 @@ def engine_blocker(modules: Sequence[TpModule], heads: Sequence[tuple[int, int]]
     """Why torch cannot run this plan on this model here; None when it can."""
     if phase != "train":
         return "a decode step with its cache is not run on the fake world"
+    if dist.is_initialized():
+        return "a process group is already initialised in this process"
     if plan.sp:
         return "sequence parallelism needs a plan for every norm and dropout of the model"
     if plan.pp > 1:

@@ -104,3 +104,22 @@ def test_fake_world_is_torn_down_after_a_failure() -> None:
         assert dist.get_world_size() == 4
         _ = 1 / 0
     assert not dist.is_initialized()
+
+
+def test_a_model_torch_cannot_shard_falls_back_and_leaves_no_world() -> None:
+    from fixtures.small_models import TextbookMHA, TinyGPT
+
+    # the textbook module views its projections with a fixed head count, which the local
+    # (split) widths of a TP rank cannot take: torch fails, the analytic model answers
+    model = TextbookMHA(64, 8)
+    x = torch.zeros(2, 16, 64)
+    got = plan_costs(model, (x,), {}, audit(model, (x,)).blocks, "tp=2", H100)
+    assert got.source == "analytic"
+    assert any("torch could not run the plan" in n for n in got.notes), got.notes
+    assert not dist.is_initialized()
+    fsdp = plan_costs(model, (x,), {}, audit(model, (x,)).blocks, "fsdp=2", H100)
+    assert fsdp.source == "torch.distributed"  # FSDP needs no change to the forward
+    gpt = TinyGPT()
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    fused = plan_costs(gpt, (ids,), {}, audit(gpt, (ids,)).blocks, "tp=2", H100)
+    assert fused.source == "analytic" and any("fused" in n for n in fused.notes)
