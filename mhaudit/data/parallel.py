@@ -52,8 +52,8 @@ class DeviceBytes:
     kv_cache: int
     """KV cache on this rank (KV heads replicated when t > h_kv); 0 in training."""
     temporaries: int
-    """All-gather and reduce-scatter buffers of the largest FSDP unit (unsharded
-    parameters, prefetch included, and unsharded gradients)."""
+    """FSDP's gathered parameters and collective buffers at the peak: the root unit's, and
+    the largest layer's twice (running and prefetched)."""
     peak: int
     """Peak bytes of the step on this rank."""
 

@@ -81,8 +81,10 @@ class StateBytes:
 def state_bytes(shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> StateBytes:
     """Sharded states per rank and the FSDP gather buffers. Layer units split over pipeline
     stages; the root unit (embeddings, final norm, head) is counted whole (an upper bound
-    for any stage). Buffers: the largest unit gathered twice (the running and the
-    prefetched one) and, in training, its unsharded gradients before the reduce-scatter."""
+    for any stage). Buffers, as FSDP2 holds them: the root's parameters gathered for the
+    whole step (the root is not resharded after the forward), and the largest layer twice,
+    the running one and the one prefetched; unsharded gradients, freed layer by layer as
+    they are reduce-scattered, are not counted."""
     layers = [s for s in shards if s.unit]
     root = [s for s in shards if not s.unit]
     elems = sum(s.shard_elements for s in root) + ceil_div(
@@ -93,9 +95,10 @@ def state_bytes(shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan)
     grads = params if train else 0
     states = params * spec.states_per_param + tensors * spec.step_counter_bytes
     temps = 0
-    if plan.fsdp > 1 and shards:
-        biggest = max(s.gathered_elements for s in shards) * spec.compute_bytes
-        temps = 2 * biggest + (biggest if train else 0)
+    if plan.fsdp > 1:
+        biggest = max((s.gathered_elements for s in layers), default=0)
+        gathered = sum(s.gathered_elements for s in root) + 2 * biggest
+        temps = gathered * spec.compute_bytes
     return StateBytes(params, grads, states, temps)
 
 

@@ -96,8 +96,8 @@ def _held(current: dict[str, int], peak: dict[str, int]) -> DeviceBytes:
     grads = current.get("Sharded Grad", current.get("Gradient", 0))
     states = current.get("OptState", current.get("Optstate", 0))
     acts = peak.get("Activation", 0) + peak.get("Inputs", peak.get("Input", 0))
-    temps = (peak.get("All Gather", 0) + peak.get("Reduce Scatter", 0)
-             + peak.get("Unsharded Grad", 0))
+    temps = sum(peak.get(k, 0) for k in ("Unsharded Param", "All Gather", "Reduce Scatter",
+                                          "Unsharded Grad"))
     return DeviceBytes(params, grads, states, acts, 0, temps, peak.get("Total", 0))
 
 

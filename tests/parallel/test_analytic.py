@@ -86,10 +86,10 @@ def test_sharded_states_and_gather_buffers() -> None:
               UnitShard("", 500, 4000, 1))
     got = analytic.state_bytes(shards, TRAIN_SPEC, ParallelPlan(fsdp=8))
     # params (1000 + 1000 + 500)·4 = 10,000 B, grads the same, AdamW 2·10,000 + 5 tensors ·
-    # 4 B step counters = 20,020; buffers: the largest unit, 8,000·4 = 32,000 B, twice for the
-    # prefetch plus once for its unsharded gradients = 96,000
+    # 4 B step counters = 20,020; buffers: the root gathered, 4,000·4 = 16,000 B, and the
+    # largest layer twice (running and prefetched), 2·8,000·4 = 64,000: 80,000
     assert (got.params, got.grads, got.optimizer_states, got.temporaries) == (
-        10000, 10000, 20020, 96000)
+        10000, 10000, 20020, 80000)
     staged = analytic.state_bytes(shards, TRAIN_SPEC, ParallelPlan(fsdp=8, pp=2))
     # two stages: the layers halve (2,000/2), the root stays whole: (1,000 + 500)·4 = 6,000
     assert staged.params == 6000

@@ -46,6 +46,10 @@ def test_fsdp_states_equal_fsdp_mem_tracker(llama) -> None:  # type: ignore[no-u
     # 1,003 vocabulary rows pad to 1,008 over 8 ranks: the shards carry FSDP2's padding
     assert (held.params, held.grads, held.optimizer_states) == (
         ref["Sharded Param"], ref["Sharded Grad"], ref["OptState"])
+    # gathered parameters at the peak: the root (not resharded) and a layer running plus
+    # one prefetched, against FSDPMemTracker's unsharded parameters and all-gather buffers
+    torch_temps = ref["peak Unsharded Param"] + ref["peak All Gather"]
+    assert abs(held.temporaries - torch_temps) <= 0.05 * torch_temps
     assert got.source == "analytic"
     measured = plan_costs(model, (ids,), {}, blocks, "fsdp=8", H100, precision="fp32")
     assert measured.source == "torch.distributed"

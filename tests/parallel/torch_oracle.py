@@ -23,7 +23,8 @@ def _world(size: int) -> Any:
 
 def fsdp_states(model: nn.Module, ids: torch.Tensor, units: list[str],
                 world: int) -> dict[str, int]:
-    """FSDPMemTracker's current bytes after one AdamW step of ``model`` wrapped unit by unit."""
+    """FSDPMemTracker's bytes after one AdamW step of ``model`` wrapped unit by unit, by
+    category, and at the step's peak (keys prefixed ``peak``)."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.fsdp import fully_shard
 
@@ -41,10 +42,14 @@ def fsdp_states(model: nn.Module, ids: torch.Tensor, units: list[str],
                 twin(torch.zeros(ids.shape, dtype=ids.dtype)).logits.sum().backward()
                 opt.step()
             snap = tracker.get_tracker_snapshot()
+            peak = tracker.get_tracker_snapshot("peak")
     finally:
         dist.destroy_process_group()
-    return {str(k.value if hasattr(k, "value") else k): v
-            for k, v in next(iter(snap.values())).items()}
+    out = {str(k.value if hasattr(k, "value") else k): v
+           for k, v in next(iter(snap.values())).items()}
+    out.update({"peak " + str(k.value if hasattr(k, "value") else k): v
+                for k, v in next(iter(peak.values())).items()})
+    return out
 
 
 def tp_comm_counts(model: nn.Module, ids: torch.Tensor, layout: Mapping[str, str],
