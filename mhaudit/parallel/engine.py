@@ -42,7 +42,7 @@ def engine_blocker(modules: Sequence[TpModule], heads: Sequence[tuple[int, int]]
     if plan.pp > 1:
         return "pipeline stages are not simulated"
     if plan.tp > 1:
-        if not modules or any(m.replicated for m in modules):
+        if not modules or not all(m.torch_splits for m in modules):
             return "a projection is fused or not an nn.Linear, which ColwiseParallel cannot split"
         if any(h % plan.tp or kv % plan.tp for h, kv in heads):
             return f"the heads or KV heads do not split evenly over t = {plan.tp}"

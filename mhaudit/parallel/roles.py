@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from mhaudit.data import AttentionBlock
@@ -26,11 +27,16 @@ class TpModule:
     in_features: int
     out_features: int
     kv_heads: int = 0
-    """KV heads in the module's output when it projects K or V (replicated once t > h_kv);
-    0 otherwise."""
+    """KV heads in the module's output when it projects K or V alone (replicated once
+    t > h_kv); 0 otherwise, a fused QKV included (split evenly as a whole)."""
     replicated: bool = False
-    """True when the module is not split but copied to every TP rank: a fused QKV or a
-    projection that is not an ``nn.Linear``."""
+    """True when the plan cannot split the module and copies it to every TP rank: its
+    weight is not a 2-D matrix of the projection's widths."""
+    transposed: bool = False
+    """True when the weight is stored (in, out), as GPT-2's ``Conv1D`` stores it."""
+    torch_splits: bool = True
+    """True when torch's Colwise/RowwiseParallel split it as the plan means: an
+    ``nn.Linear`` that is not a fused QKV (whose column chunks would mix Q, K and V)."""
 
 
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
@@ -55,9 +61,33 @@ def _attention_modules(block: AttentionBlock) -> list[tuple[str, str, int]]:
     return found
 
 
+def _orientation(weight: object, d_in: int, d_out: int, mod: nn.Module) -> bool | None:
+    """True for a weight stored (in, out), False for (out, in), None for anything else."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        return None
+    shape = tuple(weight.shape)
+    if shape == (d_in, d_out) and (d_in != d_out or hasattr(mod, "nf")):
+        return True
+    return False if shape == (d_out, d_in) else None
+
+
+def _matrix(mod: nn.Module) -> tuple[int, int, bool] | None:
+    """(in, out, transposed) of a leaf module holding one 2-D weight (``nn.Linear``,
+    GPT-2's ``Conv1D``); None for embeddings and anything else."""
+    weight = getattr(mod, "weight", None)
+    if (isinstance(mod, nn.Embedding) or any(True for _ in mod.children())
+            or not isinstance(weight, torch.Tensor) or weight.dim() != 2):
+        return None
+    if isinstance(mod, nn.Linear):
+        return int(mod.in_features), int(mod.out_features), False
+    if getattr(mod, "nf", None) == weight.shape[1]:
+        return int(weight.shape[0]), int(weight.shape[1]), True
+    return int(weight.shape[1]), int(weight.shape[0]), False
+
+
 def _mlp_modules(model: nn.Module, block: AttentionBlock, taken: set[str]) -> list[TpModule]:
-    """Linear modules of the block's layer outside attention: d → wider ones column-wise
-    (up, gate), wider → d ones row-wise (down); none unless both kinds are there."""
+    """Matrices of the block's layer outside attention: d → wider ones column-wise (up,
+    gate), wider → d ones row-wise (down); none unless both kinds are there."""
     layer = layer_of(model, block)
     if not layer:
         return []
@@ -67,15 +97,31 @@ def _mlp_modules(model: nn.Module, block: AttentionBlock, taken: set[str]) -> li
     down: list[TpModule] = []
     for name, mod in model.get_submodule(layer).named_modules(prefix=layer):
         inside = layer != block.name and name.startswith(block.name + ".")
-        if not isinstance(mod, nn.Linear) or name in taken or inside:
+        dims = _matrix(mod)
+        if dims is None or name in taken or inside or not name.startswith(prefix):
             continue
-        if not name.startswith(prefix):
-            continue
-        if mod.in_features == d and mod.out_features != d:
-            up.append(TpModule(name, COLWISE, mod.in_features, mod.out_features))
-        elif mod.out_features == d and mod.in_features != d:
-            down.append(TpModule(name, ROWWISE, mod.in_features, mod.out_features))
+        d_in, d_out, transposed = dims
+        linear = isinstance(mod, nn.Linear)
+        if d_in == d and d_out != d:
+            up.append(TpModule(name, COLWISE, d_in, d_out, transposed=transposed,
+                               torch_splits=linear))
+        elif d_out == d and d_in != d:
+            down.append(TpModule(name, ROWWISE, d_in, d_out, transposed=transposed,
+                                 torch_splits=linear))
     return up + down if up and down else []
+
+
+def _attention_module(model: nn.Module, block: AttentionBlock, name: str, role: str,
+                      kv: int) -> TpModule:
+    lay = block.layout
+    proj = next(p for p in (lay.q, lay.k, lay.v, lay.o) if p is not None and p.module == name)
+    mod = model.get_submodule(name)
+    d_in, d_out = proj.in_features, proj.fused_width
+    orient = _orientation(model.get_parameter(proj.weight), d_in, d_out, mod)
+    fused = role == COLWISE and proj.fused
+    return TpModule(name, role, d_in, d_out, 0 if fused else kv, replicated=orient is None,
+                    transposed=bool(orient),
+                    torch_splits=isinstance(mod, nn.Linear) and not fused)
 
 
 def tp_modules(model: nn.Module, blocks: Sequence[AttentionBlock]) -> tuple[TpModule, ...]:
@@ -84,14 +130,8 @@ def tp_modules(model: nn.Module, blocks: Sequence[AttentionBlock]) -> tuple[TpMo
     out: list[TpModule] = []
     taken: set[str] = set()
     for block in blocks:
-        fused = block.layout.q is not None and block.layout.q.fused
         for name, role, kv in _attention_modules(block):
-            mod = model.get_submodule(name)
-            linear = isinstance(mod, nn.Linear)
-            d_in = int(mod.in_features) if isinstance(mod, nn.Linear) else 0
-            d_out = int(mod.out_features) if isinstance(mod, nn.Linear) else 0
-            copy = (fused and role == COLWISE) or not linear
-            out.append(TpModule(name, role, d_in, d_out, kv, replicated=copy))
+            out.append(_attention_module(model, block, name, role, kv))
             taken.add(name)
         mlp = _mlp_modules(model, block, taken)
         out.extend(mlp)

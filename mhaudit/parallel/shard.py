@@ -22,22 +22,25 @@ def tp_local_shape(shape: Sequence[int], is_bias: bool, module: TpModule | None,
                    tp: int) -> tuple[int, ...]:
     """Local shape of a weight (out, in) or bias (out,) of ``module`` on one TP rank.
 
-    Column-wise modules split dim 0 (⌈out/t⌉ rows, as torch's Shard(0) chunks it; K and V
-    keep at least one whole head, replicated, once t > h_kv); row-wise modules split the
-    weight's dim 1 and replicate the bias; anything else is replicated.
+    Column-wise modules split the output dim (⌈out/t⌉ rows, as torch's Shard(0) chunks it;
+    K and V keep at least one whole head, replicated, once t > h_kv); row-wise modules
+    split the weight's input dim and replicate the bias; anything else is replicated. A
+    weight stored (in, out) (``transposed``) has its dims the other way round.
     """
-    local = tuple(shape)
+    local = list(shape)
     if module is None or module.replicated or tp == 1 or not local:
-        return local
+        return tuple(local)
+    matrix = len(local) == 2 and not is_bias
     if module.role == COLWISE:
+        axis = 1 if matrix and module.transposed else 0
         if module.kv_heads and tp > module.kv_heads:
-            rows = local[0] // module.kv_heads * kv_heads_per_rank(module.kv_heads, tp)
+            local[axis] = local[axis] // module.kv_heads * kv_heads_per_rank(module.kv_heads, tp)
         else:
-            rows = ceil_div(local[0], tp)
-        return (rows, *local[1:])
-    if module.role == ROWWISE and not is_bias and len(local) == 2:
-        return (local[0], ceil_div(local[1], tp))
-    return local
+            local[axis] = ceil_div(local[axis], tp)
+    elif module.role == ROWWISE and matrix:
+        axis = 0 if module.transposed else 1
+        local[axis] = ceil_div(local[axis], tp)
+    return tuple(local)
 
 
 def fsdp_shard_elements(shape: Sequence[int], fsdp: int) -> int:

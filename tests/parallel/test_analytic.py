@@ -139,3 +139,33 @@ def test_max_batch_size_and_step_time() -> None:
     # 10^12 FLOPs over t = 8 at 989 TFLOP/s: 1.264e-4 s; 229,376 B over 450 GB/s: 5.1e-7 s
     got = analytic.step_time_s(TRAIN_SPEC, comm, held, ParallelPlan(tp=8), h100)
     assert got == pytest.approx(1e12 / 8 / 989e12 + 229376 / 450e9)
+
+
+def test_gpt2_conv1d_weights_split_along_their_stored_dims() -> None:
+    import os
+
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mhaudit.api import audit
+    from mhaudit.parallel import plan_costs
+
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    ids = torch.zeros((1, 32), dtype=torch.long, device="meta")
+    blocks = audit(model, (ids,)).blocks
+    h100 = get_profile("h100")
+
+    def params(plan: str) -> int:
+        return plan_costs(model, (ids,), {}, blocks, plan, h100, precision="fp32",
+                          use_torch=False).per_device_bytes.params
+
+    assert params("tp=1") == 4 * sum(p.numel() for p in model.parameters())
+    # Conv1D stores (in, out). Per layer at t = 2: ln_1 128; c_attn (64, 192) → (64, 96) =
+    # 6,144 + bias 96; attn c_proj (64, 64) → (32, 64) = 2,048 + bias 64 (row-wise, whole);
+    # ln_2 128; c_fc (64, 256) → (64, 128) = 8,192 + 128; mlp c_proj (256, 64) → (128, 64) =
+    # 8,192 + 64: 25,184. Two layers 50,368, ln_f 128, wte 6,400 (tied to the head) and wpe
+    # 65,536 whole: 122,432 elements, 489,728 B at fp32
+    assert params("tp=2") == 489728
