@@ -158,6 +158,15 @@ class AuditOptions:
             with contextlib.suppress(ConfigError):  # validate() refuses it with the message
                 object.__setattr__(self, "parallel", parse_plan(self.parallel))
 
+    @property
+    def checked_tensor_parallel(self) -> int | None:
+        """The degree the rules check (MHA008, MHA011): ``tensor_parallel``, else the plan's
+        ``tp`` when it is above 1."""
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel
+        plan = self.parallel
+        return plan.tp if isinstance(plan, ParallelPlan) and plan.tp > 1 else None
+
     def validate(self) -> None:
         """Raise ConfigError for values no stage can use: wrong types, ranges, empty lists."""
         check_options(self)

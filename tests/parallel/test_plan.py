@@ -58,6 +58,9 @@ def test_audit_options_take_a_plan_or_its_text() -> None:
 
     opts = resolve_options(None, {"parallel": "tp=8,sp", "train": True})
     assert opts.parallel == ParallelPlan(tp=8, sp=True)
+    assert opts.checked_tensor_parallel == 8
+    assert AuditOptions(parallel="fsdp=8").checked_tensor_parallel is None
+    assert AuditOptions(tensor_parallel=4).checked_tensor_parallel == 4
     assert resolve_options(AuditOptions(parallel=ParallelPlan(fsdp=4), decode=True), {})
     for bad, says in (({"parallel": "tp=0", "train": True}, "1..65536"),
                       ({"parallel": "tp=8"}, "neither is asked"),
