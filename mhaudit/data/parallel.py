@@ -55,7 +55,8 @@ class DeviceBytes:
     """FSDP's gathered parameters and collective buffers at the peak: the root unit's, and
     the largest layer's twice (running and prefetched)."""
     peak: int
-    """Peak bytes of the step on this rank."""
+    """Peak bytes of the step on this rank: torch's measured peak, or the analytic sum of
+    the parts (which leaves out the optimizer update's temporaries)."""
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,8 @@ def state_bytes(shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan)
 
 def device_bytes(states: StateBytes, activations: int, kv_cache: int) -> DeviceBytes:
     """The per-rank breakdown; the peak is the sum of the parts (all live at the end of
-    the backward, before the optimizer frees the gradients)."""
+    the backward). The optimizer update's own temporaries (foreach intermediates) are not
+    counted: a lower bound where the update, not the backward, peaks."""
     peak = (states.params + states.grads + states.optimizer_states + activations + kv_cache
             + states.temporaries)
     return DeviceBytes(states.params, states.grads, states.optimizer_states, activations,

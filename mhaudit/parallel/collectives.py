@@ -57,19 +57,20 @@ def _tp(tally: _Tally, modules: Sequence[TpModule], spec: StepSpec, plan: Parall
 
 
 def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> None:
-    """FSDP2: each unit all-gathers its parameters in the forward and, resharded after it,
-    again in the backward (not the root, which stays unsharded); its gradients are
-    reduce-scattered once. A rank sends (f−1) shards of each."""
+    """FSDP2: each unit all-gathers its parameters (at the compute precision) in the forward
+    and, resharded after it, again in the backward (not the root, which stays unsharded);
+    its gradients are reduce-scattered once, at the stored precision (fp32 under
+    bf16-mixed). A rank sends (f−1) shards of each."""
     f = plan.fsdp
     train = spec.phase == TRAIN
     for unit in shards:
         if not unit.shard_elements:
             continue
-        sent = (f - 1) * unit.shard_elements * spec.compute_bytes
+        sent = (f - 1) * unit.shard_elements
         gathers = 2 if train and unit.unit else 1
-        tally.add("all_gather", sent * gathers, gathers)
+        tally.add("all_gather", sent * spec.compute_bytes * gathers, gathers)
         if train:
-            tally.add("reduce_scatter", sent)
+            tally.add("reduce_scatter", sent * spec.param_bytes)
 
 
 def _pipeline(tally: _Tally, d_model: int, spec: StepSpec, plan: ParallelPlan) -> None:

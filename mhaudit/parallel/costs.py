@@ -57,7 +57,7 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
 
 def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
-               units: Sequence[str], plan: ParallelPlan, spec: StepSpec,
+               units: Sequence[str], plan: ParallelPlan, spec: StepSpec, precision: str,
                use_torch: bool) -> tuple[EngineRun | None, str | None]:
     """torch's run of the plan, or why there is none (None for a one-GPU plan)."""
     if plan.world_size == 1:
@@ -67,7 +67,8 @@ def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
     if why is not None:
         return None, why
     try:
-        return run_plan(model, args, kwargs, modules, units, plan, spec.optimizer), None
+        return run_plan(model, args, kwargs, modules, units, plan, spec.optimizer,
+                        precision), None
     except MhauditError:
         raise
     except Exception as exc:  # torch's APIs reject what they cannot shard in many ways
@@ -110,7 +111,8 @@ def plan_costs(
     notes = ["activations split as Korthikanti et al. 2022 split them"
              + (" (the single-device count in that proportion)" if spec.activation_bytes
                 else " (their per-layer count)")] if phase == TRAIN else []
-    run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec, use_torch)
+    run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec,
+                          precision, use_torch)
     source = "analytic"
     if run is not None:
         held = replace(run.held, activations=held.activations, kv_cache=held.kv_cache)

@@ -65,8 +65,10 @@ def _loss(out: Any) -> torch.Tensor:
 
 
 def _apply(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], units: Sequence[str],
-           plan: ParallelPlan) -> None:
-    from torch.distributed.fsdp import fully_shard
+           plan: ParallelPlan, precision: str) -> None:
+    """The TP plan, then FSDP2 unit by unit; under bf16-mixed FSDP gathers bf16 parameters
+    and reduce-scatters fp32 gradients."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -80,8 +82,11 @@ def _apply(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], units: Seque
         parallelize_module(twin, tp_mesh, layout)  # type: ignore[arg-type]
     if plan.fsdp > 1:
         dp_mesh = mesh["dp"] if plan.tp > 1 else mesh
+        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                  if precision == "bf16-mixed" else MixedPrecisionPolicy())
         for unit in units:
-            fully_shard(twin.get_submodule(unit) if unit else twin, mesh=dp_mesh)
+            fully_shard(twin.get_submodule(unit) if unit else twin, mesh=dp_mesh,
+                        mp_policy=policy)
 
 
 def _snapshot_bytes(snap: Mapping[Any, Any]) -> dict[str, int]:
@@ -112,18 +117,21 @@ def _optimizer(model: nn.Module, name: str) -> torch.optim.Optimizer | None:
 
 def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
              modules: Sequence[TpModule], units: Sequence[str], plan: ParallelPlan,
-             optimizer: str) -> EngineRun:
+             optimizer: str, precision: str) -> EngineRun:
     """One training step of a meta copy of ``model`` under ``plan``, on rank 0 of a fake
     world: sharded by ``parallelize_module`` and ``fully_shard``, materialised as fake
-    tensors, run forward, backward and (AdamW or SGD) step."""
+    tensors, run forward, backward and (AdamW or SGD) step, at ``precision`` (fp32; bf16
+    weights; or bf16-mixed: fp32 weights, bf16 autocast and FSDP gathers)."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
     twin = copy.deepcopy(model).to("meta")
+    twin = twin.to(torch.bfloat16 if precision == "bf16" else torch.float32)
+    cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
     with fake_world(plan) as mesh, warnings.catch_warnings():
         # FSDP2's hooks warn about module outputs that are views or need no gradient
         warnings.simplefilter("ignore", UserWarning)
-        _apply(twin, mesh, modules, units, plan)
+        _apply(twin, mesh, modules, units, plan, precision)
         with FakeTensorMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")
             opt = _optimizer(twin, optimizer)
@@ -133,7 +141,9 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                 tracker.track_external(twin, *([opt] if opt is not None else []))
             comm = CommBytesMode()
             with tracker, comm:
-                _loss(twin(*fargs, **fkwargs)).backward()  # type: ignore[no-untyped-call]
+                with cast:
+                    loss = _loss(twin(*fargs, **fkwargs))
+                loss.backward()  # type: ignore[no-untyped-call]
                 if opt is not None:
                     opt.step()
             current = _snapshot_bytes(tracker.get_tracker_snapshot())

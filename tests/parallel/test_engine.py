@@ -92,6 +92,21 @@ def test_2d_plan_matches_torch(llama) -> None:  # type: ignore[no-untyped-def]
     assert measured.comm_bytes_per_step == got.comm_bytes_per_step
 
 
+def test_bf16_mixed_gathers_bf16_and_reduces_fp32(llama) -> None:  # type: ignore[no-untyped-def]
+    model, ids, blocks = llama
+    got = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=4", H100, precision="bf16-mixed",
+                     use_torch=False)
+    measured = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=4", H100,
+                          precision="bf16-mixed")
+    assert measured.source == "torch.distributed"
+    assert measured.comm_bytes_per_step == got.comm_bytes_per_step
+    fp32 = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=4", H100, use_torch=False)
+    # the gathers and TP all-reduces move bf16, half of fp32; the gradients stay fp32
+    sent, full = got.comm_bytes_per_step, fp32.comm_bytes_per_step
+    assert 2 * sent.all_gather == full.all_gather and 2 * sent.all_reduce == full.all_reduce
+    assert sent.reduce_scatter == full.reduce_scatter
+
+
 def test_unshardable_plans_fall_back_and_say_why(llama) -> None:  # type: ignore[no-untyped-def]
     model, ids, blocks = llama
     got = plan_costs(model, (ids,), {}, blocks, "tp=16", H100)
