@@ -16,7 +16,7 @@ from mhaudit.parallel import analytic
 from mhaudit.parallel.collectives import collectives
 from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
 from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
-from mhaudit.parallel.plan import as_plan
+from mhaudit.parallel.plan import as_plan, sweep_plans
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
 from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 
@@ -129,3 +129,16 @@ def plan_costs(
         fits=held.peak <= profile.memory_bytes,
         max_batch_size=analytic.max_batch_size(held, spec.batch, profile),
         source=source, notes=tuple(notes))
+
+
+def sweep_costs(
+    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+    blocks: Sequence[AttentionBlock], gpus: int, profile: GpuProfile, phase: str = TRAIN,
+    *, sp: bool = False, max_tp: int = 64, use_torch: bool = False, **options: Any,
+) -> tuple[ParallelCost, ...]:
+    """:func:`plan_costs` for every ``tp × fsdp = gpus`` plan (:func:`sweep_plans`), the
+    analytic model by default: what ``whatif --parallel`` shows, ``fits`` marking the plans
+    that fit. ``options`` are passed on (dtype, precision, optimizer, context, ...)."""
+    return tuple(plan_costs(model, args, kwargs, blocks, plan, profile, phase,
+                            use_torch=use_torch, **options)
+                 for plan in sweep_plans(gpus, sp=sp, max_tp=max_tp))

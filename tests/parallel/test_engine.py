@@ -107,6 +107,19 @@ def test_bf16_mixed_gathers_bf16_and_reduces_fp32(llama) -> None:  # type: ignor
     assert sent.reduce_scatter == full.reduce_scatter
 
 
+def test_sweep_costs_every_split_of_the_gpus(llama) -> None:  # type: ignore[no-untyped-def]
+    from mhaudit.parallel import sweep_costs
+
+    model, ids, blocks = llama
+    costs = sweep_costs(model, (ids,), {}, blocks, 16, H100, max_tp=8)
+    assert [(c.plan.tp, c.plan.fsdp) for c in costs] == [(1, 16), (2, 8), (4, 4), (8, 2)]
+    assert all(c.source == "analytic" and c.fits for c in costs)
+    # more TP, fewer FSDP ranks: each rank holds more of the (replicated) embeddings and
+    # head, so parameters per rank grow while TP traffic appears
+    params = [c.per_device_bytes.params for c in costs]
+    assert params == sorted(params) and costs[0].comm_bytes_per_step.all_reduce == 0
+
+
 def test_unshardable_plans_fall_back_and_say_why(llama) -> None:  # type: ignore[no-untyped-def]
     model, ids, blocks = llama
     got = plan_costs(model, (ids,), {}, blocks, "tp=16", H100)
