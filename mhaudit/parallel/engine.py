@@ -106,6 +106,18 @@ def _held(current: dict[str, int], peak: dict[str, int]) -> DeviceBytes:
     return DeviceBytes(params, grads, states, acts, 0, temps, peak.get("Total", 0))
 
 
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers are meta tensors of the same shapes
+    (their data is never copied, so a model with real weights costs nothing extra)."""
+    memo: dict[int, Any] = {}
+    for param in model.parameters():
+        memo[id(param)] = nn.Parameter(torch.empty_like(param, device="meta"),
+                                       requires_grad=param.requires_grad)
+    for buf in model.buffers():
+        memo[id(buf)] = torch.empty_like(buf, device="meta")
+    return copy.deepcopy(model, memo)
+
+
 def _optimizer(model: nn.Module, name: str) -> torch.optim.Optimizer | None:
     params = list(model.parameters())
     if name in ("adamw", "adam"):
@@ -125,7 +137,7 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    twin = copy.deepcopy(model).to("meta")
+    twin = _meta_copy(model)
     twin = twin.to(torch.bfloat16 if precision == "bf16" else torch.float32)
     cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
     with fake_world(plan) as mesh, warnings.catch_warnings():

@@ -151,6 +151,10 @@ def test_a_model_torch_cannot_shard_falls_back_and_leaves_no_world() -> None:
     assert not dist.is_initialized()
     fsdp = plan_costs(model, (x,), {}, audit(model, (x,)).blocks, "fsdp=2", H100)
     assert fsdp.source == "torch.distributed"  # FSDP needs no change to the forward
+    # torch sharded a meta copy: the user's model keeps its real, unsharded weights
+    weight = model.q.weight
+    assert type(weight) is torch.nn.Parameter and weight.device.type == "cpu"
+    assert weight.shape == (64, 64)
     gpt = TinyGPT()
     ids = torch.zeros(1, 16, dtype=torch.long)
     fused = plan_costs(gpt, (ids,), {}, audit(gpt, (ids,)).blocks, "tp=2", H100)
