@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -9,8 +10,10 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
+from mhaudit.data.parallel import ParallelPlan
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
+from mhaudit.parallel.plan import as_plan, parse_plan
 from mhaudit.rules import RuleConfig
 
 MAX_SIZE = 2**40
@@ -136,6 +139,9 @@ class AuditOptions:
     """Add a ``decode`` section: one generation step at ``context``."""
     context: int | None = None
     """Cached tokens for the decode step; None means the audited sequence length."""
+    parallel: ParallelPlan | str | None = None
+    """Parallel plan the training and decode steps are costed under per device, a plan or
+    its text (``tp=8,sp,fsdp=8,pp=1``); None for one GPU."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input_shapes, Mapping):
@@ -148,6 +154,18 @@ class AuditOptions:
             value = getattr(self, name)
             if isinstance(value, str) and value in kind.values():
                 object.__setattr__(self, name, kind(value))
+        if isinstance(self.parallel, str):
+            with contextlib.suppress(ConfigError):  # validate() refuses it with the message
+                object.__setattr__(self, "parallel", parse_plan(self.parallel))
+
+    @property
+    def checked_tensor_parallel(self) -> int | None:
+        """The degree the rules check (MHA008, MHA011): ``tensor_parallel``, else the plan's
+        ``tp`` when it is above 1."""
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel
+        plan = self.parallel
+        return plan.tp if isinstance(plan, ParallelPlan) and plan.tp > 1 else None
 
     def validate(self) -> None:
         """Raise ConfigError for values no stage can use: wrong types, ranges, empty lists."""
@@ -208,12 +226,26 @@ def check_options(opts: AuditOptions) -> None:
         raise ConfigError("rule_config must be a RuleConfig", "Build one with RuleConfig(...).")
     if opts.progress is not None and not callable(opts.progress):
         raise ConfigError("progress must be callable with (done, total)", "Pass a function.")
+    _check_parallel(opts)
     if opts.flops_backend == FlopsBackend.FVCORE and opts.device == "meta":
         raise ConfigError("the fvcore backend runs real compute and cannot use meta tensors",
                           "Add --device cpu to compare against fvcore.")
     canonical_dtype(opts.dtype)
     get_profile(opts.gpu)
     parse_device(opts.device)
+
+
+def _check_parallel(opts: AuditOptions) -> None:
+    """A plan parses, costs a phase that runs, and agrees with ``tensor_parallel``."""
+    if opts.parallel is None:
+        return
+    plan = as_plan(opts.parallel)
+    if not (opts.train or opts.decode):
+        raise ConfigError("a parallel plan costs the training or the decode step, and "
+                          "neither is asked", "Add train=True or decode=True (--train, --decode).")
+    if opts.tensor_parallel is not None and opts.tensor_parallel != plan.tp:
+        raise ConfigError(f"tensor_parallel {opts.tensor_parallel} disagrees with the plan's "
+                          f"tp={plan.tp}", "Give the degree once, in the plan.")
 
 
 def _check_sizes(opts: AuditOptions) -> None:

@@ -26,6 +26,21 @@ class GpuProfile:
     memory_bytes: int
     """Device memory in bytes."""
     vendor: str = "nvidia"
+    nvlink_gb_s: float = 0.0
+    """GPU-to-GPU link bandwidth inside a node, per direction, GB/s: half the datasheet's
+    bidirectional NVLink (Infinity Fabric on AMD) figure; 0 without such a link."""
+    pcie_gb_s: float = 32.0
+    """Host link bandwidth per direction, GB/s (PCIe Gen4 x16: 32; Gen5: 64)."""
+    infiniband_gb_s: float = 25.0
+    """Inter-node network bandwidth per GPU, per direction, GB/s: one InfiniBand adapter per
+    GPU (HDR 200 Gb/s: 25; NDR 400 Gb/s: 50), as in the vendor's reference systems."""
+    gpus_per_node: int = 8
+    """GPUs one node links directly (NVLink domain)."""
+
+    @property
+    def intra_node_gb_s(self) -> float:
+        """Bandwidth between GPUs of one node: NVLink where there is one, else PCIe."""
+        return self.nvlink_gb_s or self.pcie_gb_s
 
     @property
     def unsupported_dtypes(self) -> frozenset[str]:
@@ -65,16 +80,27 @@ _GIB = 1024**3
 PROFILES: dict[str, GpuProfile] = {
     p.key: p
     for p in (
-        GpuProfile("t4", "NVIDIA T4", 65.0, 320.0, 40, (7, 5), 16 * _GIB),
-        GpuProfile("l4", "NVIDIA L4", 121.0, 300.0, 58, (8, 9), 24 * _GIB),
-        GpuProfile("a10", "NVIDIA A10", 125.0, 600.0, 72, (8, 6), 24 * _GIB),
-        GpuProfile("a100-40g", "NVIDIA A100 40GB", 312.0, 1555.0, 108, (8, 0), 40 * _GIB),
-        GpuProfile("a100-80g", "NVIDIA A100 80GB", 312.0, 2039.0, 108, (8, 0), 80 * _GIB),
-        GpuProfile("h100", "NVIDIA H100 SXM", 989.0, 3350.0, 132, (9, 0), 80 * _GIB),
-        GpuProfile("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 114, (9, 0), 80 * _GIB),
-        GpuProfile("h200", "NVIDIA H200", 989.0, 4800.0, 132, (9, 0), 141 * 10**9),
-        GpuProfile("rtx4090", "NVIDIA RTX 4090", 165.0, 1008.0, 128, (8, 9), 24 * _GIB),
-        GpuProfile("mi300x", "AMD MI300X", 1307.0, 5300.0, 304, (9, 4), 192 * _GIB, "amd"),
+        GpuProfile("t4", "NVIDIA T4", 65.0, 320.0, 40, (7, 5), 16 * _GIB,
+                   pcie_gb_s=16.0, infiniband_gb_s=12.5),
+        GpuProfile("l4", "NVIDIA L4", 121.0, 300.0, 58, (8, 9), 24 * _GIB,
+                   infiniband_gb_s=12.5),
+        GpuProfile("a10", "NVIDIA A10", 125.0, 600.0, 72, (8, 6), 24 * _GIB,
+                   infiniband_gb_s=12.5),
+        GpuProfile("a100-40g", "NVIDIA A100 40GB", 312.0, 1555.0, 108, (8, 0), 40 * _GIB,
+                   nvlink_gb_s=300.0),
+        GpuProfile("a100-80g", "NVIDIA A100 80GB", 312.0, 2039.0, 108, (8, 0), 80 * _GIB,
+                   nvlink_gb_s=300.0),
+        GpuProfile("h100", "NVIDIA H100 SXM", 989.0, 3350.0, 132, (9, 0), 80 * _GIB,
+                   nvlink_gb_s=450.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
+        GpuProfile("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 114, (9, 0), 80 * _GIB,
+                   nvlink_gb_s=300.0, pcie_gb_s=64.0, infiniband_gb_s=50.0,
+                   gpus_per_node=2),
+        GpuProfile("h200", "NVIDIA H200", 989.0, 4800.0, 132, (9, 0), 141 * 10**9,
+                   nvlink_gb_s=450.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
+        GpuProfile("rtx4090", "NVIDIA RTX 4090", 165.0, 1008.0, 128, (8, 9), 24 * _GIB,
+                   infiniband_gb_s=12.5),
+        GpuProfile("mi300x", "AMD MI300X", 1307.0, 5300.0, 304, (9, 4), 192 * _GIB, "amd",
+                   nvlink_gb_s=448.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
     )
 }
 

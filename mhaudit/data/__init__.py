@@ -26,6 +26,7 @@ from mhaudit.data.findings import Finding, Severity
 from mhaudit.data.gate import BudgetLimit, BudgetResult, GateOutcome
 from mhaudit.data.layout import Deviation, Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
+from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelCost, ParallelPlan
 from mhaudit.data.phases import (
     BlockDecode,
     BlockTraining,
@@ -44,9 +45,11 @@ __all__ = [
     "BlockTraining",
     "BudgetLimit",
     "BudgetResult",
+    "CollectiveBytes",
     "Coverage",
     "DecodeCost",
     "Deviation",
+    "DeviceBytes",
     "ExpertLayer",
     "Finding",
     "FlopBreakdown",
@@ -56,6 +59,8 @@ __all__ = [
     "Measurement",
     "MemoryBreakdown",
     "ModelInfo",
+    "ParallelCost",
+    "ParallelPlan",
     "ParamBreakdown",
     "Projection",
     "Report",

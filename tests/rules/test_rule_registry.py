@@ -21,6 +21,7 @@ H100 = RuleContext.for_target("h100", "bfloat16")
 A100 = RuleContext.for_target("a100", "bfloat16")
 T4 = RuleContext.for_target("t4", "float16")
 TP8 = RuleContext.for_target("h100", "bfloat16", tensor_parallel=8)
+TP16 = RuleContext.for_target("h100", "bfloat16", tensor_parallel=16)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ CASES: dict[str, Fixtures] = {
                        passes=(Case({"heads": 16, "head_dim": 256}),)),
     "MHA010": Fixtures(fires=(Case({"fused": False}),),
                        passes=(Case({"fused": True}), Case({"fused": False, "kind": "cross"}))),
+    "MHA011": Fixtures(fires=(Case({"heads": 64, "kv_heads": 8, "causal": True}, TP16),),
+                       passes=(Case({"heads": 64, "kv_heads": 8, "causal": True}, TP8),
+                               Case({"heads": 64, "kv_heads": 8, "causal": True}))),
 }
 """One entry per registered code; a new rule fails the tests below until it has one."""
 

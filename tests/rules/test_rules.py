@@ -36,6 +36,7 @@ BINDING = {
     "MHA008": "heads-not-divisible-by-tensor-parallel",
     "MHA009": "inner-width-differs-from-d-model",
     "MHA010": "unfused-qkv-projections",
+    "MHA011": "kv-heads-replicated-by-tensor-parallel",
 }
 
 
@@ -227,7 +228,8 @@ def test_every_finding_has_numbers_and_a_fix() -> None:
     blocks += [make_block(heads=12, kv_heads=5, gpu="a100"),
                make_block(heads=16, head_dim=256, d_model=3072, gpu="a100"),
                make_block(heads=32, head_dim=128, causal=True, gpu="a100"),
-               make_block(fused=False, gpu="a100")]
+               make_block(fused=False, gpu="a100"),
+               make_block(heads=32, kv_heads=4, causal=True, gpu="a100")]
     ctx = RuleContext.for_target("a100", "bf16", tensor_parallel=8)
     seen = set()
     for block in evaluate(blocks, ctx):

@@ -1,0 +1,28 @@
+"""Beyond one GPU: per-device cost of a phase under tensor, sequence, fully-sharded data and
+pipeline parallelism, applied by torch.distributed on a fake process group where it can.
+
+``plan_costs`` is the one entry point (it loads torch on first use, so importing the
+package and parsing plans stays cheap); ``parse_plan`` reads the ``--parallel`` grammar;
+``sweep_plans`` lists the plans of a GPU count and ``sweep_costs`` costs each of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mhaudit.data.parallel import ParallelCost, ParallelPlan, parallel_to_dict
+from mhaudit.parallel.plan import as_plan, check_plan, parse_plan, sweep_plans
+
+if TYPE_CHECKING:
+    from mhaudit.parallel.costs import plan_costs, sweep_costs
+
+__all__ = ["ParallelCost", "ParallelPlan", "as_plan", "check_plan", "parallel_to_dict",
+           "parse_plan", "plan_costs", "sweep_costs", "sweep_plans"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("plan_costs", "sweep_costs"):
+        from mhaudit.parallel import costs
+
+        return getattr(costs, name)
+    raise AttributeError(f"module 'mhaudit.parallel' has no attribute {name!r}")

@@ -1,0 +1,115 @@
+"""Closed-form collectives of a step: TP all-reduces (or SP gathers and scatters), FSDP
+all-gathers and reduce-scatters, pipeline sends; bytes each rank sends on ring algorithms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mhaudit.data.parallel import CollectiveBytes, ParallelPlan
+from mhaudit.parallel.inventory import UnitShard
+from mhaudit.parallel.roles import COLWISE, TpModule
+from mhaudit.parallel.step import TRAIN, StepSpec
+
+
+@dataclass
+class _Tally:
+    bytes: dict[str, int]
+    calls: dict[str, int]
+
+    def add(self, kind: str, sent: int, calls: int = 1) -> None:
+        self.bytes[kind] = self.bytes.get(kind, 0) + sent
+        self.calls[kind] = self.calls.get(kind, 0) + calls
+
+
+def all_reduce_sent(size_bytes: int, group: int) -> int:
+    """Bytes one rank sends in a ring all-reduce of ``size_bytes``: 2·(g−1)/g·S."""
+    return 2 * (group - 1) * size_bytes // group
+
+
+def gather_sent(gathered_bytes: int, group: int) -> int:
+    """Bytes one rank sends in a ring all-gather (or reduce-scatter) whose gathered
+    tensor has ``gathered_bytes``: (g−1)/g·S."""
+    return (group - 1) * gathered_bytes // group
+
+
+def _tp(tally: _Tally, modules: Sequence[TpModule], spec: StepSpec, plan: ParallelPlan) -> None:
+    """Per split module, as torch's Colwise/RowwiseParallel run it: without SP a column-wise
+    module all-reduces its input gradient in the backward and a row-wise one its output in
+    the forward; with SP each all-gathers or reduce-scatters along the sequence instead,
+    forward and backward."""
+    t = plan.tp
+    train = spec.phase == TRAIN
+    rows = spec.batch * spec.tokens * spec.compute_bytes
+    for mod in modules:
+        if mod.replicated:
+            continue
+        width = mod.in_features if mod.role == COLWISE else mod.out_features
+        size = rows * width
+        if plan.sp:
+            tally.add("all_gather" if mod.role == COLWISE else "reduce_scatter",
+                      gather_sent(size, t))
+            if train:
+                tally.add("reduce_scatter" if mod.role == COLWISE else "all_gather",
+                          gather_sent(size, t))
+        elif mod.role != COLWISE or train:
+            tally.add("all_reduce", all_reduce_sent(size, t))
+
+
+def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> None:
+    """FSDP2: each unit all-gathers its parameters (at the compute precision) in the forward
+    and, resharded after it, again in the backward (not the root, which stays unsharded);
+    its gradients are reduce-scattered once, at the stored precision (fp32 under
+    bf16-mixed). A rank sends (f−1) shards of each."""
+    f = plan.fsdp
+    train = spec.phase == TRAIN
+    for unit in shards:
+        if not unit.shard_elements:
+            continue
+        sent = (f - 1) * unit.shard_elements
+        gathers = 2 if train and unit.unit else 1
+        tally.add("all_gather", sent * spec.compute_bytes * gathers, gathers)
+        if train:
+            tally.add("reduce_scatter", sent * spec.param_bytes)
+
+
+def _pipeline(tally: _Tally, d_model: int, spec: StepSpec, plan: ParallelPlan) -> None:
+    """A middle stage sends its activations forward and, in training, their gradients back."""
+    size = spec.batch * spec.tokens * d_model * spec.compute_bytes
+    tally.add("send_recv", size * (2 if spec.phase == TRAIN else 1),
+              2 if spec.phase == TRAIN else 1)
+
+
+@dataclass(frozen=True)
+class StepComm:
+    """A step's collectives: totals by kind, and the bytes of each group."""
+
+    sent: CollectiveBytes
+    """Bytes each rank sends, by collective."""
+    calls: CollectiveBytes
+    """Calls, by collective."""
+    tp_bytes: int
+    """Bytes sent inside the TP group (NVLink within a node)."""
+    fsdp_bytes: int
+    """Bytes sent inside the FSDP group."""
+    pp_bytes: int
+    """Bytes sent between pipeline stages."""
+
+
+def collectives(modules: Sequence[TpModule], shards: Sequence[UnitShard], d_model: int,
+                spec: StepSpec, plan: ParallelPlan) -> StepComm:
+    """Every collective of one step on one rank under ``plan``."""
+    groups = [_Tally({}, {}) for _ in range(3)]
+    if plan.tp > 1:
+        _tp(groups[0], modules, spec, plan)
+    if plan.fsdp > 1:
+        _fsdp(groups[1], shards, spec, plan)
+    if plan.pp > 1:
+        _pipeline(groups[2], d_model, spec, plan)
+    merged = _Tally({}, {})
+    for group in groups:
+        for kind, sent in group.bytes.items():
+            merged.add(kind, sent, group.calls[kind])
+    tp, fsdp, pp = (sum(g.bytes.values()) for g in groups)
+    return StepComm(CollectiveBytes(**merged.bytes), CollectiveBytes(**merged.calls),
+                    tp, fsdp, pp)

@@ -1,0 +1,144 @@
+"""One library call: a phase of the user's model costed per device under a parallel plan."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from torch import nn
+
+from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.data import AttentionBlock, DecodeCost, TrainingCost
+from mhaudit.data.parallel import ParallelCost, ParallelPlan
+from mhaudit.errors import ConfigError, MhauditError, first_line
+from mhaudit.parallel import analytic
+from mhaudit.parallel.collectives import collectives
+from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
+from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
+from mhaudit.parallel.plan import as_plan, sweep_plans
+from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
+from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
+
+
+def _forward_flops(blocks: Sequence[AttentionBlock], params: int, batch: int, tokens: int,
+                   context: int) -> int:
+    """2·N per token for the weights plus each block's QKᵀ and PV over its keys
+    (Kaplan et al.'s count): an estimate where the phase gave no FLOPs."""
+    core = 0
+    for b in blocks:
+        lay = b.layout
+        keys = context or lay.seq_len_kv
+        core += 2 * lay.num_heads * (lay.head_dim + lay.v_head_dim) * keys * tokens * batch
+    return 2 * params * batch * tokens + core
+
+
+def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
+          precision: str, optimizer: str, training: TrainingCost | None,
+          decode: DecodeCost | None, context: int | None,
+          activations: int | None) -> StepSpec:
+    lay = blocks[0].layout if blocks else None
+    batch = lay.batch_size if lay else 1
+    e = dtype_bytes(canonical_dtype(dtype))
+    if phase == TRAIN:
+        stored, compute = precision_bytes(precision, e)
+        tokens = lay.seq_len_q if lay else 1
+        flops = training.flops if training else 3 * _forward_flops(blocks, params, batch,
+                                                                    tokens, 0)
+        acts = activations if activations is not None else (
+            training.breakdown.activations if training else None)
+        return StepSpec(TRAIN, stored, compute, optimizer, batch, tokens, 0, acts, flops)
+    ctx = decode.context if decode else (context if context is not None else (
+        lay.seq_len_kv if lay else 0))
+    batch = decode.batch_size if decode else batch
+    flops = decode.flops_per_step if decode else _forward_flops(blocks, params, batch, 1, ctx)
+    return StepSpec(DECODE, e, e, "none", batch, 1, ctx, None, flops)
+
+
+def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+               blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
+               units: Sequence[str], plan: ParallelPlan, spec: StepSpec, precision: str,
+               use_torch: bool) -> tuple[EngineRun | None, str | None]:
+    """torch's run of the plan, or why there is none (None for a one-GPU plan)."""
+    if plan.world_size == 1:
+        return None, None
+    heads = [(b.layout.num_heads, b.layout.num_kv_heads) for b in blocks]
+    why = engine_blocker(modules, heads, plan, spec.phase) if use_torch else "not asked"
+    if why is not None:
+        return None, why
+    try:
+        return run_plan(model, args, kwargs, modules, units, plan, spec.optimizer,
+                        precision), None
+    except MhauditError:
+        raise
+    except Exception as exc:  # torch's APIs reject what they cannot shard in many ways
+        return None, f"torch could not run the plan on this model ({first_line(exc, 160)})"
+
+
+def plan_costs(
+    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+    blocks: Sequence[AttentionBlock], plan: ParallelPlan | str, profile: GpuProfile,
+    phase: str = TRAIN, *, dtype: str = "bfloat16", precision: str = "fp32",
+    optimizer: str = "adamw", context: int | None = None,
+    training: TrainingCost | None = None, decode: DecodeCost | None = None,
+    activation_bytes: int | None = None, use_torch: bool = True,
+) -> ParallelCost:
+    """Per-device cost of one ``phase`` (``train`` or ``decode``) of ``model`` under ``plan``.
+
+    The TP plan comes from ``blocks`` (Q/K/V and MLP up/gate column-wise, O and MLP down
+    row-wise) and FSDP wraps each layer holding a block, then the root. With ``use_torch``
+    a training step is run by torch on a fake process group (``source`` is then
+    ``torch.distributed``); where torch cannot apply the plan, the analytic model answers
+    and ``notes`` says why. ``training``/``decode`` are the single-device phase results,
+    when the audit has them: their activations, FLOPs, batch and context are used.
+    ``activation_bytes`` is a single-device count of the bytes saved for the backward
+    (MemTracker's, say) that the plan then splits; it takes precedence over ``training``'s.
+    """
+    plan = as_plan(plan)
+    if phase not in PHASES:
+        raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
+    modules = tp_modules(model, blocks)
+    units = fsdp_units(model, blocks)
+    params = inventory(model, modules, units)
+    spec = _spec(blocks, total_elements(params), phase, dtype, precision, optimizer,
+                 training, decode, context, activation_bytes)
+    shards = unit_shards(params, units, plan)
+    d_model = blocks[0].layout.d_model if blocks else 0
+    comm = collectives(modules, shards, d_model, spec, plan)
+    states = analytic.state_bytes(shards, spec, plan)
+    held = analytic.device_bytes(states, analytic.activation_bytes(blocks, spec, plan),
+                                 analytic.kv_cache_bytes(blocks, spec, plan))
+    notes = ["activations split as Korthikanti et al. 2022 split them"
+             + (" (the single-device count in that proportion)" if spec.activation_bytes
+                else " (their per-layer count)")] if phase == TRAIN else []
+    run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec,
+                          precision, use_torch)
+    source = "analytic"
+    if run is not None:
+        held = replace(run.held, activations=held.activations, kv_cache=held.kv_cache)
+        comm = replace(comm, sent=run.sent, calls=run.calls)
+        source = "torch.distributed"
+        notes.append("states, buffers, peak and collectives measured by torch on rank 0 of a "
+                     f"fake world of {plan.tp * plan.fsdp}")
+    elif why is not None:
+        notes.append(f"analytic model: {why}")
+    time_s = analytic.step_time_s(spec, comm, held, plan, profile)
+    return ParallelCost(
+        plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
+        comm_calls_per_step=comm.calls, step_time_s=time_s,
+        fits=held.peak <= profile.memory_bytes,
+        max_batch_size=analytic.max_batch_size(held, spec.batch, profile),
+        source=source, notes=tuple(notes))
+
+
+def sweep_costs(
+    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+    blocks: Sequence[AttentionBlock], gpus: int, profile: GpuProfile, phase: str = TRAIN,
+    *, sp: bool = False, max_tp: int = 64, use_torch: bool = False, **options: Any,
+) -> tuple[ParallelCost, ...]:
+    """:func:`plan_costs` for every ``tp × fsdp = gpus`` plan (:func:`sweep_plans`), the
+    analytic model by default: what ``whatif --parallel`` shows, ``fits`` marking the plans
+    that fit. ``options`` are passed on (dtype, precision, optimizer, context, ...)."""
+    return tuple(plan_costs(model, args, kwargs, blocks, plan, profile, phase,
+                            use_torch=use_torch, **options)
+                 for plan in sweep_plans(gpus, sp=sp, max_tp=max_tp))

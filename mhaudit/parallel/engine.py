@@ -1,0 +1,163 @@
+"""The plan applied to the user's model by torch itself: FSDP2 and DTensor TP on a fake
+process group under FakeTensorMode, measured by FSDPMemTracker/MemTracker and CommDebugMode."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelPlan
+from mhaudit.parallel.commcount import CommBytesMode
+from mhaudit.parallel.roles import COLWISE, TpModule
+from mhaudit.parallel.world import fake_world
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What torch measured on rank 0 of the fake world."""
+
+    held: DeviceBytes
+    sent: CollectiveBytes
+    calls: CollectiveBytes
+
+
+def engine_blocker(modules: Sequence[TpModule], heads: Sequence[tuple[int, int]],
+                   plan: ParallelPlan, phase: str) -> str | None:
+    """Why torch cannot run this plan on this model here; None when it can."""
+    if phase != "train":
+        return "a decode step with its cache is not run on the fake world"
+    if dist.is_initialized():
+        return "a process group is already initialised in this process"
+    if plan.sp:
+        return "sequence parallelism needs a plan for every norm and dropout of the model"
+    if plan.pp > 1:
+        return "pipeline stages are not simulated"
+    if plan.tp > 1:
+        if not modules or not all(m.torch_splits for m in modules):
+            return "a projection is fused or not an nn.Linear, which ColwiseParallel cannot split"
+        if any(h % plan.tp or kv % plan.tp for h, kv in heads):
+            return f"the heads or KV heads do not split evenly over t = {plan.tp}"
+    return None
+
+
+def _fake_inputs(value: Any) -> Any:
+    return tree_map(lambda t: torch.zeros(t.shape, dtype=t.dtype, device="cpu")
+                    if isinstance(t, torch.Tensor) else t, value)
+
+
+def _loss(out: Any) -> torch.Tensor:
+    loss = getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise RuntimeError("the model returned no floating-point tensor to take a loss from")
+    return leaves[0].float().sum()
+
+
+def _apply(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], units: Sequence[str],
+           plan: ParallelPlan, precision: str) -> None:
+    """The TP plan, then FSDP2 unit by unit; under bf16-mixed FSDP gathers bf16 parameters
+    and reduce-scatters fp32 gradients."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    if plan.tp > 1:
+        tp_mesh = mesh["tp"] if plan.fsdp > 1 else mesh
+        layout = {m.name: ColwiseParallel() if m.role == COLWISE else RowwiseParallel()
+                  for m in modules}
+        parallelize_module(twin, tp_mesh, layout)  # type: ignore[arg-type]
+    if plan.fsdp > 1:
+        dp_mesh = mesh["dp"] if plan.tp > 1 else mesh
+        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                  if precision == "bf16-mixed" else MixedPrecisionPolicy())
+        for unit in units:
+            fully_shard(twin.get_submodule(unit) if unit else twin, mesh=dp_mesh,
+                        mp_policy=policy)
+
+
+def _snapshot_bytes(snap: Mapping[Any, Any]) -> dict[str, int]:
+    dev: Mapping[Any, Any] = next(iter(snap.values()), {})
+    return {str(getattr(k, "value", k)): int(v) for k, v in dev.items()}
+
+
+def _held(current: dict[str, int], peak: dict[str, int]) -> DeviceBytes:
+    """Per-rank bytes from the trackers' categories: FSDPMemTracker's sharded ones, or
+    MemTracker's when FSDP is off."""
+    params = current.get("Sharded Param", current.get("Parameter", 0))
+    grads = current.get("Sharded Grad", current.get("Gradient", 0))
+    states = current.get("OptState", current.get("Optstate", 0))
+    acts = peak.get("Activation", 0) + peak.get("Inputs", peak.get("Input", 0))
+    temps = sum(peak.get(k, 0) for k in ("Unsharded Param", "All Gather", "Reduce Scatter",
+                                          "Unsharded Grad"))
+    return DeviceBytes(params, grads, states, acts, 0, temps, peak.get("Total", 0))
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers are meta tensors of the same shapes
+    (their data is never copied, so a model with real weights costs nothing extra)."""
+    memo: dict[int, Any] = {}
+    for param in model.parameters():
+        memo[id(param)] = nn.Parameter(torch.empty_like(param, device="meta"),
+                                       requires_grad=param.requires_grad)
+    for buf in model.buffers():
+        memo[id(buf)] = torch.empty_like(buf, device="meta")
+    return copy.deepcopy(model, memo)
+
+
+def _optimizer(model: nn.Module, name: str) -> torch.optim.Optimizer | None:
+    params = list(model.parameters())
+    if name in ("adamw", "adam"):
+        return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(params)
+    if name.startswith("sgd"):
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9 if name == "sgd-momentum" else 0.0)
+    return None
+
+
+def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+             modules: Sequence[TpModule], units: Sequence[str], plan: ParallelPlan,
+             optimizer: str, precision: str) -> EngineRun:
+    """One training step of a meta copy of ``model`` under ``plan``, on rank 0 of a fake
+    world: sharded by ``parallelize_module`` and ``fully_shard``, materialised as fake
+    tensors, run forward, backward and (AdamW or SGD) step, at ``precision`` (fp32; bf16
+    weights; or bf16-mixed: fp32 weights, bf16 autocast and FSDP gathers)."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    twin = _meta_copy(model)
+    twin = twin.to(torch.bfloat16 if precision == "bf16" else torch.float32)
+    cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    with fake_world(plan) as mesh, warnings.catch_warnings():
+        # FSDP2's hooks warn about module outputs that are views or need no gradient
+        warnings.simplefilter("ignore", UserWarning)
+        _apply(twin, mesh, modules, units, plan, precision)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            twin.to_empty(device="cpu")
+            opt = _optimizer(twin, optimizer)
+            fargs, fkwargs = _fake_inputs(args), _fake_inputs(dict(kwargs))
+            tracker: Any = (FSDPMemTracker(twin, opt) if plan.fsdp > 1 else MemTracker())
+            if plan.fsdp == 1:
+                tracker.track_external(twin, *([opt] if opt is not None else []))
+            comm = CommBytesMode()
+            with tracker, comm:
+                with cast:
+                    loss = _loss(twin(*fargs, **fkwargs))
+                loss.backward()  # type: ignore[no-untyped-call]
+                if opt is not None:
+                    opt.step()
+            current = _snapshot_bytes(tracker.get_tracker_snapshot())
+            peak = _snapshot_bytes(tracker.get_tracker_snapshot("peak"))
+    return EngineRun(_held(current, peak), comm.collective_bytes(), comm.collective_calls())
