@@ -117,7 +117,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
-    ctx = RuleContext.for_target(profile, dtype, opts.tensor_parallel)
+    ctx = RuleContext.for_target(profile, dtype, opts.checked_tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
     where = model_location(loaded.source) or class_location(type(loaded.module))
     found = block_locations(loaded.module, [b.name for b in blocks], where)

@@ -13,7 +13,6 @@ from mhaudit.options import Checkpointing, Optimizer, Precision
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-
 def phase_options(func: F) -> F:
     """Options for the training step and the decode step."""
     options = [
@@ -32,6 +31,9 @@ def phase_options(func: F) -> F:
                      help="Add one generation step: FLOPs, bytes, time and the KV cache."),
         click.option("--context", type=AsciiIntRange(min=0), default=None,
                      help="Cached tokens for --decode (default: the audited sequence length)."),
+        click.option("--parallel", metavar="PLAN", default=None,
+                     help="Per-device cost of --train/--decode under a plan, e.g. "
+                     "tp=8,sp,fsdp=8,pp=1 (tensor, sequence, fully-sharded data, pipeline)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -40,5 +42,5 @@ def phase_options(func: F) -> F:
 
 def phase_options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments for the phases, taken out of ``params``."""
-    keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context")
+    keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context", "parallel")
     return {key: params.pop(key) for key in keys}

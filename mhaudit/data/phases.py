@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mhaudit.data.parallel import ParallelCost
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
@@ -80,6 +82,8 @@ class TrainingCost:
     """Ops of the step no FLOP formula covers (not counted in ``flops``)."""
     convention: str = ""
     """How the step was run, stated for the report."""
+    parallel: ParallelCost | None = None
+    """Per-device cost of the step under ``--parallel``; None without a plan."""
 
 
 @dataclass(frozen=True)
@@ -133,3 +137,5 @@ class DecodeCost:
     flops_per_step_non_absorbed: int | None = None
     """``flops_per_step`` with latent attention at its per-head dims (K and V expanded from
     the latent for every cached position's scores); None without latent attention."""
+    parallel: ParallelCost | None = None
+    """Per-device cost of the step under ``--parallel``; None without a plan."""

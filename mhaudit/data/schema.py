@@ -10,6 +10,7 @@ from mhaudit.data.costs import Measurement, ScalingPoint, TargetEstimate, Timing
 from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
+from mhaudit.data.parallel import parallel_to_dict
 from mhaudit.data.phases import DecodeCost, TrainingCost
 from mhaudit.data.whatif import WhatIf
 
@@ -172,9 +173,9 @@ def scaling_to_dict(point: ScalingPoint) -> dict[str, Any]:
 
 
 def training_to_dict(t: TrainingCost) -> dict[str, Any]:
-    """The ``training`` section: one optimizer step."""
+    """The ``training`` section: one optimizer step (``parallel`` with a plan)."""
     b = t.breakdown
-    return {
+    data = {
         "optimizer": t.optimizer,
         "precision": t.precision,
         "checkpointing": t.checkpointing,
@@ -203,11 +204,14 @@ def training_to_dict(t: TrainingCost) -> dict[str, Any]:
         "ops_without_formula": dict(t.ops_without_formula),
         "convention": t.convention,
     }
+    if t.parallel is not None:
+        data["parallel"] = parallel_to_dict(t.parallel)
+    return data
 
 
 def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
-    """The ``decode`` section: one generation step."""
-    return {
+    """The ``decode`` section: one generation step (``parallel`` with a plan)."""
+    data = {
         "context": d.context,
         "batch_size": d.batch_size,
         "flops_per_step": d.flops_per_step,
@@ -230,6 +234,9 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
         "convention": d.convention,
         "flops_per_step_non_absorbed": d.flops_per_step_non_absorbed,
     }
+    if d.parallel is not None:
+        data["parallel"] = parallel_to_dict(d.parallel)
+    return data
 
 
 _TOTAL_FIELDS = ("num_blocks", "params_total", "attention_params", "attention_params_share",

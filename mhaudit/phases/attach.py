@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from mhaudit.cost.devices import dtype_bytes, get_profile
 from mhaudit.cost.latent import LATENT_DECODE_CONVENTION
-from mhaudit.data import Report
+from mhaudit.data import ParallelCost, ParallelPlan, Report
 from mhaudit.load.target import LoadedModel
 from mhaudit.phases.decode import decode_for_report
 from mhaudit.phases.step_weights import expert_groups, gathered_parameters, step_weight_bytes
@@ -35,6 +35,10 @@ class PhaseOptions(Protocol):
     def decode(self) -> bool: ...
     @property
     def context(self) -> int | None: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def parallel(self) -> ParallelPlan | str | None: ...
 
 
 def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
@@ -46,6 +50,9 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
             loaded.module, loaded.args, loaded.kwargs, report.blocks, profile,
             optimizer=opts.optimizer, precision=opts.precision,
             checkpointing=opts.checkpointing, fold_layers=opts.fold)
+        if opts.parallel is not None:
+            training = replace(training, parallel=_per_device(
+                report, loaded, opts, "train", training=training))
         report = replace(report, training=training)
     if opts.decode:
         e = dtype_bytes(report.model.dtype)
@@ -53,11 +60,26 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
                                     _decode_batch(report), e)
         experts = expert_groups(traced, loaded.module, e, plans)
         decode = decode_for_report(report, weights, e, profile, opts.context, experts)
+        if opts.parallel is not None:
+            decode = replace(decode, parallel=_per_device(
+                report, loaded, opts, "decode", decode=decode))
         report = replace(report, decode=decode)
         if decode.flops_per_step_non_absorbed is not None:
             report = replace(report, conventions={
                 **report.conventions, "latent_attention_decode": LATENT_DECODE_CONVENTION})
     return report
+
+
+def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: str,
+                **single: Any) -> ParallelCost:
+    """The phase under the plan, on torch's engine where it applies (analytic elsewhere)."""
+    from mhaudit.parallel import plan_costs
+
+    assert opts.parallel is not None
+    return plan_costs(loaded.module, loaded.args, loaded.kwargs, report.blocks, opts.parallel,
+                      get_profile(opts.gpu), phase, dtype=report.model.dtype,
+                      precision=str(opts.precision), optimizer=str(opts.optimizer),
+                      context=opts.context, **single)
 
 
 def _decode_batch(report: Report) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mhaudit import units
-from mhaudit.data import Report
+from mhaudit.data import ParallelCost, Report
 
 
 def _prefill(report: Report) -> str:
@@ -50,9 +50,32 @@ def _training(report: Report) -> str | None:
             f"(scores {units.nbytes(scores)}); {fits}")
 
 
+def _parallel(name: str, cost: ParallelCost | None) -> str | None:
+    if cost is None:
+        return None
+    b, c, plan = cost.per_device_bytes, cost.comm_bytes_per_step, cost.plan
+    sent = {"all-gather": c.all_gather, "reduce-scatter": c.reduce_scatter,
+            "all-reduce": c.all_reduce, "all-to-all": c.all_to_all, "send/recv": c.send_recv}
+    comm = ", ".join(f"{k} {units.nbytes(v)}" for k, v in sent.items() if v) or "none"
+    fits = "fits" if cost.fits else "does not fit"
+    batch = (f", up to batch {cost.max_batch_size:,} per rank"
+             if cost.fits and cost.max_batch_size else "")
+    return (f"  {name} per device, {plan.text()} ({plan.world_size:,} GPUs, {cost.source}): "
+            f"peak {units.nbytes(b.peak)} (params {units.nbytes(b.params)}, grads "
+            f"{units.nbytes(b.grads)}, optimizer states {units.nbytes(b.optimizer_states)}, "
+            f"activations {units.nbytes(b.activations)}, KV cache {units.nbytes(b.kv_cache)}, "
+            f"temporaries {units.nbytes(b.temporaries)}); sends {comm} per step; "
+            f"{units.seconds(cost.step_time_s)} per step; {fits}{batch}")
+
+
 def phase_lines(report: Report) -> list[str]:
     """The phases section, when a decode or training step was costed."""
-    lines = [line for line in (_decode(report), _training(report)) if line is not None]
+    lines = [line for line in (
+        _decode(report),
+        _parallel("decode step", report.decode.parallel if report.decode else None),
+        _training(report),
+        _parallel("training step", report.training.parallel if report.training else None),
+    ) if line is not None]
     if not lines:
         return []
     return ["Phases:", _prefill(report), *lines]
