@@ -305,3 +305,13 @@ def test_assert_within_budget(models: dict[int, Path]) -> None:
     assert "attention_params 16,640 exceeds budget 10,000" in text
     with pytest.warns(UserWarning, match="params_total"):
         assert_within_budget(model, x, max_params={"limit": 10, "severity": "warning"})
+
+
+def test_update_baseline_exits_0_once_recorded_and_still_shows_the_verdict(
+        models: dict[int, Path], tmp_path: Path) -> None:
+    base = tmp_path / "baseline.json"
+    over = run(models[64], "--budget", budget(tmp_path, "max_params = 1"), "--baseline", base,
+               "--update-baseline")
+    assert over.exit_code == 0, over.output  # the job that records a baseline stays green
+    assert base.is_file()
+    assert "FAIL" in over.output and "params_total" in over.output  # the verdict is not hidden
