@@ -137,5 +137,8 @@ class DecodeCost:
     flops_per_step_non_absorbed: int | None = None
     """``flops_per_step`` with latent attention at its per-head dims (K and V expanded from
     the latent for every cached position's scores); None without latent attention."""
+    applicable: bool = True
+    """False when no block keeps K/V that grows with generated tokens (an encoder): the
+    figures are a step's arithmetic, not a generation step anyone runs."""
     parallel: ParallelCost | None = None
     """Per-device cost of the step under ``--parallel``; None without a plan."""

@@ -233,6 +233,7 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
         ],
         "convention": d.convention,
         "flops_per_step_non_absorbed": d.flops_per_step_non_absorbed,
+        "applicable": d.applicable,
     }
     if d.parallel is not None:
         data["parallel"] = parallel_to_dict(d.parallel)

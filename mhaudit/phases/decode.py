@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mhaudit.cost.block import core_flops, projection_flops, roofline
 from mhaudit.cost.devices import GpuProfile
@@ -225,9 +225,11 @@ def decode_for_report(report: Report, weight_bytes: int, element_bytes: int,
         raise ConfigError("--decode needs a self-attention block, and none was found",
                           "Audit a decoder (a model that generates tokens) with --decode.")
     first = selfs[0].layout
-    return decode_step(
+    step = decode_step(
         report.blocks, forward_flops=report.totals.flops,
         tokens=first.batch_size * first.seq_len_q, batch_size=first.batch_size,
         context=first.seq_len_kv if context is None else context, weight_bytes=weight_bytes,
         param_bytes=report.totals.param_bytes, element_bytes=element_bytes, profile=profile,
         experts=experts)
+    growing = any(b.memory.kv_cache_bytes_per_token for b in selfs)
+    return step if growing else replace(step, applicable=False)

@@ -22,6 +22,9 @@ def _decode(report: Report) -> str | None:
     d = report.decode
     if d is None:
         return None
+    if not d.applicable:
+        return ("  decode step: not applicable: no block keeps K/V that grows with generated "
+                "tokens (an encoder)")
     fits = "fits" if d.fits else "does not fit"
     return (f"  decode step: {d.batch_size} × 1 token at context {d.context:,}, "
             f"{units.si(d.flops_per_step)}FLOP, {units.nbytes(d.bytes_per_step)} read "

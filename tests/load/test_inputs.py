@@ -172,3 +172,12 @@ def test_named_input_kinds() -> None:
 def test_unknown_main_input_names_the_fix() -> None:
     with pytest.raises(Exception, match="--input-shape NAME=AxB"):
         config_inputs("spectrogram", object(), 1, 8)
+
+
+def test_decode_of_an_encoder_is_not_applicable(tmp_path: Path) -> None:
+    target = _write(tmp_path, "vit", CONFIGS["vit"])
+    table = CliRunner().invoke(cli, ["report", target, "--decode"])
+    assert table.exit_code == 0, table.output
+    assert "decode step: not applicable" in table.stdout and "tokens/s" not in table.stdout
+    data = CliRunner().invoke(cli, ["report", target, "--decode", "--format", "json"])
+    assert json.loads(data.stdout)["decode"]["applicable"] is False
