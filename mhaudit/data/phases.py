@@ -84,6 +84,9 @@ class TrainingCost:
     """How the step was run, stated for the report."""
     parallel: ParallelCost | None = None
     """Per-device cost of the step under ``--parallel``; None without a plan."""
+    attention_kernel: str | None = None
+    """The kernel the target runs the SDPA blocks of the step on (``math`` when it keeps
+    the scores); what they save for the backward follows it. None without SDPA."""
 
 
 @dataclass(frozen=True)

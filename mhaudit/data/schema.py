@@ -203,6 +203,7 @@ def training_to_dict(t: TrainingCost) -> dict[str, Any]:
         "folded_layers": t.folded_layers,
         "ops_without_formula": dict(t.ops_without_formula),
         "convention": t.convention,
+        "attention_kernel": t.attention_kernel,
     }
     if t.parallel is not None:
         data["parallel"] = parallel_to_dict(t.parallel)

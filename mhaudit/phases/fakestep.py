@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import checkpoint
 
 from mhaudit.errors import TraceError, first_line
@@ -158,10 +159,29 @@ def without_cache(model: nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "use_cache": False} if takes else kwargs
 
 
+class _FusedAttention(TorchFunctionMode):
+    """SDPA as a fused kernel (flash, cuDNN, memory-efficient) runs it on the target: with
+    dropout, those keep the output, the log-sum-exp and an RNG seed, never the scores; on
+    CPU tensors torch would take the math path and keep them. With dropout 0 the CPU
+    runs its flash kernel, which saves what the fused GPU kernels save."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            if len(args) > 4:  # (query, key, value, attn_mask, dropout_p, ...)
+                args = (*args[:4], 0.0, *args[5:])
+            else:
+                kwargs["dropout_p"] = 0.0
+        return func(*args, **kwargs)
+
+
 def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                   precision: str, layers: Sequence[LayerRun],
-                  blocks: Sequence[tuple[str, nn.Module]], recompute: bool) -> FakeRun:
-    """Forward, loss and backward of ``model`` on fake tensors, tracked."""
+                  blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
+                  fused_attention: bool = False) -> FakeRun:
+    """Forward, loss and backward of ``model`` on fake tensors, tracked; with
+    ``fused_attention``, SDPA keeps what the target's fused kernel keeps."""
     dtype, autocast = PRECISIONS[precision]
     if recompute:
         kwargs = without_cache(model, kwargs)
@@ -176,7 +196,8 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         tracker.known([*fakes.values(), *model.buffers(), *tensors_in((f_args, f_kwargs))])
         model.train()
         try:
-            with mode, tracker, layer_marks(tracker, layers, blocks, recompute):
+            fused = _FusedAttention() if fused_attention else contextlib.nullcontext()
+            with mode, tracker, layer_marks(tracker, layers, blocks, recompute), fused:
                 cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
                         else contextlib.nullcontext())
                 with cast:

@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError
@@ -176,9 +177,11 @@ def training_step(
     repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))
                for g in groups if len(g.run) >= 2 and len(g.members) > len(g.run)]
     run_blocks = [(b.name, modules[b.name]) for b in blocks if b.name in modules]
+    kernel = attention_kernel(blocks, profile, precision)
     with _shortened(model, groups):
         run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
-                            blocks=run_blocks, recompute=checkpointing == "layers")
+                            blocks=run_blocks, recompute=checkpointing == "layers",
+                            fused_attention=kernel not in (None, "math"))
     if fold_layers and repeats and not all(_marked(run.log, r.key) for r in repeats):
         # the forward does not call its layers as modules: run every layer instead
         return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
@@ -199,18 +202,36 @@ def training_step(
     max_batch = _max_batch(during, update, batch, memory)
     extra = sum(r.extra for r in repeats)
     convention = _convention(precision, run.loss, optimizer, len(layers), extra,
-                             checkpointing, opt.host_state_bytes)
+                             checkpointing, opt.host_state_bytes, kernel)
     return TrainingCost(
         optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,
         peak_bytes=breakdown.total, peak_phase=phase, breakdown=breakdown, flops=folded.flops,
         blocks=_block_rows(blocks, run, groups, run.forward_end), memory_bytes=memory,
         fits=breakdown.total <= memory, max_batch_size=max_batch, batch_size=batch,
         folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
+        attention_kernel=kernel,
     )
 
 
+def attention_kernel(blocks: Sequence[AttentionBlock], profile: GpuProfile, precision: str
+                     ) -> str | None:
+    """The kernel the target runs the step's SDPA blocks on, at the step's compute dtype
+    (``math`` when any of them keeps its scores); None without SDPA blocks."""
+    compute = "float32" if precision == "fp32" else "bfloat16"
+    kernels = set()
+    for block in blocks:
+        if block.layout.implementation != "sdpa":
+            continue
+        target = build_block(block.layout, compute, profile).target
+        assert target is not None
+        kernels.add("math" if target.materializes_scores else target.kernel)
+    if not kernels:
+        return None
+    return "math" if "math" in kernels else "/".join(sorted(kernels))
+
+
 def _convention(precision: str, loss: str, optimizer: str, layers: int, extra: int,
-                checkpointing: str, host_state_bytes: int) -> str:
+                checkpointing: str, host_state_bytes: int, kernel: str | None) -> str:
     """What the step's figures count, in words."""
     return (
         f"steady-state step: forward ({precision}), backward from the {loss}, "
@@ -221,6 +242,8 @@ def _convention(precision: str, loss: str, optimizer: str, layers: int, extra: i
            "at each layer's last tensor the backward needs" if checkpointing == "layers" else "")
         + (f"; {host_state_bytes} B of step counters on the host, where torch keeps them "
            "for CUDA parameters (not fused, not capturable)" if host_state_bytes else "")
+        + (f"; SDPA keeps what the target's {kernel} kernel keeps (output and log-sum-exp, "
+           "not the scores)" if kernel not in (None, "math") else "")
         + "; max_batch_size scales activations and temporaries linearly with the batch")
 
 

@@ -44,8 +44,9 @@ def _training(report: Report) -> str | None:
     fits = (f"fits in {units.nbytes(t.memory_bytes)}, up to batch {t.max_batch_size:,}"
             if t.fits else f"does not fit in {units.nbytes(t.memory_bytes)}"
             + (f" (batch {t.max_batch_size:,} would)" if t.max_batch_size else ""))
-    return (f"  training step ({t.optimizer}, {t.precision}, checkpointing {t.checkpointing}, "
-            f"loss: {t.loss}): peak {units.nbytes(t.peak_bytes)} in the {t.peak_phase} "
+    kernel = f", attention on {t.attention_kernel}" if t.attention_kernel else ""
+    return (f"  training step ({t.optimizer}, {t.precision}, checkpointing {t.checkpointing}"
+            f"{kernel}, loss: {t.loss}): peak {units.nbytes(t.peak_bytes)} in the {t.peak_phase} "
             f"(params {units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer "
             f"states {units.nbytes(b.optimizer_states)}, activations "
             f"{units.nbytes(b.activations)}, temporaries {units.nbytes(b.temporaries)}); "

@@ -352,3 +352,32 @@ def test_checkpointing_a_list_too_short_to_fold() -> None:
     assert plain.folded_layers == ckpt.folded_layers == 0
     assert ckpt.flops > plain.flops
     assert ckpt.blocks == plain.blocks == ()
+
+
+def _gpt2_dropout(attn_pdrop: float) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=512, use_cache=False,
+            attn_pdrop=attn_pdrop, attn_implementation="sdpa"))
+
+    return build
+
+
+@pytest.mark.slow
+def test_training_keeps_what_the_target_kernel_keeps() -> None:
+    import mhaudit
+
+    batch = _lm_batch(1, 512)
+    with torch.device("meta"):
+        model, inputs = _gpt2_dropout(0.1)(), batch()
+    training = mhaudit.audit(model, inputs, train=True, gpu="h100").training
+    assert training is not None
+    # bf16 or fp32 on H100: SDPA runs a fused kernel, which keeps output and log-sum-exp,
+    # never the 4·512·512 scores per layer that CPU tensors with dropout would keep
+    assert training.attention_kernel not in (None, "math")
+    assert sum(r.scores_saved_bytes for r in training.blocks) == 0
+    flash_oracle = memtracker_peak(_gpt2_dropout(0.0), batch)  # CPU flash: dropout 0
+    with_scores = memtracker_peak(_gpt2_dropout(0.1), batch)   # CPU math: dropout kept
+    assert training.peak_bytes == pytest.approx(flash_oracle["Total"], rel=0.05)
+    assert with_scores["Total"] > 1.1 * flash_oracle["Total"]
+    assert f"{training.attention_kernel} kernel keeps" in training.convention
