@@ -131,7 +131,18 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
         report = with_measurement(report, loaded, opts)
     if opts.train or opts.decode:
         report = with_phases(report, loaded, traced, opts, plans)
+    if opts.verify:
+        report = with_verification(report, loaded)
     return report
+
+
+def with_verification(report: Report, loaded: LoadedModel) -> Report:
+    """Put the figures beside FlopCounterMode's and MemTracker's on the same model."""
+    from mhaudit.verify.checks import verify
+
+    with contained("forward() while verifying", loaded.source, trace=True):
+        checked = verify(report, loaded.module, loaded.args, loaded.kwargs)
+    return replace(report, verification=checked)
 
 
 def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None:

@@ -139,6 +139,9 @@ class AuditOptions:
     """Add a ``decode`` section: one generation step at ``context``."""
     context: int | None = None
     """Cached tokens for the decode step; None means the audited sequence length."""
+    verify: bool = False
+    """Check the FLOPs and the inference peak against torch's FlopCounterMode and
+    MemTracker on fake tensors of the same model (``report.verification``)."""
     parallel: ParallelPlan | str | None = None
     """Parallel plan the training and decode steps are costed under per device, a plan or
     its text (``tp=8,sp,fsdp=8,pp=1``); None for one GPU."""
@@ -218,7 +221,7 @@ def check_options(opts: AuditOptions) -> None:
     ):
         raise ConfigError(f"timeout must be a number of seconds in (0, 86400], "
                           f"not {opts.timeout!r}", "Pass e.g. timeout=60.")
-    for name in ("train", "decode", "fold"):
+    for name in ("train", "decode", "fold", "verify"):
         if not isinstance(getattr(opts, name), bool):
             raise ConfigError(f"{name} must be True or False, not {getattr(opts, name)!r}",
                               f"Pass {name}=True or {name}=False.")

@@ -31,6 +31,10 @@ def phase_options(func: F) -> F:
                      help="Add one generation step: FLOPs, bytes, time and the KV cache."),
         click.option("--context", type=AsciiIntRange(min=0), default=None,
                      help="Cached tokens for --decode (default: the audited sequence length)."),
+        click.option("--verify", is_flag=True,
+                     help="Check the FLOPs and the inference peak against torch's "
+                     "FlopCounterMode and MemTracker on the same model (exit 1 when they "
+                     "disagree beyond the stated tolerance)."),
         click.option("--parallel", metavar="PLAN", default=None,
                      help="Per-device cost of --train/--decode under a plan, e.g. "
                      "tp=8,sp,fsdp=8,pp=1 (tensor, sequence, fully-sharded data, pipeline)."),
@@ -42,5 +46,6 @@ def phase_options(func: F) -> F:
 
 def phase_options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments for the phases, taken out of ``params``."""
-    keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context", "parallel")
+    keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context", "parallel",
+            "verify")
     return {key: params.pop(key) for key in keys}

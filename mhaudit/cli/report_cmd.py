@@ -84,6 +84,9 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
             write_output(text or "", destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):
                 worst = max(worst, 1)
+            if any(r.verification is not None and not r.verification.agrees for r in reports):
+                say("--verify: a figure disagrees with torch's counter beyond its tolerance")
+                worst = max(worst, 1)
             if destination.path is not None:
                 say(f"wrote {destination.path}")
     if worst:

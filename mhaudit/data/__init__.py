@@ -35,9 +35,11 @@ from mhaudit.data.phases import (
     TrainingCost,
 )
 from mhaudit.data.report import Report
+from mhaudit.data.verify import Agreement, Verification
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
 __all__ = [
+    "Agreement",
     "AttentionBlock",
     "BlockDecode",
     "BlockGroup",
@@ -72,6 +74,7 @@ __all__ = [
     "Timing",
     "Totals",
     "TrainingCost",
+    "Verification",
     "WhatIf",
     "WhatIfRow",
 ]

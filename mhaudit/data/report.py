@@ -23,7 +23,9 @@ from mhaudit.data.schema import (
     scaling_to_dict,
     totals_to_dict,
     training_to_dict,
+    verification_to_dict,
 )
+from mhaudit.data.verify import Verification
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Report:
     """One optimizer step, with ``--train``."""
     decode: DecodeCost | None = None
     """One generation step, with ``--decode``."""
+    verification: Verification | None = None
+    """The figures beside torch's counters, with ``--verify``."""
     conventions: dict[str, str] = field(default_factory=dict)
     """Counting conventions that depend on the model, by name, beside the fixed ones
     (``latent_attention_decode``: the latent-attention decode form, absorbed by default)."""
@@ -76,6 +80,8 @@ def _sections(report: Report) -> dict[str, Any]:
         data["training"] = training_to_dict(report.training)
     if report.decode is not None:
         data["decode"] = decode_to_dict(report.decode)
+    if report.verification is not None:
+        data["verification"] = verification_to_dict(report.verification)
     return data
 
 

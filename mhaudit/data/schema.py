@@ -12,6 +12,7 @@ from mhaudit.data.layout import Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
 from mhaudit.data.parallel import parallel_to_dict
 from mhaudit.data.phases import DecodeCost, TrainingCost
+from mhaudit.data.verify import Verification
 from mhaudit.data.whatif import WhatIf
 
 TOOL_VERSION = "0.1.0"
@@ -266,6 +267,16 @@ def totals_to_dict(totals: Totals) -> dict[str, Any]:
     data = {key: getattr(totals, key) for key in _TOTAL_FIELDS}
     data["flops_by_family"] = dict(totals.flops_by_family)
     return data
+
+
+def verification_to_dict(v: Verification) -> dict[str, Any]:
+    """The ``verification`` section: each figure beside torch's counter."""
+    return {
+        "agrees": v.agrees,
+        "rows": [{"figure": r.figure, "ours": r.ours, "reference": r.reference,
+                  "counter": r.counter, "difference": r.difference, "tolerance": r.tolerance,
+                  "agrees": r.agrees, "how": r.how} for r in v.rows],
+    }
 
 
 def whatif_to_dict(result: WhatIf) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from mhaudit.data import Report
 from mhaudit.render.escape import defuse_lines, markdown, markdown_code
-from mhaudit.render.phases import phase_lines
+from mhaudit.render.phases import phase_lines, verify_lines
 from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.summary import summary_table
 from mhaudit.render.table import (
@@ -64,6 +64,10 @@ def render_markdown(report: Report, options: RenderOptions = PLAIN) -> str:
     if phases:
         out += ["", "### Phases", ""]
         out.extend(f"- {line.strip()}" for line in phases[1:])
+    checked = verify_lines(report)
+    if checked:
+        out += ["", "### Verify", ""]
+        out.extend(f"- {line.strip()}" for line in checked[1:])
     out += ["", "### Totals", ""]
     out.extend(f"- {markdown(line)}" for line in total_lines(report))
     return defuse_lines("\n".join(out)) + "\n"

@@ -72,6 +72,20 @@ def _parallel(name: str, cost: ParallelCost | None) -> str | None:
             f"{units.seconds(cost.step_time_s)} per step; {fits}{batch}")
 
 
+def verify_lines(report: Report) -> list[str]:
+    """The ``--verify`` section: each figure beside torch's counter, and the verdict."""
+    v = report.verification
+    if v is None:
+        return []
+    lines = ["Verify (against torch's counters on fake tensors of this model):"]
+    for r in v.rows:
+        bound = "exact" if r.tolerance == 0 else f"within {units.percent(r.tolerance)}"
+        mark = "agrees" if r.agrees else "DISAGREES"
+        lines.append(f"  {r.figure}: {r.ours:,} vs {r.counter} {r.reference:,} "
+                     f"({units.percent(r.difference)}, {bound}): {mark}")
+    return lines
+
+
 def phase_lines(report: Report) -> list[str]:
     """The phases section, when a decode or training step was costed."""
     lines = [line for line in (

@@ -10,7 +10,7 @@ from tabulate import tabulate
 from mhaudit import units
 from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render.escape import defuse_lines, plain
-from mhaudit.render.phases import phase_lines
+from mhaudit.render.phases import phase_lines, verify_lines
 from mhaudit.render.style import PLAIN, RenderOptions, paint, wrap
 from mhaudit.render.summary import summary_table
 
@@ -306,9 +306,9 @@ def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
         out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="simple",
                             disable_numparse=True))
         out.append("")
-    phases = phase_lines(report)
-    if phases:
-        out.extend([*prose(phases), ""])
+    for section in (phase_lines(report), verify_lines(report)):
+        if section:
+            out.extend([*prose(section), ""])
     out.extend(prose(total_lines(report)))
     return defuse_lines("\n".join(out)) + "\n"
 

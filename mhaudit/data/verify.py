@@ -1,0 +1,47 @@
+"""``--verify``: the audit's figures beside torch's own counters on the same model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One figure as the audit has it and as a torch counter measures it."""
+
+    figure: str
+    """What is compared, e.g. ``matmul + conv flops``."""
+    ours: int
+    """The audit's figure."""
+    reference: int
+    """The counter's figure (routed experts it misses added, where stated in ``how``)."""
+    counter: str
+    """Who measured ``reference``: ``FlopCounterMode`` or ``MemTracker``."""
+    tolerance: float
+    """Largest relative difference that still agrees (0 for exact)."""
+    how: str = ""
+    """How the reference was taken, in words."""
+
+    @property
+    def difference(self) -> float:
+        """(ours − reference) / reference; 0 when both are 0."""
+        if self.reference == 0:
+            return 0.0 if self.ours == 0 else float("inf")
+        return (self.ours - self.reference) / self.reference
+
+    @property
+    def agrees(self) -> bool:
+        """Within ``tolerance``."""
+        return abs(self.difference) <= self.tolerance
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Every figure checked, on fake tensors of the user's own model."""
+
+    rows: tuple[Agreement, ...]
+
+    @property
+    def agrees(self) -> bool:
+        """Every row within its tolerance."""
+        return all(row.agrees for row in self.rows)
