@@ -47,23 +47,29 @@ def run_all(names: Iterable[str], run: Callable[[str], Result], *, jobs: int = 1
     ctx = mp.get_context("fork")
     pending = list(names)
     running: dict[str, tuple[Any, Connection, float]] = {}
-    while pending or running:
-        while pending and len(running) < jobs and (deadline is None or time.time() < deadline):
-            name = pending.pop(0)
-            recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(run, name, send), daemon=True)
-            proc.start()
-            send.close()
-            running[name] = (proc, recv, time.monotonic())
-        if not running:
-            return
-        time.sleep(0.2)
-        for name, (proc, conn, started) in list(running.items()):
-            late = time.monotonic() - started > timeout_s
-            if conn.poll() or not proc.is_alive() or late:
-                del running[name]
-                yield _finish(name, proc, conn, started, late and not conn.poll())
-                proc.join(timeout=5)
+    try:
+        while pending or running:
+            while pending and len(running) < jobs and (deadline is None
+                                                       or time.time() < deadline):
+                name = pending.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(run, name, send), daemon=True)
+                proc.start()
+                send.close()
+                running[name] = (proc, recv, time.monotonic())
+            if not running:
+                return
+            time.sleep(0.2)
+            for name, (proc, conn, started) in list(running.items()):
+                late = time.monotonic() - started > timeout_s
+                if conn.poll() or not proc.is_alive() or late:
+                    del running[name]
+                    yield _finish(name, proc, conn, started, late and not conn.poll())
+                    proc.join(timeout=5)
+    finally:
+        for proc, _, _ in running.values():  # stopped early: no orphans
+            proc.kill()
+            proc.join()
 
 
 def load_results(path: Path) -> dict[str, Result]:

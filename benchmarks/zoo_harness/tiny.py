@@ -143,15 +143,19 @@ def _token_ids(config: dict[str, Any]) -> list[int]:
     return ids
 
 
-def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
-    """Vocabularies to the smallest size that still holds every special token id, in place."""
-    size = max([floor, *(i + 1 for i in _token_ids(config) if i < 10**6)])
-    size = int(math.ceil(size / 64) * 64)
+def _set_vocab(config: dict[str, Any], size: int) -> None:
     for key, value in list(config.items()):
         if isinstance(value, dict):
-            shrink_vocab(value, floor)
+            _set_vocab(value, size)
         elif str(key).endswith("vocab_size") and _is_int(value) and value > size:
             config[key] = size
+
+
+def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
+    """Every vocabulary to the smallest size (a multiple of 64) that holds every special
+    token id anywhere in the config tree, in place."""
+    size = max([floor, *(i + 1 for i in _token_ids(config) if i < 10**6)])
+    _set_vocab(config, int(math.ceil(size / 64) * 64))
 
 
 def tiny_config(model_type: str) -> dict[str, Any]:
