@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, choices=(1, 2))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per architecture")
     parser.add_argument("--stop-at", default=None, help="HH:MM UTC: start nothing new after")
+    parser.add_argument("--order", choices=("mixed", "name"), default="mixed",
+                        help="mixed: a fixed hash order, so a partial sweep is a fair sample")
+    parser.add_argument("--retry", action="append", default=[], metavar="STATUS",
+                        help="run again the architectures whose earlier result is STATUS")
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
     parser.add_argument("--timm", action="store_true", help="sweep timm's registry instead")
     args = parser.parse_args(argv)
@@ -72,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     results_path = args.results or args.out.with_suffix(".jsonl")
     done = {} if args.fresh else load_results(results_path)
     names = args.only or model_types()
-    todo = [n for n in names if n not in done or args.only]
+    todo = [n for n in names if n not in done or args.only or done[n].status in args.retry]
+    if args.order == "mixed":
+        todo.sort(key=lambda n: hashlib.sha1(n.encode()).hexdigest())
     if args.limit is not None:
         todo = todo[: args.limit]
     preload()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
 
     results_path.parent.mkdir(parents=True, exist_ok=True)
     with results_path.open("a") as log:

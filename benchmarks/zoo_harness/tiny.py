@@ -34,7 +34,8 @@ HEAD_KEYS = (
 )
 KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
            "n_kv_heads")
-HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head",
+                 "rotary_dim")
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim",
               "word_embed_proj_dim", "encoder_hidden_size")
 FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
@@ -81,6 +82,8 @@ def _shrink_depth(config: dict[str, Any]) -> None:
     for key in LAYER_KEYS:
         if _is_int(config.get(key)) and config[key] > len(keep):
             config[key] = len(keep)
+            for derived in ("stage_names", "out_features", "out_indices"):
+                config.pop(derived, None)  # rebuilt from the new depth (the last stage)
     if not _is_int(depth) or depth <= len(keep):
         return
     for key, value in list(config.items()):
@@ -104,9 +107,15 @@ def _shrink_attention(config: dict[str, Any]) -> None:
     for key in WIDTH_KEYS:
         if _is_int(config.get(key)) and config[key] > WIDTH:
             config[key] = WIDTH
+    rope = config.get("qk_rope_head_dim")
     for key, size in LATENT_KEYS.items():
         if _is_int(config.get(key)) and config[key] > size:
             config[key] = size
+    if _is_int(rope) and _is_int(config.get("qk_nope_head_dim")):
+        if config.get("head_dim") == min(rope, HEAD_DIM):  # head_dim names the rotary part
+            config["head_dim"] = config["qk_rope_head_dim"]
+        if "qk_head_dim" in config:
+            config["qk_head_dim"] = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
 
 
 def _shrink_sizes(config: dict[str, Any]) -> None:
