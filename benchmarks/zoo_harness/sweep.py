@@ -66,6 +66,9 @@ def run_all(names: Iterable[str], run: Callable[[str], Result], *, jobs: int = 1
                     del running[name]
                     yield _finish(name, proc, conn, started, late and not conn.poll())
                     proc.join(timeout=5)
+                    if proc.is_alive():  # answered, but a thread of the model holds it
+                        proc.kill()
+                        proc.join()
     finally:
         for proc, _, _ in running.values():  # stopped early: no orphans
             proc.kill()
