@@ -92,6 +92,8 @@ def _shrink_depth(config: dict[str, Any]) -> None:
 
 
 def _shrink_attention(config: dict[str, Any]) -> None:
+    if any(isinstance(config.get(k), list) for k in HEAD_KEYS):
+        return  # heads per stage (Swin-style): widths must stay multiples of each
     heads = next((config[k] for k in HEAD_KEYS if _is_int(config.get(k))), None)
     for key in KV_KEYS:
         value = config.get(key)

@@ -82,6 +82,8 @@ class Reference:
     attention: list[str] = field(default_factory=list)
     config: Any = None
     build_error: str = ""
+    inputs_error: str = ""
+    """mhaudit's own refusal to make example inputs for the built model."""
     forward_error: str = ""
 
 
@@ -113,14 +115,21 @@ def reference(config: Path) -> Reference:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from mhaudit.errors import LoadError
     from mhaudit.load.hfconfig import load_hf_config
     from zoo_harness.expect import attention_modules
 
     ref = Reference()
     try:
         model, args, kwargs = load_hf_config(config, BATCH, SEQ)
+    except LoadError as exc:
+        if exc.__cause__ is None:  # mhaudit refused (no inputs it can make), not the model
+            ref.inputs_error = _exception_line(exc)
+        else:
+            ref.build_error = _exception_line(exc.__cause__)
+        return ref
     except Exception as exc:
-        ref.build_error = _exception_line(exc.__cause__ or exc)
+        ref.build_error = _exception_line(exc)
         return ref
     ref.config = getattr(model, "config", None)
     ref.params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
