@@ -16,6 +16,7 @@ JSON-lines file, so a second run resumes where the first stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -87,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
 
     results_path.parent.mkdir(parents=True, exist_ok=True)
-    with results_path.open("a") as log:
-        for result in run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
-                              deadline=_deadline(args.stop_at)):
+    sweep = run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
+                    deadline=_deadline(args.stop_at))
+    with results_path.open("a") as log, contextlib.closing(sweep):
+        for result in sweep:
             done[result.name] = result
             log.write(result.to_json() + "\n")
             log.flush()
