@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit is not None:
         todo = todo[: args.limit]
     preload()
+    preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
 
     results_path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             log.flush()
             print(f"{result.name:32} {result.status:8} {result.seconds:5.0f}s "
                   f"{result.reason[:120]}", flush=True)
-            write_atomic(args.out, render(done.values(), "The transformers zoo", PREAMBLE))
-    write_atomic(args.out, render(done.values(), "The transformers zoo", PREAMBLE))
+            write_atomic(args.out, render(done.values(), "The transformers zoo", preamble))
+    write_atomic(args.out, render(done.values(), "The transformers zoo", preamble))
     print(headline(done.values()))
     return 0
 

@@ -15,6 +15,14 @@ def timm_import_error() -> str | None:
     return None
 
 
+def note() -> str:
+    """One line for the zoo page on timm's registry."""
+    reason = timm_import_error()
+    if reason is None:
+        return "timm imports here, but this harness sweeps only transformers so far."
+    return f"timm's registry is not swept: `import timm` fails here ({reason})."
+
+
 def main(out: Path) -> int:
     """Sweep timm's registry: where timm does not import, say why and return 0."""
     reason = timm_import_error()
