@@ -89,6 +89,10 @@ def _shrink_depth(config: dict[str, Any]) -> None:
     for key, value in list(config.items()):
         if isinstance(value, list) and len(value) == depth and not str(key).endswith("_config"):
             config[key] = [value[i] for i in keep]
+        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+            by_layer = {int(k): v for k, v in value.items()}  # per-layer overrides
+            config[key] = {str(new): by_layer[old] for new, old in enumerate(keep)
+                           if old in by_layer}
 
 
 def _shrink_attention(config: dict[str, Any]) -> None:
@@ -133,11 +137,25 @@ def _shrink_sizes(config: dict[str, Any]) -> None:
             config[key] = size
 
 
+def _shrink_state_space(config: dict[str, Any]) -> None:
+    """Mamba-style heads: heads · head dim must equal width · expand."""
+    for heads, dim, expand in (("num_heads", "head_dim", "expand"),
+                               ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
+        if not all(_is_int(config.get(k)) for k in (heads, dim, expand)):
+            continue
+        width = next((config[k] for k in WIDTH_KEYS if _is_int(config.get(k))), None)
+        if width is None:
+            continue
+        config[heads] = min(config[heads], HEADS)
+        config[dim] = max(1, width * config[expand] // config[heads])
+
+
 def shrink(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (a config's ``to_dict()``) with every (nested) config made tiny, in place."""
     _shrink_depth(config)
     _shrink_attention(config)
     _shrink_sizes(config)
+    _shrink_state_space(config)
     for value in config.values():
         if isinstance(value, dict) and value:
             shrink(value)
