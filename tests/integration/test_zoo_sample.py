@@ -112,3 +112,10 @@ def test_block_problems_name_the_field_that_differs() -> None:
     assert block_problems(wrong, [layout]) == ["config: kv heads 4 (config 2)"]
     assert block_problems({**good, "head_dim": 8}, [layout]) == \
         ["config: head dim 8 (config [16])"]
+
+
+def test_shrink_renumbers_per_layer_overrides_and_keeps_state_space_heads_whole() -> None:
+    config = shrink({"num_hidden_layers": 30, "per_layer_config": {"01": "a", "05": "b"}})
+    assert config["per_layer_config"] == {"1": "a"}  # layers 0 and 1 are kept
+    mamba = shrink({"hidden_size": 2048, "expand": 2, "num_heads": 64, "head_dim": 64})
+    assert mamba["num_heads"] * mamba["head_dim"] == mamba["hidden_size"] * mamba["expand"]
