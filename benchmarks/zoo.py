@@ -1,0 +1,111 @@
+"""The transformers zoo as a test: every architecture from a tiny config, audited and checked.
+
+Each model type's config class gives its defaults; width, depth, heads, KV heads,
+vocabulary, positions, image and audio sizes are shrunk by attribute name. mhaudit
+audits the config.json (``mhaudit report``, in process, so the exit code is the CLI's);
+the same model built on CPU gives the reference: its parameter count, torch's
+FlopCounterMode over one forward, and the config's heads, KV heads, head dims and widths.
+Every architecture runs in its own process with a timeout. Results are appended to a
+JSON-lines file, so a second run resumes where the first stopped.
+
+    python benchmarks/zoo.py --out docs/zoo.md               # the whole zoo
+    python benchmarks/zoo.py --only gpt2 --only t5           # some of it
+    python benchmarks/zoo.py --limit 20 --jobs 2 --stop-at 20:30
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import hashlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from zoo_harness import timm_zoo
+from zoo_harness.sweep import load_results, model_types, run_all
+from zoo_harness.table import headline, render, write_atomic
+from zoo_harness.worker import SEQ, preload, run_one
+
+PREAMBLE = (
+    "Every transformers model type with a base model, built by `python benchmarks/zoo.py` "
+    "from a tiny config derived from its config class (width 64, 4 heads of 16, 2 KV heads "
+    "where the default groups queries, 2 layers, small vocabulary, 64-pixel images, short "
+    f"audio), audited at {SEQ} tokens with `mhaudit report CONFIG --format json`. *exact*: "
+    "every block fits the config's heads, KV heads, head dim and width, the parameters equal "
+    "the module's, matmul + conv FLOPs equal FlopCounterMode's on a real CPU forward (within "
+    "1%), and there are at least as many blocks as attention modules. *missed*: no blocks "
+    "where the config declares attention. *skipped*: transformers itself cannot build or run "
+    "the model from the tiny config. *timeout*: no answer within the per-architecture limit."
+)
+
+
+def _deadline(stop_at: str | None) -> float | None:
+    if not stop_at:
+        return None
+    now = dt.datetime.now(dt.timezone.utc)
+    hour, minute = (int(x) for x in stop_at.split(":"))
+    stop = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return stop.timestamp()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/zoo.md"))
+    parser.add_argument("--results", type=Path, default=None,
+                        help="JSON-lines results to resume from (default: OUT with .jsonl)")
+    parser.add_argument("--only", action="append", default=[], help="model type (repeatable)")
+    parser.add_argument("--limit", type=int, default=None, help="at most N new architectures")
+    parser.add_argument("--jobs", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per architecture")
+    parser.add_argument("--stop-at", default=None, help="HH:MM UTC: start nothing new after")
+    parser.add_argument("--order", choices=("mixed", "name"), default="mixed",
+                        help="mixed: a fixed hash order, so a partial sweep is a fair sample")
+    parser.add_argument("--retry", action="append", default=[], metavar="STATUS",
+                        help="run again the architectures whose earlier result is STATUS")
+    parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
+    parser.add_argument("--timm", action="store_true", help="sweep timm's registry instead")
+    args = parser.parse_args(argv)
+    if args.timm:
+        return timm_zoo.main(args.out)
+    results_path = args.results or args.out.with_suffix(".jsonl")
+    done = {} if args.fresh else load_results(results_path)
+    names = args.only or model_types()
+    todo = [n for n in names if n not in done or args.only or done[n].status in args.retry]
+    if args.order == "mixed":
+        todo.sort(key=lambda n: hashlib.sha1(n.encode()).hexdigest())
+    if args.limit is not None:
+        todo = todo[: args.limit]
+    preload()
+    preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
+
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    sweep = run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
+                    deadline=_deadline(args.stop_at))
+    with results_path.open("a") as log, contextlib.closing(sweep):
+        for result in sweep:
+            done[result.name] = result
+            log.write(result.to_json() + "\n")
+            log.flush()
+            print(f"{result.name:32} {result.status:8} {result.seconds:5.0f}s "
+                  f"{result.reason[:120]}", flush=True)
+            write_atomic(args.out, render(done.values(), "The transformers zoo", preamble))
+    write_atomic(args.out, render(done.values(), "The transformers zoo", preamble))
+    print(headline(done.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    code = main()
+    print(f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+    sys.exit(code)

@@ -1,0 +1,1 @@
+"""Every transformers architecture from a tiny config, audited and checked against it."""

@@ -1,0 +1,127 @@
+"""What a built config says its attention layers are: heads, KV heads, head dims, widths."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from zoo_harness.tiny import HEAD_DIM_KEYS, HEAD_KEYS, KV_KEYS, LAYER_KEYS, WIDTH_KEYS
+
+LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The attention layouts one (sub-)config allows."""
+
+    source: str
+    """The config's path in the config tree (``""``, ``"text_config"``, ...)."""
+    heads: frozenset[int]
+    kv_heads: int | None
+    """Declared KV heads; None when the config declares none (then KV heads = heads)."""
+    head_dims: frozenset[int]
+    """Declared or derived (width / heads) head dims; empty when it cannot be derived."""
+    widths: frozenset[int]
+
+
+def _get(config: Any, key: str) -> Any:
+    try:
+        return getattr(config, key, None)
+    except Exception:  # a config property that cannot be computed
+        return None
+
+
+def _ints(values: Any) -> list[int]:
+    if isinstance(values, bool):
+        return []
+    if isinstance(values, int):
+        return [values] if values > 0 else []
+    if isinstance(values, (list, tuple)):
+        return [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return []
+
+
+def sub_configs(config: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every config in the tree, the root first."""
+    from transformers import PretrainedConfig
+
+    yield path, config
+    for key, value in vars(config).items():
+        if isinstance(value, PretrainedConfig):
+            yield from sub_configs(value, f"{path}.{key}" if path else key)
+
+
+def _expected(path: str, config: Any) -> Expected | None:
+    heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
+    if not heads:
+        return None
+    widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS for w in _ints(_get(config, key))}
+    depths = _ints(_get(config, "depths"))
+    for base in list(widths):
+        widths.update(base * 2 ** i for i in range(len(depths)))  # stages that double width
+    kv = next((v for key in KV_KEYS for v in _ints(_get(config, key))), None)
+    if _get(config, "multi_query") is True:
+        kv = 1
+    dims = {d for key in HEAD_DIM_KEYS for d in _ints(_get(config, key))}
+    nope, rope = _ints(_get(config, "qk_nope_head_dim")), _ints(_get(config, "qk_rope_head_dim"))
+    if nope and rope:
+        dims.add(nope[0] + rope[0])
+    if not dims and len(heads) == 1:
+        dims = {w // h for w in widths for h in heads if w % h == 0}
+    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths))
+
+
+def expected_layouts(config: Any) -> list[Expected]:
+    """One entry per (sub-)config that declares attention heads."""
+    found = (_expected(path, sub) for path, sub in sub_configs(config))
+    return [e for e in found if e is not None]
+
+
+def declared_layers(config: Any) -> int:
+    """Layers the config tree declares (its depth fields summed), 0 when none."""
+    total = 0
+    for _, sub in sub_configs(config):
+        total += sum(v for key in LAYER_KEYS for v in _ints(_get(sub, key))[:1])
+    return total
+
+
+def attention_modules(model: nn.Module) -> list[str]:
+    """Outermost modules whose class calls itself attention and that hold parameters."""
+    found: list[str] = []
+    for name, module in model.named_modules():
+        cls = type(module).__name__
+        if "Attention" not in cls and "Attn" not in cls:
+            continue
+        if any(name.startswith(f"{outer}.") for outer in found if outer) or "" in found:
+            continue
+        if next(module.parameters(), None) is not None:
+            found.append(name)
+    return found
+
+
+def block_problems(block: dict[str, Any], layouts: list[Expected]) -> list[str]:
+    """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits."""
+    h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
+    best: list[str] | None = None
+    for e in layouts:
+        problems = []
+        if h not in e.heads:
+            problems.append(f"heads {h} (config {sorted(e.heads)})")
+        want_kv = e.kv_heads if e.kv_heads is not None else h
+        if kv != want_kv and not (block.get("kind") == "cross" and kv == h):
+            problems.append(f"kv heads {kv} (config {want_kv})")
+        if e.head_dims and d not in e.head_dims:
+            problems.append(f"head dim {d} (config {sorted(e.head_dims)})")
+        if not e.head_dims and isinstance(h, int) and isinstance(d, int) \
+                and h * d not in e.widths:
+            problems.append(f"heads x head dim {h}x{d} is no config width")
+        if width not in e.widths and e.widths:
+            problems.append(f"width {width} (config {sorted(e.widths)})")
+        if not problems:
+            return []
+        if best is None or len(problems) < len(best):
+            best = [f"{e.source or 'config'}: {p}" for p in problems]
+    return best or ["the config declares no attention heads"]

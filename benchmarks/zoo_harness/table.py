@@ -1,0 +1,52 @@
+"""The zoo table in markdown: headline counts, then one row per architecture."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from zoo_harness.worker import STATUSES, Result
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def headline(results: Iterable[Result]) -> str:
+    """``N tried: a exact, b wrong, ...`` and the share exact among those whose forward runs."""
+    results = list(results)
+    counts = Counter(r.status for r in results)
+    ran = len(results) - counts["skipped"]
+    share = f"{100 * counts['exact'] / ran:.0f}%" if ran else "n/a"
+    parts = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+    return (f"{len(results)} architectures tried: {parts}. Exact on {counts['exact']} of the "
+            f"{ran} that transformers builds and runs from a tiny config ({share}).")
+
+
+def render(results: Iterable[Result], title: str, preamble: str) -> str:
+    results = sorted(results, key=lambda r: (STATUSES.index(r.status), r.name))
+    counts = Counter(r.status for r in results)
+    lines = [f"# {title}", "", preamble, "", headline(results), "",
+             "| tried | " + " | ".join(STATUSES) + " |",
+             "|---:|" + "---:|" * len(STATUSES),
+             f"| {len(results)} | " + " | ".join(str(counts[s]) for s in STATUSES) + " |",
+             "", "| architecture | result | reason | seconds |", "|---|---|---|---:|"]
+    lines += [f"| {r.name} | {r.status} | {_cell(r.reason)} | {r.seconds:.0f} |"
+              for r in results]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

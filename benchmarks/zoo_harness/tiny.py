@@ -1,0 +1,200 @@
+"""A tiny config for any transformers model type, shrunk from its defaults by attribute name."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+WIDTH = 64
+"""Model width of every (sub-)config: HEADS · HEAD_DIM."""
+HEADS = 4
+KV_HEADS = 2
+"""KV heads where the default config groups its queries (fewer KV heads than heads)."""
+HEAD_DIM = 16
+FFN = 128
+LAYERS = 2
+POSITIONS = 128
+IMAGE = 64
+PATCH = 16
+EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
+AUDIO_POSITIONS = 32
+"""Encoder positions of Whisper-style audio models (the input is twice as many frames)."""
+MIN_VOCAB = 256
+
+LAYER_KEYS = (
+    "num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
+    "decoder_layers", "num_decoder_layers", "num_encoder_layers", "depth",
+    "num_text_layers", "num_vision_layers", "text_layers", "vision_layers",
+)
+HEAD_KEYS = (
+    "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+    "decoder_attention_heads", "attention_heads", "num_decoder_attention_heads",
+    "num_encoder_attention_heads",
+)
+KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
+           "n_kv_heads")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head",
+                 "rotary_dim")
+WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim",
+              "word_embed_proj_dim", "encoder_hidden_size")
+FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
+            "n_inner", "decoder_intermediate_size", "encoder_intermediate_size")
+SMALL_FFN_KEYS = ("moe_intermediate_size", "shared_expert_intermediate_size",
+                  "expert_intermediate_size")
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_target_positions")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "num_selected_experts", "moe_topk")
+LATENT_KEYS = {"q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8,
+               "qk_nope_head_dim": 16, "v_head_dim": 16}
+"""Latent (MLA) attention sizes."""
+GROUP_KEYS = {"n_group": 1, "topk_group": 1, "first_k_dense_replace": 1}
+"""Expert groups and dense leading layers (min with these)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kept_layers(types: list[Any]) -> list[int]:
+    """Indices of the first layer of each distinct type, at least LAYERS of them."""
+    first: list[int] = []
+    seen: list[Any] = []
+    for i, kind in enumerate(types):
+        if kind not in seen:
+            seen.append(kind)
+            first.append(i)
+    for i in range(len(types)):
+        if len(first) >= LAYERS:
+            break
+        if i not in first:
+            first.append(i)
+    return sorted(first)
+
+
+def _shrink_depth(config: dict[str, Any]) -> None:
+    """Depth to LAYERS, keeping one layer of each type in per-layer lists."""
+    depth = next((config[k] for k in LAYER_KEYS if _is_int(config.get(k))), None)
+    keep = list(range(LAYERS))
+    if _is_int(depth) and isinstance(config.get("layer_types"), list) \
+            and len(config["layer_types"]) == depth:
+        keep = _kept_layers(config["layer_types"])
+    for key in LAYER_KEYS:
+        if _is_int(config.get(key)) and config[key] > len(keep):
+            config[key] = len(keep)
+            for derived in ("stage_names", "out_features", "out_indices"):
+                config.pop(derived, None)  # rebuilt from the new depth (the last stage)
+    if not _is_int(depth) or depth <= len(keep):
+        return
+    for key, value in list(config.items()):
+        if isinstance(value, list) and len(value) == depth and not str(key).endswith("_config"):
+            config[key] = [value[i] for i in keep]
+        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+            by_layer = {int(k): v for k, v in value.items()}  # per-layer overrides
+            config[key] = {str(new): by_layer[old] for new, old in enumerate(keep)
+                           if old in by_layer}
+
+
+def _shrink_attention(config: dict[str, Any]) -> None:
+    if any(isinstance(config.get(k), list) for k in HEAD_KEYS):
+        return  # heads per stage (Swin-style): widths must stay multiples of each
+    heads = next((config[k] for k in HEAD_KEYS if _is_int(config.get(k))), None)
+    for key in KV_KEYS:
+        value = config.get(key)
+        if _is_int(value) and value > 1:
+            grouped = _is_int(heads) and value < heads
+            config[key] = KV_HEADS if grouped else HEADS
+    for key in HEAD_KEYS:
+        if _is_int(config.get(key)) and config[key] > HEADS:
+            config[key] = HEADS
+    for key in HEAD_DIM_KEYS:
+        if _is_int(config.get(key)) and config[key] > HEAD_DIM:
+            config[key] = HEAD_DIM
+    for key in WIDTH_KEYS:
+        if _is_int(config.get(key)) and config[key] > WIDTH:
+            config[key] = WIDTH
+    rope = config.get("qk_rope_head_dim")
+    for key, size in LATENT_KEYS.items():
+        if _is_int(config.get(key)) and config[key] > size:
+            config[key] = size
+    if _is_int(rope) and _is_int(config.get("qk_nope_head_dim")):
+        if config.get("head_dim") == min(rope, HEAD_DIM):  # head_dim names the rotary part
+            config["head_dim"] = config["qk_rope_head_dim"]
+        if "qk_head_dim" in config:
+            config["qk_head_dim"] = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+
+
+def _shrink_sizes(config: dict[str, Any]) -> None:
+    for keys, size in ((FFN_KEYS, FFN), (SMALL_FFN_KEYS, FFN // 4),
+                       (POSITION_KEYS, POSITIONS), (EXPERT_KEYS, EXPERTS),
+                       (TOP_K_KEYS, EXPERTS_PER_TOKEN), (("image_size",), IMAGE),
+                       (("patch_size",), PATCH), (("max_source_positions",), AUDIO_POSITIONS)):
+        for key in keys:
+            if _is_int(config.get(key)) and config[key] > size:
+                config[key] = size
+    for key, size in GROUP_KEYS.items():
+        if _is_int(config.get(key)) and config[key] > size:
+            config[key] = size
+
+
+def _shrink_state_space(config: dict[str, Any]) -> None:
+    """Mamba-style heads: heads · head dim must equal width · expand."""
+    for heads, dim, expand in (("num_heads", "head_dim", "expand"),
+                               ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
+        if not all(_is_int(config.get(k)) for k in (heads, dim, expand)):
+            continue
+        width = next((config[k] for k in WIDTH_KEYS if _is_int(config.get(k))), None)
+        if width is None:
+            continue
+        config[heads] = min(config[heads], HEADS)
+        config[dim] = max(1, width * config[expand] // config[heads])
+
+
+def shrink(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a config's ``to_dict()``) with every (nested) config made tiny, in place."""
+    _shrink_depth(config)
+    _shrink_attention(config)
+    _shrink_sizes(config)
+    _shrink_state_space(config)
+    for value in config.values():
+        if isinstance(value, dict) and value:
+            shrink(value)
+    return config
+
+
+def _token_ids(config: dict[str, Any]) -> list[int]:
+    ids: list[int] = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            ids.extend(_token_ids(value))
+        elif _is_int(value) and str(key).endswith(("_token_id", "_token_index", "_id")):
+            ids.append(value)
+    return ids
+
+
+def _set_vocab(config: dict[str, Any], size: int) -> None:
+    for key, value in list(config.items()):
+        if isinstance(value, dict):
+            _set_vocab(value, size)
+        elif str(key).endswith("vocab_size") and _is_int(value) and value > size:
+            config[key] = size
+
+
+def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
+    """Every vocabulary to the smallest size (a multiple of 64) that holds every special
+    token id anywhere in the config tree, in place."""
+    size = max([floor, *(i + 1 for i in _token_ids(config) if i < 10**6)])
+    _set_vocab(config, int(math.ceil(size / 64) * 64))
+
+
+def tiny_config(model_type: str) -> dict[str, Any]:
+    """The tiny config.json content of ``model_type``: its class's defaults, shrunk."""
+    from transformers import CONFIG_MAPPING
+
+    defaults: dict[str, Any] = CONFIG_MAPPING[model_type]().to_dict()
+    data = shrink(defaults)
+    shrink_vocab(data)
+    for key in ("transformers_version", "architectures", "_name_or_path", "auto_map"):
+        data.pop(key, None)
+    data["model_type"] = model_type
+    return data

@@ -1,0 +1,121 @@
+"""A fixed sample of the transformers zoo, each built from its tiny config and checked.
+
+Each architecture runs through the same harness as ``benchmarks/zoo.py``: the tiny config
+derived from its config class, ``mhaudit report`` on it in a forked process, and the
+reference (the module's parameters, FlopCounterMode on a real CPU forward, the config's
+heads, KV heads, head dims and widths). Exact means every check holds; exit 4 never.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from zoo_harness.expect import Expected, block_problems
+from zoo_harness.sweep import run_all
+from zoo_harness.tiny import HEADS, KV_HEADS, LAYERS, shrink, shrink_vocab
+from zoo_harness.worker import preload, run_one
+
+FAST = {
+    "gpt2": "decoder-only, fused Conv1D projections",
+    "qwen2": "grouped-query attention",
+    "bert": "encoder",
+    "vit": "vision",
+}
+SLOW = {
+    "mixtral": "mixture of experts",
+    "deepseek_v3": "latent attention and routed experts",
+    "bart": "encoder-decoder",
+    "t5": "encoder-decoder, relative position bias",
+    "whisper": "audio features, encoder-decoder",
+    "wav2vec2": "raw audio",
+    "clip": "text and image towers",
+}
+KNOWN_MISSES: dict[str, str] = {
+    "wav2vec2": "the convolutional feature encoder's FLOPs come out 2.5x FlopCounterMode's "
+                "(3,860,388,352 vs 1,566,480,896 matmul + conv FLOPs at 5,120 samples)",
+}
+"""Architectures of the sample that are not exact yet, with why (xfail, strict)."""
+
+
+def _params(sample: dict[str, str], *marks: pytest.MarkDecorator) -> list[object]:
+    out = []
+    for name in sample:
+        extra = [pytest.mark.xfail(reason=KNOWN_MISSES[name], strict=True)] \
+            if name in KNOWN_MISSES else []
+        out.append(pytest.param(name, id=name, marks=[*marks, *extra]))
+    return out
+
+
+def _check(name: str) -> None:
+    preload()
+    (result,) = run_all([name], run_one, jobs=1, timeout_s=240)
+    assert result.status != "exit 4", result.reason
+    assert result.status == "exact", f"{result.status}: {result.reason}"
+    assert result.checks["blocks"] >= 1
+
+
+@pytest.mark.parametrize("name", _params(FAST))
+def test_fast_sample_is_exact(name: str) -> None:
+    _check(name)
+
+
+@pytest.mark.parametrize("name", _params(SLOW, pytest.mark.slow))
+def test_slow_sample_is_exact(name: str) -> None:
+    _check(name)
+
+
+def test_shrink_keeps_one_layer_of_each_type_and_groups_kv_heads() -> None:
+    config = {
+        "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_hidden_layers": 6, "intermediate_size": 11008,
+        "layer_types": ["linear", "linear", "full", "linear", "linear", "full"],
+        "text_config": {"d_model": 1024, "num_heads": 16, "num_layers": 24},
+    }
+    shrink(config)
+    assert config["num_hidden_layers"] == LAYERS
+    assert config["layer_types"] == ["linear", "full"]  # the first of each type
+    assert config["num_attention_heads"] == HEADS
+    assert config["num_key_value_heads"] == KV_HEADS  # 8 < 32: still grouped
+    assert config["hidden_size"] == 64 and config["intermediate_size"] == 128
+    assert config["text_config"] == {"d_model": 64, "num_heads": HEADS, "num_layers": LAYERS}
+
+
+def test_shrink_keeps_kv_heads_equal_to_heads_without_grouping() -> None:
+    config = shrink({"num_attention_heads": 12, "num_key_value_heads": 12})
+    assert config["num_key_value_heads"] == HEADS
+    assert shrink({"n_head": 8, "n_head_kv": 1})["n_head_kv"] == 1  # multi-query stays
+
+
+def test_shrunk_vocabulary_holds_every_special_token() -> None:
+    config = {"vocab_size": 152064, "image_token_id": 151655, "pad_token_id": 0,
+              "text_config": {"vocab_size": 32000, "eos_token_id": 2}}
+    shrink_vocab(config)
+    assert config["vocab_size"] == 151680  # 151656 rounded up to a multiple of 64
+    assert config["text_config"]["vocab_size"] == 32000  # already smaller: the image id fits
+    small = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
+    shrink_vocab(small)
+    assert small["vocab_size"] == 50257  # 50256 + 1 rounds up to 50304: nothing to shrink
+
+
+def test_block_problems_name_the_field_that_differs() -> None:
+    layout = Expected("", frozenset({4}), 2, frozenset({16}), frozenset({64}))
+    good = {"name": "h.0.attn", "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+            "d_model": 64, "kind": "self"}
+    assert block_problems(good, [layout]) == []
+    wrong = {**good, "num_kv_heads": 4}
+    assert block_problems(wrong, [layout]) == ["config: kv heads 4 (config 2)"]
+    assert block_problems({**good, "head_dim": 8}, [layout]) == \
+        ["config: head dim 8 (config [16])"]
+
+
+def test_shrink_renumbers_per_layer_overrides_and_keeps_state_space_heads_whole() -> None:
+    config = shrink({"num_hidden_layers": 30, "per_layer_config": {"01": "a", "05": "b"}})
+    assert config["per_layer_config"] == {"1": "a"}  # layers 0 and 1 are kept
+    mamba = shrink({"hidden_size": 2048, "expand": 2, "num_heads": 64, "head_dim": 64})
+    assert mamba["num_heads"] * mamba["head_dim"] == mamba["hidden_size"] * mamba["expand"]
