@@ -94,6 +94,15 @@ InputShapes = tuple[tuple[int, ...] | None, tuple[tuple[str, tuple[int, ...]], .
 
 def parse_input_shapes(values: tuple[str, ...] | list[str] | None) -> InputShapes:
     """``--input-shape`` values: at most one unnamed ``AxB``, and any ``NAME=AxB``."""
+    try:
+        return _input_shapes(values)
+    except click.BadParameter as exc:
+        if exc.param_hint is None and exc.param is None:
+            exc.param_hint = "--input-shape"
+        raise
+
+
+def _input_shapes(values: tuple[str, ...] | list[str] | None) -> InputShapes:
     unnamed: tuple[int, ...] | None = None
     named: dict[str, tuple[int, ...]] = {}
     for value in values or ():

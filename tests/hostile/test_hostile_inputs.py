@@ -94,10 +94,13 @@ def test_bad_whatif_options_exit_2(args: tuple[str, ...], needle: str) -> None:
     assert_one_error(invoke("whatif", "--d-model", "64", "--heads", "8", *args), 2, needle)
 
 
-def test_input_shape_is_refused_for_a_config_target(tmp_path: Path) -> None:
+def test_bad_input_shapes_for_a_config_target_are_usage_errors(tmp_path: Path) -> None:
+    # a config takes --input-shape like any target (its main input, or inputs by name);
+    # shapes that cannot be are refused before anything is built
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
-    assert_one_error(invoke("report", config, "--input-shape", "1,8"), 2, "--input-shape")
+    for bad in ("1,0", "input_ids=", "1-x=1x8"):
+        assert_one_error(invoke("report", config, "--input-shape", bad), 2, "--input-shape")
 
 
 def test_config_sizes_below_one_are_refused(tmp_path: Path) -> None:
