@@ -17,7 +17,13 @@ from mhaudit.assemble import (
     with_measured,
 )
 from mhaudit.contain.capture import captured_logs, printed_to_log
-from mhaudit.contain.contain import contained, preserved_state, stop_timer, time_limit
+from mhaudit.contain.contain import (
+    contained,
+    preserved_state,
+    process_guard,
+    stop_timer,
+    time_limit,
+)
 from mhaudit.contain.offline import hub_offline
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
@@ -65,7 +71,7 @@ def audit(
         opts.batch_size, opts.seq_len, opts.input_shape, opts.input_shapes)
     loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
                          inputs_inferred=inferred)
-    with hub_offline(), captured_logs(), time_limit(opts.timeout):
+    with hub_offline(), captured_logs(), time_limit(opts.timeout), process_guard(loaded.source):
         return audit_loaded(loaded, opts)
 
 
@@ -83,7 +89,7 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
                           "Pass e.g. \"model.py\", \"model.py:NAME\" or \"config.json\".")
     opts = resolve_options(options, overrides)
     with preserved_state(model_folder(target)), hub_offline(), captured_logs(), \
-            time_limit(opts.timeout):
+            time_limit(opts.timeout), process_guard(target):
         loaded = load_target(
             target,
             device=opts.device,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhaudit.cli.common import (
@@ -58,7 +60,7 @@ def audit_each(
     worst = 0
     for index, target in enumerate(targets):
         try:
-            folders = [p.resolve().parent for p in target_files(target)]
+            folders = [Path(os.path.realpath(p)).parent for p in target_files(target)]
             with errors_to_exit(verbose), clean_state(folders), \
                     Status(f"mhaudit: {target}") as status:
                 report = audit_quietly(target, make_options(status.measured))

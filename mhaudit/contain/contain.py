@@ -5,7 +5,8 @@ Importing, building, tracing and running a model execute code mhaudit does not c
 raised itself, and every exception into a :class:`LoadError` (or :class:`TraceError`)
 naming the model and the stage; a real Ctrl-C still ends the run. ``time_limit`` bounds
 the stages with a timer, and ``preserved_state`` restores the working directory and
-``sys.path`` after the model ran. ``os._exit`` ends the process and cannot be caught.
+``sys.path`` after the model ran. While model code runs, ``os._exit`` raises instead of
+ending the process and ``os.fork`` is refused, so neither can end or double the run.
 """
 
 from __future__ import annotations
@@ -93,6 +94,62 @@ def _watch_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+class ModelExit(BaseException):
+    """``os._exit(code)`` called by model code: raised instead of ending the process."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _model_exit(code: object = 0) -> None:
+    raise ModelExit(code)
+
+
+def _model_fork() -> int:
+    raise OSError("the model forked a process; mhaudit audits one process and refuses it")
+
+
+_guards: list[None] = []
+
+
+@contextlib.contextmanager
+def _guarded_process() -> Iterator[None]:
+    """``os._exit`` and ``os.fork`` of the model's code raise instead (the outermost guard
+    patches them; nested ones leave them be)."""
+    if _guards:
+        _guards.append(None)
+        try:
+            yield
+        finally:
+            _guards.pop()
+        return
+    _guards.append(None)
+    real_exit, real_fork = os._exit, getattr(os, "fork", None)
+    os._exit = _model_exit  # type: ignore[assignment]
+    if real_fork is not None:
+        os.fork = _model_fork
+    try:
+        yield
+    finally:
+        _guards.pop()
+        os._exit = real_exit
+        if real_fork is not None:
+            os.fork = real_fork
+
+
+@contextlib.contextmanager
+def process_guard(source: str) -> Iterator[None]:
+    """Around a whole audit: model code that calls ``os._exit`` anywhere (a forward run on
+    fake tensors outside a named stage included) is a TraceError, not the end of the run."""
+    with _guarded_process():
+        try:
+            yield
+        except ModelExit as exc:
+            raise TraceError(f"{source}: the model called os._exit({safe_text(exc.code)})",
+                             _TIPS["SystemExit"]) from exc
+
+
 def _exit_text(code: object) -> str:
     if code is None:
         return "sys.exit()"
@@ -146,7 +203,7 @@ def contained(
     _stages.append(stage)
     _sources.append(source)
     try:
-        with _watch_sigint():
+        with _watch_sigint(), _guarded_process():
             yield
     except (MhauditError, Terminated):
         raise
@@ -160,6 +217,9 @@ def contained(
                          _TIPS["KeyboardInterrupt"]) from exc
     except SystemExit as exc:
         raise error_type(f"{source}: {stage} called {_exit_text(exc.code)}",
+                         _TIPS["SystemExit"]) from exc
+    except ModelExit as exc:
+        raise error_type(f"{source}: {stage} called os._exit({safe_text(exc.code)})",
                          _TIPS["SystemExit"]) from exc
     except BaseException as exc:  # GeneratorExit and any other BaseException of user code
         raise error_type(f"{source}: {stage} failed: {first_line(exc)}",

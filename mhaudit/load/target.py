@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,7 +53,7 @@ def model_folder(target: str) -> str | None:
     """The folder of a file target, which stays importable while its model runs."""
     path = Path(_split_target(target)[0])
     if path.suffix == ".py" or path.is_file():
-        return str(path.resolve().parent)
+        return os.path.dirname(os.path.realpath(path))  # never raises, loops included
     return None
 
 
@@ -128,11 +129,19 @@ def _split_target(target: str) -> tuple[str, str, str]:
     return head, sep, tail
 
 
+def _missing(what: str, path: Path) -> LoadError:
+    """The error for a target that is not there: missing, or a link that leads nowhere."""
+    if path.is_symlink():
+        return LoadError(f"{what} {path} is a symbolic link that leads to no file (a broken "
+                         "link or a loop)", "Point at the file itself.")
+    return LoadError(f"{what} {path} does not exist", "Check the path.")
+
+
 def _import_target(spec: str) -> ModuleType:
     path = Path(spec)
     if spec.endswith(".py") or path.exists():
         if not path.exists():
-            raise LoadError(f"model file {spec} does not exist", "Check the path.")
+            raise _missing("model file", path)
         check_input_file(path, "model file")  # a FIFO, a device or a huge file: exit 2
         name = f"mhaudit_user_{''.join(c if c.isalnum() else '_' for c in path.stem)}_" \
                f"{uuid.uuid4().hex[:8]}"
@@ -330,7 +339,7 @@ def _load_hf_config(
     from mhaudit.load.hfconfig import load_hf_config
 
     if not path.exists():
-        raise LoadError(f"config file {path} does not exist", "Check the path.")
+        raise _missing("config file", path)
     check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
     with quiet_stdout(), device_context(device):
         model, args, kwargs = load_hf_config(path, batch_size, seq_len,
