@@ -20,7 +20,11 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
-from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
+from mhaudit.cli.inputs import (
+    command_inputs,
+    refuse_imported_as_output,
+    refuse_inputs_as_outputs,
+)
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
@@ -149,6 +153,9 @@ def _emit(form: OutputFormat, items: list[Checked], destination: OutputPath,
         count, failed = listing
         text = form.listing(text, count, {f.index: f.data() for f in failed})
     text = text or ""
+    refuse_imported_as_output(destination)
+    if baseline_out is not None:
+        refuse_imported_as_output(baseline_out)
     if baseline_out is not None and items:  # both files are replaced, or neither
         writes = [(baseline_out, baseline_text(items[0].data()))]
         if destination.path is not None:

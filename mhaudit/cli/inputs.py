@@ -96,3 +96,13 @@ def command_inputs(
         found.append(("baseline", baseline))
     found.extend(("settings file", p) for p in pyprojects())
     return found
+
+
+def refuse_imported_as_output(destination: OutputPath) -> None:
+    """Before the output is written: it must not replace a module a model file imported
+    from its folder (known only once the model ran)."""
+    from mhaudit.contain.state import imported_files
+
+    refuse_inputs_as_outputs([("--output", destination)],
+                             [("module the model file imports", Path(p))
+                              for p in sorted(imported_files())])

@@ -19,7 +19,11 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
-from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
+from mhaudit.cli.inputs import (
+    command_inputs,
+    refuse_imported_as_output,
+    refuse_inputs_as_outputs,
+)
 from mhaudit.cli.phase_options import phase_options, phase_options_from
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.render.formats import FORMATS, formats_with
@@ -81,6 +85,7 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
             text = form.render_reports(reports, options) if reports else None
             if listed and form.listing is not None:
                 text = form.listing(text, len(targets), {f.index: f.data() for f in failed})
+            refuse_imported_as_output(destination)
             write_output(text or "", destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):
                 worst = max(worst, 1)

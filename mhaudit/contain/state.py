@@ -63,6 +63,16 @@ def _user_modules(before: set[str], folders: Sequence[Path]) -> list[str]:
     return names
 
 
+_IMPORTED: set[str] = set()
+"""Files of the modules the model files imported from their folders (and the model files),
+kept after the modules are dropped: an output must never replace one of them."""
+
+
+def imported_files() -> frozenset[str]:
+    """Every source file a model run in this process imported from its own folder."""
+    return frozenset(_IMPORTED)
+
+
 @contextlib.contextmanager
 def clean_state(model_folders: Sequence[str | Path] = ()) -> Iterator[None]:
     """Restore torch's global defaults after the block and drop the modules it imported from
@@ -83,4 +93,7 @@ def clean_state(model_folders: Sequence[str | Path] = ()) -> Iterator[None]:
             with contextlib.suppress(Exception):
                 _restore_torch(torch, state)
         for name in _user_modules(before, folders):
+            origin = getattr(sys.modules.get(name), "__file__", None)
+            if isinstance(origin, str):
+                _IMPORTED.add(origin)
             sys.modules.pop(name, None)

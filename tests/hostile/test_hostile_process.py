@@ -66,3 +66,15 @@ def test_a_target_link_to_nowhere_is_a_load_error(tmp_path: Path, kind: str) -> 
     else:
         link.symlink_to(tmp_path / "gone.py")
     assert_one_error(invoke("report", link), 3, "symbolic link")
+
+
+def test_output_never_replaces_a_module_the_model_file_imports(tmp_path: Path) -> None:
+    from tests.hostile.hostile_helpers import invoke
+
+    helper = model_file(tmp_path, "def build_model():\n    return Attention()\n", "helper.py")
+    before = helper.read_bytes()
+    model = tmp_path / "model.py"
+    model.write_text("import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n"
+                     "from helper import *\n", encoding="utf-8")
+    assert_one_error(invoke("report", model, "--output", helper), 2, "imports")
+    assert helper.read_bytes() == before
