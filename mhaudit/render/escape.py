@@ -50,9 +50,13 @@ def markdown_code(text: str) -> str:
     return plain(text).replace("`", "'")
 
 
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def html(text: str) -> str:
-    """HTML-escaped (``&``, ``<``, ``>``, quotes) with control characters shown."""
-    shown = plain(text)
+    """HTML-escaped (``&``, ``<``, ``>``, quotes) with control characters shown; newlines
+    stay (they only break lines, in ``<pre>`` and nowhere else)."""
+    shown = _CONTROL_BUT_NEWLINE.sub(_show, text)
     return (shown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;").replace("'", "&#x27;"))
 
@@ -70,9 +74,14 @@ def xml_text(text: str) -> str:
     return _XML_INVALID.sub("", text)
 
 
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def github_data(text: str) -> str:
-    """The message of a GitHub workflow command: ``%``, CR and LF encoded."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """The message of a GitHub workflow command: ``%``, CR and LF encoded, every other
+    control character shown as ``\\x1b``… (a log must not colour or move the cursor)."""
+    encoded = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return _CONTROL_BUT_LINES.sub(_show, encoded)
 
 
 def github_property(text: str) -> str:

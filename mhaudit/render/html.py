@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from html import escape
 from typing import Any
 
 from mhaudit import units
 from mhaudit.data import AttentionBlock, Report
+from mhaudit.render.escape import html as escape
 from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.summary import SUMMARY_HEADERS, summary_rows
 from mhaudit.render.svg import PALETTE, Axis, Chart, bar_chart

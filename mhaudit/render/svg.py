@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from html import escape
+
+from mhaudit.render.escape import html as escape
 
 Format = Callable[[float], str]
 

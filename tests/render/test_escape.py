@@ -54,3 +54,14 @@ def test_encodable_spells_symbols_in_ascii() -> None:
     assert escape.encodable("Δ 4·d² ×2 ≤ 8 µs — ok", "ascii") == "delta 4*d^2 x2 <= 8 us - ok"
     assert escape.encodable("Δ ×", "cp1252") == "delta ×"  # cp1252 has ×, not Δ
     assert escape.encodable("Δ", "utf-8") == "Δ"
+
+
+def test_no_format_lets_a_raw_escape_sequence_through() -> None:
+    from mhaudit.render.escape import github_data, github_property, html, markdown, plain
+
+    name = "evil\x1b[31mRED\x1b[0m\u2028x"
+    for escape in (plain, markdown, html, github_data, github_property):
+        shown = escape(name)
+        assert "\x1b" not in shown and "\u2028" not in shown, escape.__name__
+    assert github_data("a\nb") == "a%0Ab"  # a workflow message keeps its line breaks
+    assert html("a\nb") == "a\nb"  # a <pre> block keeps its lines
