@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from mhaudit.assemble import (
     build_report,
@@ -31,7 +32,7 @@ from mhaudit.cost.scaling import project
 from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
-from mhaudit.errors import ConfigError, TraceError
+from mhaudit.errors import ConfigError, TraceError, first_line
 from mhaudit.flops.fvcore_backend import fvcore_flops
 from mhaudit.load.checks import check_module, check_runs_on
 from mhaudit.load.target import (
@@ -106,6 +107,11 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     check_runs_on(loaded, opts.device)
     try:
         return _audit_loaded(loaded, opts)
+    except GuardOnDataDependentSymNode as exc:
+        raise TraceError(f"{loaded.source}: a shape depends on the data ({first_line(exc)})",
+                         "Build the model with --device cpu so that real values fix the "
+                         "shapes, or give example inputs that avoid the data-dependent "
+                         "branch.") from exc
     except RecursionError as exc:
         raise TraceError(f"{loaded.source}: the model nests too deeply to walk "
                          "(RecursionError)", "Flatten the module tree; torch itself walks "

@@ -53,7 +53,14 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
         groups[o.node if o is not None else core.output].append(
             _Draft(core, sources, o, outs or ((o,) if o else ())))
     layouts = [_layout(drafts, traced, model) for drafts in groups.values()]
-    return _unique_names(layouts)
+    return _unique_names([lay for lay in layouts if _readable(lay)])
+
+
+def _readable(layout: Layout) -> bool:
+    """A layout whose heads and widths were all read (a size the graph left unknown, as
+    for a data-dependent shape, reads as 0): the others are not reported as blocks."""
+    return min(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
+               layout.d_model, layout.seq_len_q, layout.seq_len_kv, layout.batch_size) >= 1
 
 
 def _widest_first(sources: tuple[Source, ...]) -> tuple[Source, ...]:

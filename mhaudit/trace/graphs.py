@@ -48,12 +48,28 @@ def val(node: Any) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
+def concrete(size: Any) -> int:
+    """A size as an int: its value, or for a data-dependent (unbacked) size the largest
+    value its range allows (a nonzero's count is at most its input's numel); 0 when the
+    range has no finite bound."""
+    try:
+        return int(size)
+    except Exception:  # GuardOnDataDependentSymNode and kin: the value depends on data
+        node = getattr(size, "node", None)
+        try:
+            upper = node.shape_env.bound_sympy(node.expr).upper  # type: ignore[union-attr]
+            return int(upper) if upper.is_finite and upper <= 2**40 else 0
+        except Exception:
+            return 0
+
+
 def shape(node: Any) -> tuple[int, ...]:
-    """Concrete shape of a node's tensor value (empty when unknown)."""
+    """Concrete shape of a node's tensor value (empty when unknown); data-dependent sizes
+    at their upper bound (:func:`concrete`)."""
     tensor = val(node)
     if tensor is None:
         return ()
-    return tuple(int(s) for s in tensor.shape)
+    return tuple(concrete(s) for s in tensor.shape)
 
 
 def numel(node: Any) -> int:

@@ -60,8 +60,8 @@ def test_no_format_lets_a_raw_escape_sequence_through() -> None:
     from mhaudit.render.escape import github_data, github_property, html, markdown, plain
 
     name = "evil\x1b[31mRED\x1b[0m\u2028x"
-    for escape in (plain, markdown, html, github_data, github_property):
-        shown = escape(name)
-        assert "\x1b" not in shown and "\u2028" not in shown, escape.__name__
+    for shown_by in (plain, markdown, html, github_data, github_property):
+        shown = shown_by(name)
+        assert "\x1b" not in shown and "\u2028" not in shown, shown_by.__name__
     assert github_data("a\nb") == "a%0Ab"  # a workflow message keeps its line breaks
     assert html("a\nb") == "a\nb"  # a <pre> block keeps its lines
