@@ -25,7 +25,11 @@ from mhaudit.cli.inputs import (
     refuse_imported_as_output,
     refuse_inputs_as_outputs,
 )
-from mhaudit.cli.phase_options import phase_options, phase_options_from
+from mhaudit.cli.phase_options import (
+    phase_options,
+    phase_options_from,
+    warn_unused_phase_options,
+)
 from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options
 from mhaudit.errors import ConfigError
 from mhaudit.render.formats import FORMATS, OutputFormat, formats_with
@@ -104,6 +108,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         for phase in phases_needed(budget):  # a budget on a phase metric runs that phase
             phases[phase] = True
         given = options_from(params)
+        warn_unused_phase_options(phases)
         check_budget_applies(budget, given.get("device", "meta"))
         done, worst, failed = audit_each(targets, lambda progress: AuditOptions(
             rule_config=rule_config, progress=progress, **phases, **given), verbose)

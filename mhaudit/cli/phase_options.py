@@ -49,3 +49,25 @@ def phase_options_from(params: dict[str, Any]) -> dict[str, Any]:
     keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context", "parallel",
             "verify")
     return {key: params.pop(key) for key in keys}
+
+
+def warn_unused_phase_options(phases: dict[str, Any]) -> None:
+    """Say on stderr which phase options were given for a phase that does not run."""
+    from mhaudit.cli.common import say
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+
+    unused = [f"--{n}" for n in ("optimizer", "precision", "checkpointing")
+              if not phases.get("train") and _explicit(ctx, n)]
+    if not phases.get("decode") and _explicit(ctx, "context"):
+        unused.append("--context")
+    if unused:
+        say(f"warning: {', '.join(unused)} change nothing here: --optimizer, --precision and "
+            "--checkpointing shape --train, --context shapes --decode")
+
+
+def _explicit(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source != click.core.ParameterSource.DEFAULT

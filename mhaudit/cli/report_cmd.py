@@ -24,7 +24,11 @@ from mhaudit.cli.inputs import (
     refuse_imported_as_output,
     refuse_inputs_as_outputs,
 )
-from mhaudit.cli.phase_options import phase_options, phase_options_from
+from mhaudit.cli.phase_options import (
+    phase_options,
+    phase_options_from,
+    warn_unused_phase_options,
+)
 from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
 from mhaudit.render.formats import FORMATS, formats_with
 
@@ -71,6 +75,7 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
         rule_config = rule_config_from(params)
         phases = phase_options_from(params)
         given = options_from(params)
+        warn_unused_phase_options(phases)
         from mhaudit.gate.budget import failing_findings
         from mhaudit.options import AuditOptions
         done, worst, failed = audit_each(targets, lambda progress: AuditOptions(

@@ -69,6 +69,11 @@ def interrupted() -> bool:
     return _sigint.is_set()
 
 
+_REAL_SIGNAL = signal.signal
+"""``signal.signal`` as it was at import: mhaudit's own handlers never go through the
+guard that keeps a model's SIGINT handler out."""
+
+
 @contextlib.contextmanager
 def _watch_sigint() -> Iterator[None]:
     """Record real SIGINTs, then let the previous handler act on them as before."""
@@ -84,14 +89,14 @@ def _watch_sigint() -> Iterator[None]:
         raise KeyboardInterrupt
 
     try:
-        signal.signal(signal.SIGINT, handler)
+        _REAL_SIGNAL(signal.SIGINT, handler)
     except ValueError:  # pragma: no cover - not the main interpreter
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _REAL_SIGNAL(signal.SIGINT, previous)
 
 
 class ModelExit(BaseException):
@@ -115,8 +120,9 @@ _guards: list[None] = []
 
 @contextlib.contextmanager
 def _guarded_process() -> Iterator[None]:
-    """``os._exit`` and ``os.fork`` of the model's code raise instead (the outermost guard
-    patches them; nested ones leave them be)."""
+    """``os._exit`` and ``os.fork`` of the model's code raise instead, and a SIGINT handler
+    it installs is not installed (the outermost guard patches them; nested ones leave
+    them be)."""
     if _guards:
         _guards.append(None)
         try:
@@ -126,13 +132,21 @@ def _guarded_process() -> Iterator[None]:
         return
     _guards.append(None)
     real_exit, real_fork = os._exit, getattr(os, "fork", None)
+
+    def model_signal(signum: Any, handler: Any) -> Any:
+        if signum == signal.SIGINT:  # Ctrl-C stays the user's: the model's handler is kept out
+            return signal.getsignal(signum)
+        return _REAL_SIGNAL(signum, handler)
+
     os._exit = _model_exit  # type: ignore[assignment]
+    signal.signal = model_signal  # type: ignore[assignment]
     if real_fork is not None:
         os.fork = _model_fork
     try:
         yield
     finally:
         _guards.pop()
+        signal.signal = _REAL_SIGNAL
         os._exit = real_exit
         if real_fork is not None:
             os.fork = real_fork

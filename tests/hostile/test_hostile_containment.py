@@ -63,10 +63,11 @@ def test_keyboard_interrupt_raised_by_the_model_is_a_load_error(tmp_path: Path) 
     assert_one_error(invoke("report", model), 3, "raised KeyboardInterrupt")
 
 
-def _signal_during_build(tmp_path: Path, signum: int) -> tuple[int, bytes, bytes]:
+def _signal_during_build(tmp_path: Path, signum: int, before: str = ""
+                         ) -> tuple[int, bytes, bytes]:
     marker = tmp_path / "started"
-    model = model_file(tmp_path, "import time\nfrom pathlib import Path\n\n"
-                       "def build_model():\n"
+    model = model_file(tmp_path, "import signal, time\nfrom pathlib import Path\n\n"
+                       "def build_model():\n" + before +
                        f"    Path({str(marker)!r}).write_text('x')\n"
                        "    time.sleep(60)\n    return Attention()\n")
     proc = subprocess.Popen([sys.executable, "-m", "mhaudit", "report", str(model)],
@@ -88,6 +89,14 @@ def _signal_during_build(tmp_path: Path, signum: int) -> tuple[int, bytes, bytes
 def test_ctrl_c_exits_130(tmp_path: Path) -> None:
     code, out, err = _signal_during_build(tmp_path, signal.SIGINT)
     assert code == 130, err.decode()
+    assert out == b""
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_even_when_the_model_installs_its_own_handler(tmp_path: Path) -> None:
+    code, out, err = _signal_during_build(
+        tmp_path, signal.SIGINT, "    signal.signal(signal.SIGINT, lambda *a: None)\n")
+    assert code == 130, err.decode()  # the model's handler would swallow Ctrl-C
     assert out == b""
 
 

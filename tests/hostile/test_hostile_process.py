@@ -78,3 +78,14 @@ def test_output_never_replaces_a_module_the_model_file_imports(tmp_path: Path) -
                      "from helper import *\n", encoding="utf-8")
     assert_one_error(invoke("report", model, "--output", helper), 2, "imports")
     assert helper.read_bytes() == before
+
+
+def test_phase_options_without_their_phase_are_named_on_stderr(tmp_path: Path) -> None:
+    from tests.hostile.hostile_helpers import invoke
+
+    model = model_file(tmp_path, "def build_model():\n    return Attention()\n")
+    run = invoke("report", model, "--context", "100", "--optimizer", "sgd")
+    assert run.code == 0
+    assert "warning: --optimizer, --context change nothing here" in run.stderr
+    quiet = invoke("report", model, "--train", "--optimizer", "sgd")
+    assert "change nothing" not in quiet.stderr
