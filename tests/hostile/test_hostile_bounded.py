@@ -12,18 +12,6 @@ from hostile_helpers import assert_one_error, invoke, model_file, run_process
 GOOD_BODY = "def build_model():\n    return Attention()\n"
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    return model_file(tmp_path, GOOD_BODY)
-
-
-@pytest.fixture
-def budget(tmp_path: Path) -> Path:
-    path = tmp_path / "budget.toml"
-    path.write_text('[budget]\nmax_params = "1M"\n', encoding="utf-8")
-    return path
-
-
 @pytest.mark.slow
 def test_a_thread_that_never_ends_does_not_hold_the_exit(tmp_path: Path) -> None:
     model = model_file(tmp_path, "import threading, time\n\ndef build_model():\n"

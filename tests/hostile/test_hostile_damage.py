@@ -12,18 +12,6 @@ from hostile_helpers import TINY_LLAMA, assert_one_error, invoke, model_file, sn
 GOOD_BODY = "def build_model():\n    return Attention()\n"
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    return model_file(tmp_path, GOOD_BODY)
-
-
-@pytest.fixture
-def budget(tmp_path: Path) -> Path:
-    path = tmp_path / "budget.toml"
-    path.write_text('[budget]\nmax_params = "1M"\n', encoding="utf-8")
-    return path
-
-
 def _unchanged(tmp_path: Path, *args: str | Path, code: int = 2, needle: str = "") -> None:
     before = snapshot(tmp_path)
     run = invoke(*args)

@@ -22,18 +22,6 @@ from mhaudit.errors import first_line, safe_text
 GOOD_BODY = "def build_model():\n    return Attention()\n"
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    return model_file(tmp_path, GOOD_BODY)
-
-
-@pytest.fixture
-def budget(tmp_path: Path) -> Path:
-    path = tmp_path / "budget.toml"
-    path.write_text('[budget]\nmax_params = "1M"\n', encoding="utf-8")
-    return path
-
-
 def _shell(command: str, cwd: Path, env: dict[str, str] | None = None
            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True,

@@ -11,13 +11,6 @@ import mhaudit
 from mhaudit.errors import TraceError
 
 
-@pytest.fixture
-def budget(tmp_path: Path) -> Path:
-    path = tmp_path / "budget.toml"
-    path.write_text('[budget]\nmax_params = "1M"\n', encoding="utf-8")  # the model has 4,224
-    return path
-
-
 def _forward(tmp_path: Path, body: str, header: str = "") -> Path:
     lines = "\n".join(f"        {line}" for line in body.splitlines())
     return model_file(tmp_path, f"{header}\nclass Odd(Attention):\n"
