@@ -30,7 +30,7 @@ from mhaudit.cli.phase_options import (
     phase_options_from,
     warn_unused_phase_options,
 )
-from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options
+from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options, with_failed
 from mhaudit.errors import ConfigError
 from mhaudit.render.formats import FORMATS, OutputFormat, formats_with
 from mhaudit.render.gate import Checked, verdict
@@ -116,8 +116,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         form = FORMATS[fmt]
         listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
         if items or listed:
-            _emit(form, items, destination, baseline_out, baseline,
-                  (len(targets), failed) if listed else None)
+            _emit(form, items, destination, baseline_out, baseline, (len(targets), failed))
             # recording a baseline is the job's purpose: it succeeds once written, and the
             # verdict is still shown
             if not update_baseline and any(not c.outcome.passed for c in items):
@@ -145,18 +144,16 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
 
 def _emit(form: OutputFormat, items: list[Checked], destination: OutputPath,
           baseline_out: OutputPath | None, baseline: Path | None,
-          listing: tuple[int, list[Failed]] | None) -> None:
+          targets: tuple[int, list[Failed]]) -> None:
     """Write the output (and the baseline, both or neither), then the verdicts on stderr.
-    ``listing``: the number of targets and the failed ones, for a format that lists them."""
+    ``targets``: how many were given and the failed ones, for a format that lists them."""
     from mhaudit.gate.baseline import baseline_text
 
     assert form.checks is not None
     options = render_options(form, False, destination.is_stdout,
                              flagged_sweeps(form, [c.report for c in items]))
     text = form.checks(items, options) if items else None
-    if listing is not None and form.listing is not None:
-        count, failed = listing
-        text = form.listing(text, count, {f.index: f.data() for f in failed})
+    text = with_failed(form, text, *targets)
     text = text or ""
     refuse_imported_as_output(destination)
     if baseline_out is not None:

@@ -29,7 +29,7 @@ from mhaudit.cli.phase_options import (
     phase_options_from,
     warn_unused_phase_options,
 )
-from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options
+from mhaudit.cli.targets import audit_each, flagged_sweeps, render_options, with_failed
 from mhaudit.render.formats import FORMATS, formats_with
 
 EXAMPLES = """\b
@@ -88,8 +88,7 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
             options = render_options(form, wide, destination.is_stdout,
                                      flagged_sweeps(form, reports))
             text = form.render_reports(reports, options) if reports else None
-            if listed and form.listing is not None:
-                text = form.listing(text, len(targets), {f.index: f.data() for f in failed})
+            text = with_failed(form, text, len(targets), failed)
             refuse_imported_as_output(destination)
             write_output(text or "", destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):

@@ -76,6 +76,15 @@ def audit_each(
     return done, worst, failed
 
 
+def with_failed(form: OutputFormat, text: str | None, count: int,
+                failed: Sequence[Failed]) -> str | None:
+    """``text`` as the format lists several targets, each failed one in its place; as it
+    is for one target or a format that does not list them (failures are on stderr)."""
+    if form.listing is None or count < 2:
+        return text
+    return form.listing(text, count, {f.index: f.data() for f in failed})
+
+
 def render_options(fmt: OutputFormat, wide: bool, to_stdout: bool,
                    sweeps: tuple[WhatIf, ...] = ()) -> RenderOptions:
     """Width and colour for a terminal format; plain for files and the other formats."""
