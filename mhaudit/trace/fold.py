@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from mhaudit.trace.export import trace
 from mhaudit.trace.traced import TracedGraph
@@ -140,9 +142,31 @@ def find_lists(model: nn.Module) -> list[FoldedList]:
 
 @dataclass
 class _Watch:
-    """Whether the forward read a shortened list by a layer it does not hold."""
+    """What would make a folded trace wrong: the forward read a shortened list by a layer
+    it does not hold, or a representative changed the shape of what it passes on (a
+    strided stack, where each copy sees a shorter sequence than the one before)."""
 
     indexed: bool = False
+    reshaped: bool = False
+
+    @property
+    def spoiled(self) -> bool:
+        """Whether the model must be traced unfolded."""
+        return self.indexed or self.reshaped
+
+
+def _shapes(value: Any) -> list[torch.Size]:
+    return [v.shape for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
+
+
+def _watch_shapes(layer: nn.Module, watch: _Watch) -> torch.utils.hooks.RemovableHandle:
+    """A hook that flags a call whose main (first) output is shaped like none of its
+    inputs: the next copy of the layer would see another shape than this one did."""
+    def hook(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        made = _shapes(out)
+        if made and made[0] not in _shapes((args, kwargs)):
+            watch.reshaped = True
+    return layer.register_forward_hook(hook, with_kwargs=True)
 
 
 class _Short:
@@ -194,16 +218,23 @@ def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
 def _folded(model: nn.Module, watch: _Watch) -> Iterator[tuple[FoldedList, ...]]:
     plans = [p for p in find_lists(model) if p.path]
     swapped: list[tuple[nn.Module, str, nn.Module]] = []
+    hooks: list[torch.utils.hooks.RemovableHandle] = []
     try:
         for plan in plans:
             parent_name, _, attr = plan.path.rpartition(".")
             parent = model.get_submodule(parent_name)
             original = parent._modules[attr]
             assert original is not None
+            for kept, members in zip(plan.kept, plan.members, strict=True):
+                if len(members) > 1:
+                    layer = original.get_submodule(plan.name_of(kept))
+                    hooks.append(_watch_shapes(layer, watch))
             parent._modules[attr] = _shortened(original, plan, watch)
             swapped.append((parent, attr, original))
         yield tuple(plans)
     finally:
+        for handle in hooks:
+            handle.remove()
         for parent, attr, original in reversed(swapped):
             parent._modules[attr] = original
 
@@ -213,12 +244,13 @@ def traced_folded(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
-    forward sees (it indexes its own layer list by position); yields the plans used."""
+    forward sees (it indexes its own layer list by position, or a repeated layer reshapes
+    what it passes on); yields the plans used."""
     if fold:
         watch = _Watch()
         with _folded(model, watch) as plans:
             traced = trace(model, args, kwargs)
-            if not watch.indexed:
+            if not watch.spoiled:
                 yield traced, plans
                 return
     yield trace(model, args, kwargs), ()

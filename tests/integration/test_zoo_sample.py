@@ -36,10 +36,7 @@ SLOW = {
     "wav2vec2": "raw audio",
     "clip": "text and image towers",
 }
-KNOWN_MISSES: dict[str, str] = {
-    "wav2vec2": "the convolutional feature encoder's FLOPs come out 2.5x FlopCounterMode's "
-                "(3,860,388,352 vs 1,566,480,896 matmul + conv FLOPs at 5,120 samples)",
-}
+KNOWN_MISSES: dict[str, str] = {}
 """Architectures of the sample that are not exact yet, with why (xfail, strict)."""
 
 

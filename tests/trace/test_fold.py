@@ -84,6 +84,34 @@ def test_a_forward_that_indexes_its_layers_by_position_is_traced_unfolded() -> N
     assert len(model.layers) == 4
 
 
+class _StridedStack(nn.Module):
+    """Five identical stride-2 convolutions, then self-attention over what is left: each
+    copy of the layer sees half the sequence the one before it saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(16, 16, 3, stride=2) for _ in range(5))
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs:
+            x = conv(x)
+        x = x.transpose(1, 2)
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def test_a_layer_that_reshapes_what_it_passes_on_is_traced_unfolded() -> None:
+    model = _StridedStack().eval()
+    x = torch.zeros(1, 16, 256)
+    report = audit(model, (x,))
+    assert "folded_layers" not in report.extras
+    # Lengths 256 → 127 → 63 → 31 → 15 → 7; each conv: 2·L_out·16·16·3 FLOPs.
+    lengths = [127, 63, 31, 15, 7]
+    assert report.totals.flops_by_family["conv"] == sum(2 * n * 16 * 16 * 3 for n in lengths)
+    (block,) = report.blocks
+    assert (block.layout.seq_len_q, block.layout.seq_len_kv) == (7, 7)
+
+
 def test_named_sequential_children_keep_their_real_names() -> None:
     from fixtures.zoo_legacy import NamedSequential
 
