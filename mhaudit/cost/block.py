@@ -12,7 +12,8 @@ from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Rooflin
 
 
 def projection_flops(projection: Projection | None, rows: int) -> int:
-    """2·rows·in·out for a present projection, 0 for an absent one; bias adds ignored.
+    """2·rows·in·out for a present projection (2·rows·in·out / g with g groups), 0 for an
+    absent one; bias adds ignored.
 
     A low-rank factorised role (``rank`` > 0) runs each of its weight elements once
     per row: 2·rows·weight_params, which counts a down-projection shared between
@@ -22,7 +23,8 @@ def projection_flops(projection: Projection | None, rows: int) -> int:
         return 0
     if projection.low_rank_width:
         return 2 * rows * projection.weight_params
-    return matmul_flops(rows, projection.in_features, projection.out_features)
+    return matmul_flops(rows, projection.in_features, projection.out_features) \
+        // projection.groups
 
 
 def core_flops(layout: Layout, batch: int, n_q: int, n_kv: int) -> int:

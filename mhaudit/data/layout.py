@@ -26,6 +26,9 @@ class Projection:
     low_rank_width: int = 0
     """Bottleneck width of a low-rank factorised projection (x → r → out through a
     down- and an up-projection, norms between); 0 when the role is one matrix."""
+    groups: int = 1
+    """Groups of a grouped projection (a grouped 1×1 convolution): each output feature
+    reads ``in_features / groups`` inputs, so it holds and computes 1/groups of a full one."""
 
     @property
     def fused(self) -> bool:

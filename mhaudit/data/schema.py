@@ -66,6 +66,7 @@ def _projection(p: Projection | None) -> dict[str, Any] | None:
         "weight_params": p.weight_params,
         "bias_params": p.bias_params,
         "rank": p.low_rank_width,
+        "groups": p.groups,
     }
 
 

@@ -245,6 +245,7 @@ def _projection(
         weight_params=weight,
         bias_params=bias,
         low_rank_width=rank,
+        groups=op.groups,
     )
 
 
@@ -267,6 +268,7 @@ def _merge(parts: list[tuple[Projection, bool]]) -> Projection | None:
         weight_params=sum(p.weight_params for p in every),
         bias_params=sum(p.bias_params for p in every),
         low_rank_width=max(p.low_rank_width for p in main),
+        groups=max(p.groups for p in main),
     )
 
 

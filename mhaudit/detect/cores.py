@@ -255,6 +255,8 @@ def _find_context(
                     operands = _matmul_operands(user)
                     if operands and operands[0] is node:
                         return user, node, mixed, picked
+                    if len(operands) == 2 and operands[1] is node and _swaps_last_two(node):
+                        return user, node, mixed, picked  # V·Pᵀ: channels-first heads
                 elif head_mix_input(user, params) is node:
                     nxt.append((user, True, picked))
                 elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
@@ -263,6 +265,15 @@ def _find_context(
                     nxt.append((user, mixed, True))
         frontier = nxt
     return None, None, False, False
+
+
+def _swaps_last_two(node: fx.Node) -> bool:
+    """``node`` is ``x.transpose(-1, -2)`` (or ``-2, -1``) of a rank-≥2 tensor."""
+    if op_name(node) != "transpose" or len(node.args) < 3:
+        return False
+    rank = len(shape(node))
+    dims = {d % rank for d in node.args[1:3] if isinstance(d, int)} if rank >= 2 else set()
+    return dims == {rank - 1, rank - 2}
 
 
 def _scores_operands(
@@ -302,6 +313,8 @@ def _context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, in
         own = set(inputs[v_index]) & set(output)
         own -= set(inputs[1 - v_index])
         return others[0], math.prod(sizes[c] for c in own), _last_of(inputs[v_index], own)
+    if operands.index(probs) == 1:  # V·Pᵀ: V is (…, d_v, n) and so is the context
+        return others[0], shape(context)[-2], -2
     return others[0], shape(context)[-1], -1
 
 

@@ -32,6 +32,8 @@ class _Shape:
     """Token streams with their own Q, K, V and O weights (joint attention)."""
     maps: int = 1
     """Softmax maps per head, each from its own share of Q and K (differential attention)."""
+    groups: tuple[int, int, int, int] = (1, 1, 1, 1)
+    """Groups of each of Q, K, V and O (a grouped 1×1 convolution holds 1/g of a matrix)."""
 
     def widths(self) -> tuple[int, int, int, int]:
         """Output widths of Q, K, V and O."""
@@ -51,8 +53,8 @@ class _Shape:
             0 if self.kv_shared else self.d_v_in * v_w,
             (self.heads * self.d_v + self.o_extra) * self.d_out,
         )
-        return tuple(p * self.streams if on else 0  # type: ignore[return-value]
-                     for p, on in zip(parts, self.has, strict=True))
+        return tuple(p * self.streams // g if on else 0  # type: ignore[return-value]
+                     for p, on, g in zip(parts, self.has, self.groups, strict=True))
 
     def biases(self) -> tuple[int, int, int, int]:
         """Bias elements of Q, K, V and O."""
@@ -89,6 +91,7 @@ def actual_shape(layout: Layout) -> _Shape:
         low_rank=tuple(p.params if p is not None and p.low_rank_width else None for p in roles),  # type: ignore[arg-type]
         streams=layout.streams,
         maps=_maps(layout),
+        groups=tuple(p.groups if p is not None else 1 for p in roles),  # type: ignore[arg-type]
     )
 
 
@@ -179,6 +182,10 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
     steps.append((replace(steps[-1][0], low_rank=actual.low_rank),
                   f"low-rank factorised projections ({_low_rank_text(actual)}) instead of "
                   "full d_model × h·d matrices"))
+    steps.append((replace(steps[-1][0], groups=actual.groups),
+                  "grouped projections (" + ", ".join(
+                      f"{r} {g} groups" for r, g in zip("QKVO", actual.groups, strict=True)
+                      if g > 1) + ") instead of full matrices"))
     steps.append((replace(steps[-1][0], maps=actual.maps),
                   f"{actual.maps} softmax maps per head, each from its own {actual.d_k}-wide "
                   "share of Q and K (their difference is applied to V)"))

@@ -93,7 +93,13 @@ SDPA_VARIANTS: dict[str, SdpaVariant] = {
 SDPA_OPS = frozenset(SDPA_VARIANTS)
 SOFTMAX_OPS = frozenset({"softmax", "_softmax", "_safe_softmax"})
 MATMUL_OPS = frozenset({"matmul", "bmm", "mm", "einsum", "baddbmm"})
-PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"})
+POINTWISE_CONV_OPS = frozenset({"conv1d", "conv2d", "conv3d", "convolution"})
+"""Convolutions read as projections when their kernel is 1×1 (a map of the channels)."""
+PROJECTION_OPS = frozenset({"linear", "addmm", "mm", "matmul", "einsum", "bmm"}) \
+    | POINTWISE_CONV_OPS
+FROZEN_NORM_OPS = frozenset({"batch_norm", "_native_batch_norm_legit_no_training"})
+"""Norms with stored statistics: in eval, a per-feature affine map (foldable into the
+projection before it)."""
 NORM_OPS = frozenset(
     {"layer_norm", "native_layer_norm", "rms_norm", "group_norm", "native_group_norm",
      "batch_norm", "_native_batch_norm_legit_no_training"}

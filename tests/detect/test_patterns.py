@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.zoo_patterns import PATTERNS, Pattern
+from fixtures.zoo_patterns import PATTERNS, B, D, N, Pattern
 
 from mhaudit.data import Layout
 from mhaudit.detect.blocks import detect
@@ -52,3 +52,24 @@ def test_windowed_block_costs_every_window() -> None:
     # against 6 keys (the window and the one before it).
     (layout,) = _detect(next(p for p in PATTERNS if p.id == "windowed"))
     assert (layout.batch_size, layout.seq_len_q, layout.seq_len_kv) == (4, 3, 6)
+
+
+def test_grouped_projection_reports_its_groups_and_costs_what_it_computes() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mhaudit.api import audit
+    from mhaudit.cost.block import block_flops
+
+    pattern = next(p for p in PATTERNS if p.id == "grouped-pointwise-conv")
+    model = pattern.build().eval()
+    (x,) = pattern.inputs()
+    (block,) = audit(model, (x,)).blocks
+    assert [p.groups for p in (block.layout.q, block.layout.k, block.layout.v)] == [4, 4, 4]
+    assert block.layout.o is not None and block.layout.o.groups == 1
+    # Each grouped 1×1 conv: 2·rows·(32/4)·32 = 2·12·8·32 = 6,144 FLOPs over 2·6 rows.
+    cost = block_flops(block.layout)
+    assert cost.q_proj == cost.k_proj == cost.v_proj == 2 * (B * N) * (D // 4) * D
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    convs = counter.get_flop_counts()["Global"][torch.ops.aten.convolution]
+    assert cost.q_proj + cost.k_proj + cost.v_proj + cost.o_proj == convs

@@ -12,7 +12,15 @@ from itertools import pairwise
 from torch import fx
 
 from mhaudit.trace.graphs import shape
-from mhaudit.trace.ops import BARRIER_OPS, HEAD_PICK_OPS, NORM_OPS, VIEW_OPS, op_name
+from mhaudit.trace.ops import (
+    BARRIER_OPS,
+    FROZEN_NORM_OPS,
+    HEAD_PICK_OPS,
+    NORM_OPS,
+    PROJECTION_OPS,
+    VIEW_OPS,
+    op_name,
+)
 from mhaudit.trace.walks import chain
 
 
@@ -26,8 +34,15 @@ def is_barrier(node: fx.Node) -> bool:
     if name not in BARRIER_OPS:
         return False
     if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
+        if name in FROZEN_NORM_OPS and _projected(node.args[0]):
+            return False  # Linear + BatchNorm: a per-feature affine map of the projection
         return len(shape(node.args[0])) < 4 and not _one_head(node.args[0])
     return True
+
+
+def _projected(node: fx.Node) -> bool:
+    """``node`` is a projection's output, through views (a norm folded into it)."""
+    return op_name(chain(node, VIEW_OPS, 4)[-1]) in PROJECTION_OPS
 
 
 def _one_head(node: fx.Node) -> bool:

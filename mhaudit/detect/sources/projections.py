@@ -18,6 +18,7 @@ from mhaudit.trace.ops import (
     HEAD_LAYOUT_OPS,
     INPUT_PASS_OPS,
     PLAIN_RESHAPE_OPS,
+    POINTWISE_CONV_OPS,
     PROJECTION_OPS,
     WEIGHT_ARG_OPS,
     op_name,
@@ -48,6 +49,9 @@ class ProjectionOp:
     feature_axes: tuple[int, ...] = ()
     """Output axes holding the projected features when there are several (an einsum with a
     (d_model, h, d_k) weight gives (…, h, …, d_k)); empty for the last axis alone."""
+    groups: int = 1
+    """Groups of a grouped 1×1 convolution: each output feature reads in_width / groups
+    input features."""
 
     def bias_of(self, span: Range | None, width: int) -> int:
         """Bias elements of the ``width`` features a role reads (``span``, when known)."""
@@ -57,8 +61,8 @@ class ProjectionOp:
 
     @property
     def in_width(self) -> int:
-        """Input features: weight elements per output feature."""
-        return self.weight_numel // self.out_width if self.out_width else 0
+        """Input features: weight elements per output feature, times the groups."""
+        return self.weight_numel * self.groups // self.out_width if self.out_width else 0
 
     @property
     def rows(self) -> int:
@@ -72,11 +76,18 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     if name not in PROJECTION_OPS or val(node) is None:
         return None
     bias: object = None
+    groups = 1
     if name == "linear":
         x, w = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
     elif name == "addmm":
         bias, x, w = node.args[0], node.args[1], node.args[2]
+    elif name in POINTWISE_CONV_OPS:
+        x, w = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        if not _pointwise(node, w):
+            return None
+        groups = _conv_groups(node)
     elif name == "einsum":
         operands = node.args[1]
         if not isinstance(operands, (list, tuple)) or len(operands) != 2:
@@ -99,6 +110,8 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
         if found is None:
             return None
         out_width, axes = found
+    elif name in POINTWISE_CONV_OPS:
+        out_width, axes = shape(node)[1], (1,)  # (B, C_out, *spatial): channels on axis 1
     bias_name = param_root(bias, params) if isinstance(bias, fx.Node) else None
     bias_numel = numel(bias) if bias_name else 0
     covered: tuple[Range, ...] = ()
@@ -117,7 +130,35 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             bias_numel = numel(other[0])
             result = user
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
-                        covered, axes)
+                        covered, axes, groups)
+
+
+def _pointwise(node: fx.Node, weight: object) -> bool:
+    """A convolution that applies its weight at each position alone: every kernel size 1,
+    no padding, stride 1, not transposed (a 1×1 convolution is a linear map of the
+    channels)."""
+    if not isinstance(weight, fx.Node) or len(shape(weight)) < 3:
+        return False
+    if any(k != 1 for k in shape(weight)[2:]):
+        return False
+    given = list(node.args[3:6])  # stride, padding, dilation of conv1d / conv2d / conv3d
+    stride = given[0] if given else 1
+    padding = given[1] if len(given) > 1 else 0
+    transposed = op_name(node) == "convolution" and len(node.args) > 6 and bool(node.args[6])
+    return _all(stride, 1) and _all(padding, 0) and not transposed
+
+
+def _conv_groups(node: fx.Node) -> int:
+    """``groups`` of ``conv1d/2d/3d(x, w, b, stride, padding, dilation, groups)`` or of
+    ``convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)``."""
+    at = 8 if op_name(node) == "convolution" else 6
+    value = node.args[at] if len(node.args) > at else node.kwargs.get("groups", 1)
+    return value if isinstance(value, int) else 1
+
+
+def _all(value: object, want: int) -> bool:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return all(v == want for v in values)
 
 
 def _einsum_features(node: fx.Node, weight: fx.Node) -> tuple[int, tuple[int, ...]] | None:
