@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from mhaudit.cost.devices import dtype_bytes
-from mhaudit.data import Agreement, ExpertLayer, Report, Verification
+from mhaudit.data import Agreement, ExpertLayer, Report, Unchecked, Verification
 from mhaudit.memory.fakes import fake_forward
 
 FLOPS_TOLERANCE = 0.0
@@ -24,7 +24,9 @@ PEAK_TOLERANCE = 0.10
 def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
            kwargs: Mapping[str, Any]) -> Verification:
     """The report's matmul + conv FLOPs and inference peak against torch's counters, run on
-    fake CPU copies of ``model``'s state and inputs (nothing allocated)."""
+    fake CPU copies of ``model``'s state and inputs (nothing allocated); with a training
+    step on the report, its peak against MemTracker on one real CPU step where it fits
+    (:func:`~mhaudit.verify.training.training_check`)."""
     reference, missed = _counted_flops(model, args, kwargs, report.experts)
     families = report.totals.flops_by_family
     how = "FlopCounterMode over the forward on fake tensors"
@@ -49,7 +51,16 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
         rows.append(Agreement("inference peak activation bytes",
                               report.totals.peak_activation_bytes + inputs, scaled,
                               "MemTracker", PEAK_TOLERANCE, how))
-    return Verification(tuple(rows))
+    unchecked: list[Unchecked] = []
+    if report.training is not None:
+        from mhaudit.verify.training import training_check
+
+        step = training_check(report.training, model, args, kwargs)
+        if isinstance(step, Agreement):
+            rows.append(step)
+        else:
+            unchecked.append(step)
+    return Verification(tuple(rows), tuple(unchecked))
 
 
 def _run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
