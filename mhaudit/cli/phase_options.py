@@ -32,7 +32,8 @@ def phase_options(func: F) -> F:
         click.option("--context", type=AsciiIntRange(min=0), default=None,
                      help="Cached tokens for --decode (default: the audited sequence length)."),
         click.option("--verify", is_flag=True,
-                     help="Check the FLOPs and the inference peak against torch's "
+                     help="Check the FLOPs, the inference peak and, with --train, the "
+                     "step's peak (one real CPU step, within size limits) against torch's "
                      "FlopCounterMode and MemTracker on the same model (exit 1 when they "
                      "disagree beyond the stated tolerance)."),
         click.option("--parallel", metavar="PLAN", default=None,

@@ -35,7 +35,7 @@ from mhaudit.data.phases import (
     TrainingCost,
 )
 from mhaudit.data.report import Report
-from mhaudit.data.verify import Agreement, Verification
+from mhaudit.data.verify import Agreement, Unchecked, Verification
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "Timing",
     "Totals",
     "TrainingCost",
+    "Unchecked",
     "Verification",
     "WhatIf",
     "WhatIfRow",

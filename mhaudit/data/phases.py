@@ -87,6 +87,9 @@ class TrainingCost:
     attention_kernel: str | None = None
     """The kernel the target runs the SDPA blocks of the step on (``math`` when it keeps
     the scores); what they save for the backward follows it. None without SDPA."""
+    host_state_bytes: int = 0
+    """Optimizer states torch keeps on the host for the target's CUDA parameters (Adam's
+    ``step`` counters), not in ``peak_bytes``; a CPU run keeps them with the rest."""
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ def training_to_dict(t: TrainingCost) -> dict[str, Any]:
         "ops_without_formula": dict(t.ops_without_formula),
         "convention": t.convention,
         "attention_kernel": t.attention_kernel,
+        "host_state_bytes": t.host_state_bytes,
     }
     if t.parallel is not None:
         data["parallel"] = parallel_to_dict(t.parallel)
@@ -277,6 +278,7 @@ def verification_to_dict(v: Verification) -> dict[str, Any]:
         "rows": [{"figure": r.figure, "ours": r.ours, "reference": r.reference,
                   "counter": r.counter, "difference": r.difference, "tolerance": r.tolerance,
                   "agrees": r.agrees, "how": r.how} for r in v.rows],
+        "unchecked": [{"figure": u.figure, "reason": u.reason} for u in v.unchecked],
     }
 
 

@@ -36,10 +36,22 @@ class Agreement:
 
 
 @dataclass(frozen=True)
+class Unchecked:
+    """A figure ``--verify`` did not check, and why."""
+
+    figure: str
+    """What would have been compared, e.g. ``training step peak bytes``."""
+    reason: str
+    """Why it was not, in words (the size limit it is over, with both numbers)."""
+
+
+@dataclass(frozen=True)
 class Verification:
-    """Every figure checked, on fake tensors of the user's own model."""
+    """Every figure checked on the user's own model (fake tensors; a training step for real
+    on CPU copies where it fits), and those left unchecked with the reason."""
 
     rows: tuple[Agreement, ...]
+    unchecked: tuple[Unchecked, ...] = ()
 
     @property
     def agrees(self) -> bool:

@@ -72,11 +72,16 @@ def _selection(offsets: object) -> fx.Node | None:
     return None
 
 
+_MATMULS = frozenset({"linear", "mm", "addmm", "matmul", "bmm"})
+"""Ops a loop over experts runs one expert's weight slice through."""
+
+
 def _expert_read(node: fx.Node, params: dict[str, str], topks: list[fx.Node]
                  ) -> tuple[fx.Node, int, fx.Node | None] | None:
     """(stacked weight operand, dispatched token copies, router) when ``node`` reads a
-    (E, k, n) parameter per token copy: a grouped GEMM over it, or rows of it gathered by
-    expert ids (``weight[ids]``, as a batched matmul then uses them)."""
+    (E, k, n) parameter per token copy: a grouped GEMM over it, rows of it gathered by
+    expert ids (``weight[ids]``, as a batched matmul then uses them), or one expert's
+    slice a loop over the chosen experts multiplies by (token copies 0: the router's)."""
     name = op_name(node)
     if name in GROUPED_MM_OPS and len(node.args) >= 2:
         rows = shape(node.args[0])[0] if shape(node.args[0]) else 0
@@ -87,7 +92,18 @@ def _expert_read(node: fx.Node, params: dict[str, str], topks: list[fx.Node]
         ids = node.args[1][0]
         if any(op_name(u) in ("bmm", "matmul", "baddbmm") for u in node.users):
             return node.args[0], math.prod(shape(ids)), _chosen_by(ids, topks)  # type: ignore[return-value]
+    if name == "select" and len(node.args) >= 2 and node.args[1] == 0 \
+            and param_root(node.args[0], params) is not None \
+            and any(op_name(u) in _MATMULS for u in node.users):
+        return node.args[0], 0, None  # type: ignore[return-value]  # one expert of a loop
     return None
+
+
+def _routed_tokens(router: fx.Node | None) -> int:
+    """Token copies a top-k router dispatches: k per row of its scores."""
+    if router is None or op_name(router) != "topk" or not isinstance(router.args[1], int):
+        return 0
+    return math.prod(shape(router.args[0])[:-1]) * router.args[1]
 
 
 def routed_experts(
@@ -95,13 +111,16 @@ def routed_experts(
     params: dict[str, str],
     path_of: Callable[[fx.Node], str],
 ) -> tuple[ExpertLayer, ...]:
-    """One :class:`ExpertLayer` per module whose grouped GEMMs read stacked expert weights.
+    """One :class:`ExpertLayer` per module whose matmuls read stacked expert weights.
 
     A grouped GEMM's second operand is a (E, k, n) parameter (through transposes and
     casts); its first has one row per dispatched token copy, tokens · top-k. top-k is
     read from the ``topk`` over E router scores nearest to the experts in the module
-    tree, so tokens = rows / top-k. ``path_of`` maps a node to its module path without
-    the tracing wrapper. Expert FLOPs themselves come from the grouped-mm formula.
+    tree, so tokens = rows / top-k. Rows gathered for a batched matmul and one expert's
+    slice per iteration of a loop over the chosen experts are read the same way (the
+    loop's tokens are the router's rows). ``path_of`` maps a node to its module path
+    without the tracing wrapper. Expert FLOPs themselves come from the grouped-mm
+    formula, the batched matmul's or the loop's own matmuls.
     """
     topks = [n for n in graph.nodes if op_name(n) == "topk"]
     found: dict[str, ExpertLayer] = {}
@@ -123,6 +142,8 @@ def routed_experts(
         chosen = _selection(node.args[2]) if not top_k and len(node.args) > 2 else None
         if chosen is not None:  # no top-k: as many experts per token as ids per row
             top_k, router = shape(chosen)[-1], chosen
+        if not rows and not top_k:
+            continue  # a slice of a stacked weight with no router over its E: not experts
         previous = found.get(module)
         weights = (*(previous.weights if previous else ()), qualified)
         found[module] = ExpertLayer(
@@ -130,7 +151,7 @@ def routed_experts(
             router=path_of(router) if router is not None else "",
             num_experts=num_experts,
             top_k=top_k,
-            tokens=rows // top_k if top_k else 0,
+            tokens=(rows or _routed_tokens(router)) // top_k if top_k else 0,
             weights=tuple(dict.fromkeys(weights)),
         )
     return tuple(found.values())

@@ -9,12 +9,15 @@ tensors, the same model runs the kernels a real run does, with nothing allocated
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_leaves
 
 
 def _fake_like(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype | None
@@ -73,3 +76,50 @@ def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype | None) -> 
     if isinstance(value, (list, tuple)):
         return type(value)(fake_inputs(v, mode, dtype) for v in value)
     return value
+
+
+@dataclass(frozen=True)
+class FakeForward:
+    """A model whose state is swapped for fake CPU tensors, and its fake inputs."""
+
+    model: nn.Module
+    mode: FakeTensorMode
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The fake parameters, buffers and input tensors: what the forward is given."""
+        given = tree_leaves((self.args, self.kwargs))
+        return [t for t in (*self.model.parameters(), *self.model.buffers(), *given)
+                if isinstance(t, torch.Tensor)]
+
+    def __call__(self, *contexts: contextlib.AbstractContextManager[Any]) -> Any:
+        """One no_grad forward under the fake mode and ``contexts`` (counters, hooks)."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            stack.enter_context(self.mode)
+            for context in contexts:
+                stack.enter_context(context)
+            return self.model(*self.args, **self.kwargs)
+
+
+@contextlib.contextmanager
+def fake_forward(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 dtype: torch.dtype | None = None) -> Iterator[FakeForward]:
+    """``model`` in eval mode on fake CPU copies of its state and inputs (floats at
+    ``dtype``; None keeps their own), ready for a no_grad inference forward; its state and
+    mode are put back afterwards. Fake-tensor warnings are silenced: an op without a fake
+    kernel raises, and the caller reports it."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    was_training = model.training
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    model.eval()
+    try:
+        with fake_state(model, mode, dtype):
+            yield FakeForward(model, mode, fake_inputs(args, mode, dtype),
+                              fake_inputs(dict(kwargs), mode, dtype))
+    finally:
+        quiet.setLevel(level)
+        model.train(was_training)

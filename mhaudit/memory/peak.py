@@ -15,17 +15,13 @@ With folded layer lists only the representatives run: the bytes each layer leave
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_leaves
 
-from mhaudit.memory.fakes import fake_inputs, fake_state
+from mhaudit.memory.fakes import fake_forward
 from mhaudit.memory.live import LiveStorages
 from mhaudit.trace.fold import FoldedList
 
@@ -94,25 +90,11 @@ def fake_forward_peak(
     ``plans`` are the folded layer lists in effect (the model's lists already hold only
     their representatives). Raises whatever the forward raises on fake tensors.
     """
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    was_training = model.training
-    model.eval()
-    quiet = logging.getLogger("torch._subclasses.fake_tensor")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # an op without a fake kernel is reported by the caller
-    try:
-        # fake CPU state and inputs: a meta-built model runs the kernels a real run does
-        with fake_state(model, fake, None):
-            fake_args, fake_kwargs = fake_inputs(args, fake, None), fake_inputs(kwargs, fake, None)
-            mode = LiveStorages()
-            mode.known(t for t in (*model.parameters(), *model.buffers(),
-                                   *tree_leaves((fake_args, fake_kwargs)))
-                       if isinstance(t, torch.Tensor))
-            with torch.no_grad(), fake, mode, _layer_leftovers(model, plans, mode):
-                out = model(*fake_args, **fake_kwargs)
-                retained = mode.live + mode.extra
-                del out
-    finally:
-        quiet.setLevel(level)
-        model.train(was_training)
+    # fake CPU state and inputs: a meta-built model runs the kernels a real run does
+    with fake_forward(model, args, kwargs) as forward:
+        mode = LiveStorages()
+        mode.known(forward.tensors())
+        out = forward(mode, _layer_leftovers(model, plans, mode))
+        retained = mode.live + mode.extra
+        del out
     return PeakEstimate(mode.peak, retained)

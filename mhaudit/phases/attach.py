@@ -58,7 +58,7 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
         e = dtype_bytes(report.model.dtype)
         weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
                                     _decode_batch(report), e)
-        experts = expert_groups(traced, loaded.module, e, plans)
+        experts = expert_groups(report.experts, loaded.module, e, plans)
         decode = decode_for_report(report, weights, e, profile, opts.context, experts)
         if opts.parallel is not None:
             decode = replace(decode, parallel=_per_device(

@@ -82,8 +82,10 @@ def _first_grad_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
-def _recomputing(tracker: LiveStorages, forward: Any) -> Any:
-    """``forward``, with what it makes during the backward recorded as recomputation."""
+def _recomputing(tracker: LiveStorages, forward: Any, fused: bool) -> Any:
+    """``forward``, with what it makes during the backward recorded as recomputation; with
+    ``fused``, SDPA runs as the target's fused kernel in the recomputation too (the
+    backward does not see the forward's function modes)."""
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -91,7 +93,8 @@ def _recomputing(tracker: LiveStorages, forward: Any) -> Any:
             return forward(*args, **kwargs)
         tracker.phase = "recompute"
         try:
-            return forward(*args, **kwargs)
+            with FusedAttention() if fused else contextlib.nullcontext():
+                return forward(*args, **kwargs)
         finally:
             tracker.phase = "backward"
 
@@ -100,8 +103,11 @@ def _recomputing(tracker: LiveStorages, forward: Any) -> Any:
 
 @contextlib.contextmanager
 def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
-                blocks: Sequence[tuple[str, nn.Module]], recompute: bool) -> Iterator[None]:
-    """Mark each layer's forward and backward in the log; note which block makes a tensor."""
+                blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
+                fused: bool = False) -> Iterator[None]:
+    """Mark each layer's forward and backward in the log; note which block makes a tensor.
+    With ``recompute`` each layer is checkpointed (``fused``: SDPA recomputed as the
+    target's fused kernel)."""
     handles: list[Any] = []
     log = tracker.log
 
@@ -125,8 +131,8 @@ def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
         handles.append(layer.module.register_forward_hook(post, with_kwargs=True))
         if recompute:
             layer.module.forward = functools.partial(  # type: ignore[method-assign]
-                checkpoint, _recomputing(tracker, layer.module.forward), use_reentrant=False,
-                preserve_rng_state=False)
+                checkpoint, _recomputing(tracker, layer.module.forward, fused),
+                use_reentrant=False, preserve_rng_state=False)
     for name, module in blocks:
         def enter(_m: nn.Module, _a: Any, name: str = name) -> None:
             tracker.owner = name
@@ -159,7 +165,7 @@ def without_cache(model: nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "use_cache": False} if takes else kwargs
 
 
-class _FusedAttention(TorchFunctionMode):
+class FusedAttention(TorchFunctionMode):
     """SDPA as a fused kernel (flash, cuDNN, memory-efficient) runs it on the target: with
     dropout, those keep the output, the log-sum-exp and an RNG seed, never the scores; on
     CPU tensors torch would take the math path and keep them. With dropout 0 the CPU
@@ -196,8 +202,9 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         tracker.known([*fakes.values(), *model.buffers(), *tensors_in((f_args, f_kwargs))])
         model.train()
         try:
-            fused = _FusedAttention() if fused_attention else contextlib.nullcontext()
-            with mode, tracker, layer_marks(tracker, layers, blocks, recompute), fused:
+            fused = FusedAttention() if fused_attention else contextlib.nullcontext()
+            marks = layer_marks(tracker, layers, blocks, recompute, fused_attention)
+            with mode, tracker, marks, fused:
                 cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
                         else contextlib.nullcontext())
                 with cast:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import fx, nn
 
+from mhaudit.data import ExpertLayer
+from mhaudit.flops.moe import expert_tensor_numel
 from mhaudit.phases.decode import ExpertGroup
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight, rename, rep_position
@@ -46,29 +50,26 @@ def step_weight_bytes(model: nn.Module, gathered: frozenset[str], rows: int,
     return math.prod((total, element_bytes))
 
 
-def expert_groups(traced: TracedGraph, model: nn.Module, element_bytes: int,
+def expert_groups(experts: Sequence[ExpertLayer], model: nn.Module, element_bytes: int,
                   plans: tuple[FoldedList, ...] = ()) -> list[ExpertGroup]:
-    """Routed experts found from the graph: a ``topk`` over router scores picks k of E.
+    """Routed experts as the forward routes them: the layers
+    :func:`~mhaudit.flops.moe.routed_experts` finds for ``params_active`` (a selection over
+    E expert scores, top-k or sampled as PhiMoE's sparsemixer, feeding per-expert weights,
+    whatever the experts implementation: grouped_mm, batched_mm or a loop over experts).
 
-    The experts are the router's siblings: parameters stacked E deep (``(E, out, in)``)
-    or a module list of E experts. Each router of a folded layer counts once per layer
-    it stands for.
+    One expert's bytes are its layer's tensors stacked E deep, divided by E. Each layer
+    of a folded list counts once per layer it stands for.
     """
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     groups: list[ExpertGroup] = []
-    for node in traced.graph.nodes:
-        if node.op != "call_function" or _op(node) != "aten.topk" or len(node.args) < 2:
+    for layer in experts:
+        if not 0 < layer.top_k <= layer.num_experts:
             continue
-        scores = node.args[0]
-        value = scores.meta.get("val") if isinstance(scores, fx.Node) else None
-        if not isinstance(value, torch.Tensor) or not isinstance(node.args[1], int):
-            continue
-        experts, k = int(value.shape[-1]), node.args[1]
-        path = traced.module_path(node)
-        parent = _original(path, plans).rpartition(".")[0]
-        per_expert = _expert_elements(model, parent, experts)
-        if per_expert and 0 < k <= experts:
-            group = ExpertGroup(experts, k, per_expert * element_bytes)
-            groups.extend([group] * node_weight(path, plans))
+        original = replace(layer, module=_original(layer.module, plans))
+        per_expert = expert_tensor_numel(shapes, original) // layer.num_experts
+        if per_expert:
+            group = ExpertGroup(layer.num_experts, layer.top_k, per_expert * element_bytes)
+            groups.extend([group] * node_weight(layer.module, plans))
     return groups
 
 
@@ -78,21 +79,3 @@ def _original(path: str, plans: tuple[FoldedList, ...]) -> str:
         if position is not None and position < len(plan.kept):
             return rename(path, plan, position, plan.kept[position])
     return path
-
-
-def _expert_elements(model: nn.Module, parent: str, experts: int) -> int:
-    """Parameter elements of one expert under ``parent``; 0 when none are found."""
-    try:
-        owner = model.get_submodule(parent)
-    except AttributeError:
-        return 0
-    total = 0
-    for module in owner.modules():
-        children = list(module.children())
-        if isinstance(module, nn.ModuleList) and len(children) == experts:
-            total += sum(p.numel() for p in children[0].parameters())
-            continue
-        for param in module.parameters(recurse=False):
-            if param.dim() >= 3 and param.shape[0] == experts:
-                total += param.numel() // experts
-    return total

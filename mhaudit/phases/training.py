@@ -68,6 +68,13 @@ def _short_lists(model: nn.Module) -> list[_Group]:
     return groups
 
 
+def recomputed_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers ``--checkpointing layers`` recomputes: each member of every list of
+    repeated layers."""
+    modules = dict(model.named_modules())
+    return [modules[f"{g.path}.{i}"] for g in _layer_groups(model, False) for i in g.members]
+
+
 @contextlib.contextmanager
 def _shortened(model: nn.Module, groups: Sequence[_Group]) -> Iterator[None]:
     """Each folded list holds only the members that run, in their original order."""
@@ -209,7 +216,7 @@ def training_step(
         blocks=_block_rows(blocks, run, groups, run.forward_end), memory_bytes=memory,
         fits=breakdown.total <= memory, max_batch_size=max_batch, batch_size=batch,
         folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
-        attention_kernel=kernel,
+        attention_kernel=kernel, host_state_bytes=opt.host_state_bytes,
     )
 
 

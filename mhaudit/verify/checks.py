@@ -8,13 +8,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from mhaudit.cost.devices import dtype_bytes
-from mhaudit.data import Agreement, ExpertLayer, Report, Verification
-from mhaudit.memory.fakes import fake_inputs, fake_state
+from mhaudit.data import Agreement, ExpertLayer, Report, Unchecked, Verification
+from mhaudit.memory.fakes import fake_forward
 
 FLOPS_TOLERANCE = 0.0
 """matmul + conv FLOPs are the same arithmetic: they must agree exactly."""
@@ -25,7 +24,9 @@ PEAK_TOLERANCE = 0.10
 def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
            kwargs: Mapping[str, Any]) -> Verification:
     """The report's matmul + conv FLOPs and inference peak against torch's counters, run on
-    fake CPU copies of ``model``'s state and inputs (nothing allocated)."""
+    fake CPU copies of ``model``'s state and inputs (nothing allocated); with a training
+    step on the report, its peak against MemTracker on one real CPU step where it fits
+    (:func:`~mhaudit.verify.training.training_check`)."""
     reference, missed = _counted_flops(model, args, kwargs, report.experts)
     families = report.totals.flops_by_family
     how = "FlopCounterMode over the forward on fake tensors"
@@ -50,26 +51,26 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
         rows.append(Agreement("inference peak activation bytes",
                               report.totals.peak_activation_bytes + inputs, scaled,
                               "MemTracker", PEAK_TOLERANCE, how))
-    return Verification(tuple(rows))
+    unchecked: list[Unchecked] = []
+    if report.training is not None:
+        from mhaudit.verify.training import training_check
+
+        step = training_check(report.training, model, args, kwargs)
+        if isinstance(step, Agreement):
+            rows.append(step)
+        else:
+            unchecked.append(step)
+    return Verification(tuple(rows), tuple(unchecked))
 
 
 def _run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
          counter: Any, dtype: torch.dtype | None = None) -> None:
     """One no_grad forward of fake CPU copies (floating state and inputs at ``dtype``; None
     keeps their own) under ``counter``."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    was_training = model.training
-    model.eval()
-    try:
-        with fake_state(model, mode, dtype):
-            f_args = fake_inputs(args, mode, dtype)
-            f_kwargs = fake_inputs(dict(kwargs), mode, dtype)
-            if hasattr(counter, "track_external"):
-                counter.track_external(model)
-            with torch.no_grad(), mode, counter:
-                model(*f_args, **f_kwargs)
-    finally:
-        model.train(was_training)
+    with fake_forward(model, args, kwargs, dtype) as forward:
+        if hasattr(counter, "track_external"):
+            counter.track_external(model)
+        forward(counter)
 
 
 def _cpu_flash(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,

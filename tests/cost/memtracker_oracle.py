@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils.checkpoint import checkpoint
+
+from mhaudit.verify.step import memtracker_step
 
 
 def memtracker_peak(build: Callable[[], nn.Module], inputs: Callable[[], dict[str, Any]], *,
@@ -22,33 +21,10 @@ def memtracker_peak(build: Callable[[], nn.Module], inputs: Callable[[], dict[st
     layers are checkpointed; ``framework_checkpointing`` checkpoints as transformers does
     (``gradient_checkpointing_enable()``, which also turns the KV cache off in training).
     """
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     with FakeTensorMode():
-        model = build().train()
-        if layers is not None:
-            for layer in model.get_submodule(layers):
-                layer.forward = functools.partial(checkpoint, layer.forward,
-                                                  use_reentrant=False, preserve_rng_state=False)
-        if framework_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-        batch = inputs()
-
-        def step() -> None:
-            cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
-            with cast:
-                loss = model(**batch).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-
-        step()
-        tracker = MemTracker()
-        tracker.track_external(model, opt, *batch.values())
-        with tracker:
-            step()
-    snapshot = tracker.get_tracker_snapshot("peak")
-    (device_snapshot,) = snapshot.values()
-    return {str(getattr(k, "name", k)): int(v) for k, v in device_snapshot.items()}
+        model = build()
+        recomputed = list(model.get_submodule(layers)) if layers is not None else []
+        return memtracker_step(model, (), inputs(),
+                               precision="bf16-mixed" if autocast else "fp32",
+                               checkpoint_layers=recomputed,
+                               framework_checkpointing=framework_checkpointing)

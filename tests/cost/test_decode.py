@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -237,3 +238,52 @@ def test_latent_model_names_its_decode_form() -> None:
     assert data["decode"]["flops_per_step_non_absorbed"] == d.flops_per_step_non_absorbed
     assert "latent_attention_decode" not in mhaudit.audit(
         model, (ids,)).to_dict()["conventions"]
+
+
+def _moe(name: str, implementation: str | None) -> Any:
+    transformers = pytest.importorskip("transformers")
+    small = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2}
+    configs = {
+        "phimoe": lambda: transformers.PhimoeConfig(
+            **small, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2),
+        "mixtral": lambda: transformers.MixtralConfig(
+            **small, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2),
+        "qwen2_moe": lambda: transformers.Qwen2MoeConfig(
+            **small, intermediate_size=64, moe_intermediate_size=16, num_experts=4,
+            num_experts_per_tok=2, shared_expert_intermediate_size=32),
+    }
+    config = configs[name]()
+    if implementation is not None:
+        config._experts_implementation = implementation
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+# one expert, d = 32: PhiMoE and Mixtral gate_up 2·64·32 + down 32·64 = 6,144 elements,
+# Qwen2-MoE (moe_intermediate 16) 2·16·32 + 32·16 = 1,536; at bf16 12,288 B and 3,072 B
+@pytest.mark.parametrize(("name", "implementation", "expert_bytes"), [
+    ("phimoe", None, 12_288),          # sparsemixer: a sampled selection, no topk
+    ("mixtral", None, 12_288),         # top-k, grouped_mm
+    ("qwen2_moe", "batched_mm", 3_072),  # expert rows gathered by the router's ids
+    ("qwen2_moe", "eager", 3_072),     # a loop over the experts the router hit
+])
+def test_decode_reads_k_experts_per_token_whatever_the_router(
+        name: str, implementation: str | None, expert_bytes: int) -> None:
+    # the eager loop runs over the experts the router hit (``nonzero``): it traces with
+    # real weights, where the values fix the shapes
+    torch.manual_seed(0)
+    with torch.device("cpu" if implementation == "eager" else "meta"):
+        model = _moe(name, implementation)
+        ids = torch.randint(0, 100, (1, 8))
+    report = mhaudit.audit(model, (ids,), decode=True, dtype="bf16")
+    d = report.decode
+    assert d is not None and d.batch_size == 1
+    # one token per step picks k = 2 of E = 4 experts: 2 idle experts in each of 2 layers
+    # are not read, 2 · 2 · expert_bytes
+    idle = 2 * 2 * expert_bytes
+    gathered = 100 * 32 * 2 - 32 * 2  # the embedding table but the one row gathered
+    assert d.weight_bytes == d.param_bytes - gathered - idle
+    assert [(e.num_experts, e.top_k) for e in report.experts] == [(4, 2), (4, 2)]
+    # params_active follows the same experts: (E − k)/E of each layer's expert elements
+    totals = report.totals
+    assert totals.params_active == report.model.params_total - 2 * 2 * expert_bytes // 2

@@ -1,0 +1,105 @@
+"""One steady-state training step under torch's MemTracker: the peer the training audit meets."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from mhaudit.memory.live import tensors_in
+from mhaudit.phases.fakestep import PRECISIONS, FusedAttention, pick_loss
+from mhaudit.phases.optimizer_step import OPTIMIZERS
+
+
+def _fused(forward: Any) -> Any:
+    """``forward`` with SDPA as the target's fused kernel runs it (a recomputation in the
+    backward does not see the forward's function modes)."""
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with FusedAttention():
+            return forward(*args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def checkpointed(model: nn.Module, layers: Sequence[nn.Module], framework: bool,
+                 fused: bool = False) -> Iterator[None]:
+    """``layers`` recomputed in the backward (torch.utils.checkpoint, non-reentrant; with
+    ``fused``, SDPA recomputed as the fused kernel), or, with ``framework``, the model's
+    own ``gradient_checkpointing_enable()`` (transformers, which also turns the KV cache
+    off in training); put back afterwards."""
+    enabled = framework and not getattr(model, "is_gradient_checkpointing", False)
+    if enabled:
+        model.gradient_checkpointing_enable(  # type: ignore[operator]
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+    for layer in layers:
+        forward = _fused(layer.forward) if fused else layer.forward
+        layer.forward = functools.partial(  # type: ignore[method-assign]
+            checkpoint, forward, use_reentrant=False, preserve_rng_state=False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            vars(layer).pop("forward", None)
+        if enabled:
+            model.gradient_checkpointing_disable()  # type: ignore[operator]
+
+
+def memtracker_step(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], *,
+                    optimizer: str = "adamw", precision: str = "fp32",
+                    checkpoint_layers: Sequence[nn.Module] = (),
+                    framework_checkpointing: bool = False,
+                    fused_attention: bool = False) -> dict[str, int]:
+    """MemTracker's peak of one steady-state step of ``model``, by category and ``Total``.
+
+    The step runs on the tensors the model and inputs hold (real CPU ones, or fake ones
+    under a FakeTensorMode the caller has entered), with its parameters already at the
+    precision's weight dtype: forward (under bf16 autocast for ``bf16-mixed``), backward
+    from the loss the audit picks, the optimizer update (torch.optim, foreach, as the
+    audit builds it) and ``zero_grad``. A first step makes the optimizer states; the
+    second is tracked. ``fused_attention`` sets SDPA's dropout to 0, so that the CPU runs
+    its flash kernel, which saves what the target's fused kernels save (recomputed layers
+    too; with framework checkpointing the recomputation does not see it).
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    autocast = PRECISIONS[precision][1]
+    build = OPTIMIZERS[optimizer]
+    was_training = model.training
+    model.train()
+    opt = build(list(model.parameters())) if build is not None else None
+
+    def step() -> None:
+        cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
+                else contextlib.nullcontext())
+        fused = FusedAttention() if fused_attention else contextlib.nullcontext()
+        with fused:
+            with cast:
+                loss, _ = pick_loss(model(*args, **kwargs))
+            loss.backward()  # type: ignore[no-untyped-call]
+            del loss
+            if opt is not None:
+                opt.step()
+                opt.zero_grad()
+            else:
+                model.zero_grad(set_to_none=True)
+
+    try:
+        with checkpointed(model, checkpoint_layers, framework_checkpointing, fused_attention):
+            step()
+            tracker = MemTracker()
+            tracker.track_external(model, *([opt] if opt is not None else []),
+                                   *tensors_in((args, dict(kwargs))))
+            with tracker:
+                step()
+    finally:
+        model.train(was_training)
+    (device,) = tracker.get_tracker_snapshot("peak").values()
+    return {str(getattr(k, "name", k)): int(v) for k, v in device.items()}

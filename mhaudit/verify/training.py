@@ -1,0 +1,101 @@
+"""The training step's peak checked against MemTracker on one real step of CPU copies."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from mhaudit import units
+from mhaudit.data import Agreement, TrainingCost, Unchecked
+from mhaudit.phases.fakestep import PRECISIONS, without_cache
+from mhaudit.phases.training import recomputed_layers
+from mhaudit.verify.real import real_inputs, real_state
+from mhaudit.verify.step import memtracker_step
+
+STEP_TOLERANCE = 0.05
+"""The step's peak: both count live tensor bytes without allocator rounding, and on the
+models the tests check (GPT-2, Llama, BERT, T5, NeoX, MoE; AdamW, SGD, bf16-mixed,
+checkpointing) the audit is within 2% of MemTracker; 5% leaves room for kernels whose
+saved tensors differ on a real CPU run from the fake one the audit walks, while an
+error in what a layer keeps (its scores, a cache appended twice) is well beyond it."""
+STEP_LIMIT_BYTES = 4 * 2**30
+"""Largest step peak a real CPU step may allocate (also at most half the free memory)."""
+STEP_LIMIT_FLOPS = 5 * 10**11
+"""Largest forward + backward a real CPU step may compute (two steps run: about a minute
+on a few CPU cores)."""
+
+FIGURE = "training step peak bytes"
+
+
+def _free_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def too_big(training: TrainingCost) -> str | None:
+    """Why a real CPU step of this size is not run; None when it fits the limits."""
+    need = training.peak_bytes + training.host_state_bytes
+    free = _free_bytes()
+    limit = STEP_LIMIT_BYTES if free is None else min(STEP_LIMIT_BYTES, free // 2)
+    if need > limit:
+        where = "" if limit == STEP_LIMIT_BYTES else " (half the free memory)"
+        return (f"a real CPU step would allocate {units.nbytes(need)}, over the "
+                f"{units.nbytes(limit)} limit{where}; verify a smaller batch or sequence")
+    if training.flops > STEP_LIMIT_FLOPS:
+        return (f"a real CPU step would compute {training.flops:,} FLOPs twice, over the "
+                f"{STEP_LIMIT_FLOPS:,} limit; verify a smaller batch or sequence")
+    return None
+
+
+def training_check(training: TrainingCost, model: nn.Module, args: tuple[Any, ...],
+                   kwargs: Mapping[str, Any]) -> Agreement | Unchecked:
+    """The report's training peak beside MemTracker's on one real steady-state step of
+    CPU copies of ``model`` and its inputs, with the report's optimizer, precision,
+    checkpointing and attention kernel."""
+    reason = too_big(training)
+    if reason is not None:
+        return Unchecked(FIGURE, reason)
+    dtype = PRECISIONS[training.precision][0]
+    layers: list[nn.Module] = []
+    framework = False
+    fused = training.attention_kernel not in (None, "math")
+    if training.checkpointing == "layers":
+        # the model's own checkpointing where it has it; each repeated layer under
+        # torch.utils.checkpoint otherwise, and where SDPA must recompute as a fused kernel
+        framework = not fused and hasattr(model, "gradient_checkpointing_enable") \
+            and bool(getattr(model, "supports_gradient_checkpointing", False))
+        layers = [] if framework else recomputed_layers(model)
+        kwargs = without_cache(model, dict(kwargs))
+    with real_state(model, dtype) as invented:
+        tracked = memtracker_step(
+            model, real_inputs(args, dtype), real_inputs(dict(kwargs), dtype),
+            optimizer=training.optimizer, precision=training.precision,
+            checkpoint_layers=layers, framework_checkpointing=framework,
+            fused_attention=fused)
+    return Agreement(FIGURE, training.peak_bytes + training.host_state_bytes,
+                     tracked["Total"], "MemTracker",
+                     STEP_TOLERANCE, _how(training, invented, framework, fused))
+
+
+def _how(training: TrainingCost, invented: bool, framework: bool, fused: bool) -> str:
+    """How the reference step ran, in words."""
+    values = ("values drawn at random for the meta-built state" if invented
+              else "the model's own values")
+    how = (f"MemTracker's peak of one real steady-state {training.optimizer} step "
+           f"({training.precision}, the states made by a first step) on CPU copies of the "
+           f"model and inputs ({values})")
+    if training.checkpointing == "layers":
+        how += ("; checkpointing by the model's gradient_checkpointing_enable()" if framework
+                else "; each repeated layer under torch.utils.checkpoint")
+    if fused:
+        how += (f"; SDPA at dropout 0, where the CPU runs its flash kernel and keeps what "
+                f"the target's {training.attention_kernel} kernel keeps")
+    if training.host_state_bytes:
+        how += (f"; the report's peak plus the {training.host_state_bytes:,} B of step "
+                "counters a CUDA run keeps on the host and a CPU run keeps with the rest")
+    return how
