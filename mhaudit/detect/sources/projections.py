@@ -75,28 +75,10 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     name = op_name(node)
     if name not in PROJECTION_OPS or val(node) is None:
         return None
-    bias: object = None
-    groups = 1
-    if name == "linear":
-        x, w = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-    elif name == "addmm":
-        bias, x, w = node.args[0], node.args[1], node.args[2]
-    elif name in POINTWISE_CONV_OPS:
-        x, w = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-        if not _pointwise(node, w):
-            return None
-        groups = _conv_groups(node)
-    elif name == "einsum":
-        operands = node.args[1]
-        if not isinstance(operands, (list, tuple)) or len(operands) != 2:
-            return None
-        x, w = operands
-        if param_root(x, params) is not None:
-            x, w = w, x
-    else:
-        x, w = node.args[0], node.args[1]
+    picked = _operands(node, name, params)
+    if picked is None:
+        return None
+    x, w, bias = picked
     if not isinstance(x, fx.Node) or not isinstance(w, fx.Node):
         return None
     weight = param_root(w, params)
@@ -129,8 +111,29 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             bias_name = param_root(other[0], params)
             bias_numel = numel(other[0])
             result = user
+    groups = _conv_groups(node) if name in POINTWISE_CONV_OPS else 1
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
                         covered, axes, groups)
+
+
+def _operands(node: fx.Node, name: str, params: dict[str, str]
+              ) -> tuple[object, object, object] | None:
+    """The activation, weight and bias arguments of projection op ``name`` at ``node``."""
+    if name in ("linear", *POINTWISE_CONV_OPS):
+        x, w = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        if name != "linear" and not _pointwise(node, w):
+            return None
+        return x, w, bias
+    if name == "addmm":
+        return node.args[1], node.args[2], node.args[0]
+    if name == "einsum":
+        operands = node.args[1]
+        if not isinstance(operands, (list, tuple)) or len(operands) != 2:
+            return None
+        x, w = operands
+        return (w, x, None) if param_root(x, params) is not None else (x, w, None)
+    return node.args[0], node.args[1], None
 
 
 def _pointwise(node: fx.Node, weight: object) -> bool:
