@@ -15,7 +15,7 @@ from mhaudit.data import AttentionBlock, Report
 from mhaudit.render.escape import html as escape
 from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.summary import SUMMARY_HEADERS, summary_rows
-from mhaudit.render.svg import PALETTE, Axis, Chart, bar_chart
+from mhaudit.render.html.svg import PALETTE, Axis, Chart, bar_chart
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     block_rows,
