@@ -1,4 +1,5 @@
-"""One self-contained HTML page: the tables, a roofline, memory, per-block costs, what-if curves.
+"""One self-contained HTML page: the tables, a roofline, memory, per-block costs, phases,
+parallel plans and what-if sweeps.
 
 Inline SVG only: no network, no JavaScript. Every figure comes from the report (or the
 what-if sweeps the CLI passes in); nothing is computed here beyond placing points.
@@ -6,16 +7,15 @@ what-if sweeps the CLI passes in); nothing is computed here beyond placing point
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
-from mhaudit import units
-from mhaudit.data import AttentionBlock, Report
+from mhaudit.data import Report
 from mhaudit.render.escape import html as escape
+from mhaudit.render.html.charts import memory_chart, per_block_charts, roofline_chart, scores_table
+from mhaudit.render.html.phases import parallel_section, phases_section
+from mhaudit.render.html.whatif import whatif_block
 from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.render.summary import SUMMARY_HEADERS, summary_rows
-from mhaudit.render.html.svg import PALETTE, Axis, Chart, bar_chart
 from mhaudit.render.table import (
     BLOCK_HEADERS,
     block_rows,
@@ -28,15 +28,28 @@ from mhaudit.render.table import (
 
 CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px auto;
-       max-width: 1280px; color: #222; background: #fff; padding: 0 16px; }
+       max-width: 1560px; color: #222; background: #fff; padding: 0 24px; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 28px;
-     border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-p.how { color: #555; margin-top: 0; }
+     border-bottom: 1px solid #ddd; padding-bottom: 4px; } h3 { font-size: 16px; }
+p.how { color: #555; margin-top: 0; } p.note, figcaption { color: #555; font-size: 13px; }
+nav.toc { font-size: 14px; margin: 4px 0 12px; } nav.toc a { margin-right: 14px; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
-.charts { display: flex; flex-wrap: wrap; gap: 16px; }
-.charts svg { border: 1px solid #e6e6e6; border-radius: 4px; background: #fff; }
+table.facts th { text-align: left; } tr.current td { background: #fff4d6; font-weight: bold; }
+.scroll { overflow-x: auto; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr));
+          gap: 16px; align-items: start; }
+.charts svg { border: 1px solid #e6e6e6; border-radius: 4px; background: #fff;
+              width: 100%; height: auto; max-width: 760px; }
+figure { margin: 0; }
+.whatif-pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
+               gap: 16px; align-items: start; }
+.whatif-pair .charts { grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); }
+@media (max-width: 1100px) { .whatif-pair { grid-template-columns: 1fr; } }
+.whatif-pair > div:first-child { overflow-x: auto; }
+dl.units { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px;
+           font-size: 13px; } dl.units dt { font-weight: bold; } dl.units dd { margin: 0; }
 ul.flags { list-style: none; padding-left: 0; font-size: 14px; }
 ul.flags li { margin: 6px 0; padding: 6px 10px; border-left: 4px solid #999; background: #fafafa; }
 li.error { border-color: #c62828 !important; } li.warning { border-color: #ef8f00 !important; }
@@ -45,162 +58,34 @@ li.info { border-color: #1f77b4 !important; } .code { font-weight: bold; font-fa
 pre { background: #f7f7f7; padding: 8px; font-size: 12px; overflow-x: auto; }
 """
 
+UNITS = (
+    ("FLOP", "floating-point operations, 2 per multiply-add (a matmul of m×k by k×n is "
+             "2·m·k·n FLOP); FLOP/s per second."),
+    ("HBM bytes moved", "bytes a block's kernels read from and write to the GPU's device "
+                        "memory (HBM) in one forward: weights, inputs, Q/K/V, outputs, and "
+                        "the score matrix when the kernel materialises it; no cache reuse "
+                        "between kernels."),
+    ("arithmetic intensity", "FLOP per byte moved; below the ridge a block is memory-bound."),
+    ("roofline time", "max(FLOP / peak throughput, bytes moved / memory bandwidth) on the "
+                      "target: a lower bound on the real time."),
+    ("KV cache", "the K and V (or latent) tensors a decoder keeps for every cached token."),
+    ("peak", "the most bytes alive at one moment; its parts are alive together."),
+    ("KiB, MiB, GiB", "2¹⁰, 2²⁰, 2³⁰ bytes; k, M, G, T are 10³, 10⁶, 10⁹, 10¹²."),
+)
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+               links: Sequence[str] = ()) -> str:
+    """A table; with ``links``, each row's first cell links to that anchor."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _section(report: Report, name: str) -> dict[str, Any] | None:
-    """An optional section (``decode``, ``training``) as plain data, wherever it is carried."""
-    value = getattr(report, name, None)
-    if value is None:
-        value = report.extras.get(name)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value if isinstance(value, dict) else None
-
-
-def _flops_per_s(value: float) -> str:
-    return units.si(value, "FLOP/s")
-
-
-def roofline_chart(report: Report) -> str | None:
-    """Attainable FLOP/s against arithmetic intensity on the target, every block a point."""
-    estimated = [(b, b.target) for b in report.blocks if b.target is not None]
-    if not estimated:
-        return None
-    first = estimated[0][1]
-    assert first is not None
-    roof = first.roofline
-    peak = roof.flops / roof.compute_time_s if roof.compute_time_s else 0.0
-    bandwidth = roof.bytes_moved / roof.memory_time_s if roof.memory_time_s else 0.0
-    if peak <= 0 or bandwidth <= 0:
-        return None
-    ridge = peak / bandwidth
-    points: list[tuple[str, float, float, str]] = []
-    for group in report.groups:
-        r = group.block.target.roofline if group.block.target is not None else None
-        if r is not None and r.arithmetic_intensity and r.time_s > 0:
-            label = (group.pattern or "(root)") + (f" ×{group.count}" if group.count > 1 else "")
-            points.append(("prefill", r.arithmetic_intensity, r.flops / r.time_s, label))
-    decode = _section(report, "decode")
-    for entry in (decode or {}).get("blocks", []) or []:
-        flops, moved, time_s = (entry.get("flops"), entry.get("kv_read_bytes"),
-                                entry.get("time_s"))
-        if flops and moved and time_s:
-            points.append(("decode", flops / moved, flops / time_s, str(entry.get("name", ""))))
-    intensities = [p[1] for p in points] + [ridge]
-    lo_x, hi_x = min(intensities) / 4, max(intensities) * 4
-    chart = Chart(
-        f"Roofline on {first.gpu_name} ({first.dtype})",
-        Axis("arithmetic intensity [FLOP/B]", lo_x, hi_x, fmt=_plain_si),
-        Axis("attainable throughput [FLOP/s]", min(bandwidth * lo_x / 4, peak) / 2, peak * 2,
-             fmt=_flops_per_s),
-        width=620, height=380,
-    )
-    left, right = chart.x.span()
-    xs = [left, ridge, right]
-    chart.line(xs, [min(peak, bandwidth * x) for x in xs], "roof: min(peak, bandwidth × I)",
-               "#444", markers=False)
-    chart.vline(ridge, f"ridge {ridge:.0f} FLOP/B")
-    seen: set[str] = set()
-    for phase, x, y, name in points:
-        color = PALETTE[0] if phase == "prefill" else PALETTE[1]
-        note = name if name not in seen and len(seen) < 6 else ""
-        seen.add(name)
-        chart.point(x, y, f"{phase} blocks", color, note=note)
-    return chart.svg()
-
-
-def _plain_si(value: float) -> str:
-    return units.si(value)
-
-
-def _name(block: AttentionBlock) -> str:
-    return block.name or "(root)"
-
-
-def memory_chart(report: Report) -> str:
-    """Parameters, activations, scores, KV cache (and training states) in bytes, log scale."""
-    t = report.totals
-    scores = sum(b.memory.scores_bytes or 0 for b in report.blocks)
-    unmaterialised = sum(b.memory.scores_bytes_if_materialized for b in report.blocks)
-    items: list[tuple[str, float, str]] = [
-        ("parameters", t.param_bytes, units.nbytes(t.param_bytes)),
-        ("peak activations", t.peak_activation_bytes or 0,
-         units.nbytes(t.peak_activation_bytes) if t.peak_activation_bytes else "not estimated"),
-        ("attention scores", scores or unmaterialised,
-         units.nbytes(scores) if scores else f"{units.nbytes(unmaterialised)} if materialised"),
-        ("KV cache (audited context)", sum(b.memory.kv_cache_bytes for b in report.blocks),
-         units.nbytes(sum(b.memory.kv_cache_bytes for b in report.blocks))),
-    ]
-    training = _section(report, "training")
-    for key, value in ((training or {}).get("breakdown_bytes") or {}).items():
-        items.append((f"training: {key.replace('_', ' ')}", float(value), units.nbytes(value)))
-    return bar_chart("Memory breakdown", items, "bytes (log scale)", units.nbytes,
-                     color=PALETTE[2], base=2)
-
-
-def per_block_charts(report: Report) -> list[str]:
-    """FLOPs and HBM bytes moved per block (per group when there are many blocks)."""
-    if len(report.blocks) <= 40:
-        rows = [(_name(b), b) for b in report.blocks]
-    else:
-        rows = [(f"{g.pattern or '(root)'} ×{g.count}", g.block) for g in report.groups]
-    flops = [(name, float(b.flops.total), units.si(b.flops.total)) for name, b in rows]
-    moved = [(name, float(b.target.roofline.bytes_moved) if b.target else 0.0,
-              units.nbytes(b.target.roofline.bytes_moved) if b.target else "no estimate")
-             for name, b in rows]
-    return [
-        bar_chart("Forward FLOPs per block", flops, "FLOPs (2 per multiply-add, log scale)",
-                  _plain_si, color=PALETTE[0]),
-        bar_chart("HBM bytes moved per block", moved, "bytes (log scale)", units.nbytes,
-                  color=PALETTE[3], base=2),
-    ]
-
-
-def whatif_charts(sweep: Any) -> list[str]:
-    """Estimated time, score bytes and KV cache against h, and time against h_kv."""
-    rows = list(sweep.by_heads)
-    if not rows:
-        return []
-    heads = [float(r.heads) for r in rows]
-    current = next((r for r in rows if r.current), None)
-    x = Axis("query heads h (log₂)", min(heads), max(heads), base=2, fmt=_plain_si)
-    charts = []
-    panels = (
-        ("estimated time", "roofline time [s]", [r.est_time_s for r in rows], units.seconds,
-         lambda r: r.est_time_s),
-        ("score matrix", "scores if materialised [bytes]",
-         [float(r.scores_bytes) for r in rows], units.nbytes, lambda r: float(r.scores_bytes)),
-    )
-    for name, label, ys, fmt, pick in panels:
-        chart = Chart(f"{name} vs h", x,
-                      Axis(label, min(ys), max(ys), fmt=fmt, base=2 if fmt is units.nbytes else 10),
-                      width=420, height=300)
-        chart.line(heads, ys, name, PALETTE[0])
-        if current is not None:
-            chart.point(float(current.heads), pick(current), "current layout", PALETTE[1],
-                        ring=True, note=f"h = {current.heads}")
-        charts.append(chart.svg())
-    kv = list(sweep.by_kv_heads)
-    if len(kv) > 1:
-        kvs = [float(r.kv_heads) for r in kv]
-        cache = [float(r.kv_cache_bytes_per_token) for r in kv]
-        chart = Chart(f"KV cache vs h_kv (h = {sweep.spec.heads})",
-                      Axis("KV heads h_kv (log₂)", min(kvs), max(kvs), base=2, fmt=_plain_si),
-                      Axis("KV cache per token [bytes]", min(cache), max(cache),
-                           fmt=units.nbytes, base=2), width=420, height=300)
-        chart.line(kvs, cache, "KV cache per token", PALETTE[2])
-        now = next((r for r in kv if r.current), None)
-        if now is not None:
-            chart.point(float(now.kv_heads), float(now.kv_cache_bytes_per_token),
-                        "current layout", PALETTE[1], ring=True, note=f"h_kv = {now.kv_heads}")
-        charts.append(chart.svg())
-    return charts
+    body = []
+    for i, row in enumerate(rows):
+        cells = [f"<td>{escape(c)}</td>" for c in row]
+        if i < len(links) and cells:
+            cells[0] = f'<td><a href="#{links[i]}">{escape(row[0])}</a></td>'
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _flags_html(report: Report) -> str:
@@ -216,33 +101,64 @@ def _flags_html(report: Report) -> str:
     return '<ul class="flags">' + "".join(items) + "</ul>"
 
 
-def report_section(report: Report, options: RenderOptions, level: int = 1) -> str:
-    """Everything about one report."""
+def _units_html() -> str:
+    return '<dl class="units">' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>"
+                                          for k, v in UNITS) + "</dl>"
+
+
+def _costs(report: Report, h2: str, anchor: str) -> list[str]:
+    charts = [c for c in (roofline_chart(report), memory_chart(report)) if c]
+    charts += per_block_charts(report) if report.groups else []
+    out = [f'<{h2} id="{anchor}-costs">Costs</{h2}>',
+           '<div class="charts">' + "\n".join(charts) + "</div>"]
+    if report.groups:
+        out.append(scores_table(report))
+    return out
+
+
+def _whatif(report: Report, options: RenderOptions, h2: str, anchor: str) -> list[str]:
+    flagged = {f.block for f in report.findings}
+    out = []
+    for i, sweep in enumerate(s for s in options.sweeps if s.spec.name in flagged):
+        label = sweep.spec.name or "(root)"
+        out += [f'<{h2} id="{anchor}-whatif-{i}">What if: the head layout of '
+                f"{escape(label)}</{h2}>", whatif_block(sweep)]
+    return out
+
+
+def _toc(anchor: str, body: Sequence[str]) -> str:
+    names = [("findings", "Findings"), ("costs", "Costs"), ("phases", "Phases"),
+             ("parallel", "Parallel"), ("whatif-0", "What if"), ("details", "Parameters"),
+             ("units", "Units")]
+    text = "\n".join(body)
+    links = [f'<a href="#{anchor}-{key}">{label}</a>' for key, label in names
+             if f'id="{anchor}-{key}"' in text]
+    return '<nav class="toc">' + "".join(links) + "</nav>"
+
+
+def report_section(report: Report, options: RenderOptions, level: int = 1,
+                   anchor: str = "report") -> str:
+    """Everything about one report, its sections anchored under ``anchor``."""
     title, *how = header_lines(report)
     h, h2 = f"h{level}", f"h{level + 1}"
-    out = [f"<{h}>{escape(title)}</{h}>", f'<p class="how">{escape(" ".join(how))}</p>']
-    if report.groups:
-        out.append(html_table(BLOCK_HEADERS, block_rows(report)))
-    else:
-        out.append("<p>No attention blocks found.</p>")
+    body = [html_table(BLOCK_HEADERS, block_rows(report)) if report.groups
+            else "<p>No attention blocks found.</p>"]
     if report.findings:
-        out += [f"<{h2}>Findings</{h2}>", _flags_html(report)]
-    charts = [c for c in (roofline_chart(report), memory_chart(report)) if c]
-    charts += per_block_charts(report) if report.blocks else []
-    out += [f"<{h2}>Costs</{h2}>", '<div class="charts">' + "\n".join(charts) + "</div>"]
-    flagged = {f.block for f in report.findings}
-    sweeps = [s for s in options.sweeps if s.spec.name in flagged]
-    for sweep in sweeps:
-        label = sweep.spec.name or "(root)"
-        out += [f"<{h2}>What if: the head layout of {escape(label)}</{h2}>",
-                '<div class="charts">' + "\n".join(whatif_charts(sweep)) + "</div>"]
+        body += [f'<{h2} id="{anchor}-findings">Findings</{h2}>', _flags_html(report)]
+    body += _costs(report, h2, anchor)
+    body += phases_section(report, h2, anchor)
+    body += parallel_section(report, h2, anchor)
+    body += _whatif(report, options, h2, anchor)
     details = [line for g in report.groups for line in formula_lines(g)]
-    out += [f"<{h2}>Parameters and target</{h2}>",
-            "<pre>" + escape("\n".join([*details, "", *target_lines(report)])) + "</pre>",
-            f"<{h2}>Totals</{h2}>",
-            "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in total_lines(report))
-            + "</ul>"]
-    return "\n".join(out)
+    body += [f'<{h2} id="{anchor}-details">Parameters and target</{h2}>',
+             "<pre>" + escape("\n".join([*details, "", *target_lines(report)])) + "</pre>",
+             f"<{h2}>Totals</{h2}>",
+             "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in total_lines(report))
+             + "</ul>",
+             f'<{h2} id="{anchor}-units">Units and definitions</{h2}>', _units_html()]
+    head = [f'<{h} id="{anchor}">{escape(title)}</{h}>',
+            f'<p class="how">{escape(" ".join(how))}</p>']
+    return "\n".join([*head, _toc(anchor, body), *body])
 
 
 def page(title: str, body: str) -> str:
@@ -257,9 +173,11 @@ def render_html(report: Report, options: RenderOptions = PLAIN) -> str:
 
 
 def render_html_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
-    """Several reports on one page, a summary across models first."""
+    """Several reports on one page, a summary across models first, each row linked to its
+    model's section."""
+    anchors = [f"model-{i + 1}" for i in range(len(reports))]
     parts = [f"<h1>mhaudit: {len(reports)} models</h1>",
-             html_table(SUMMARY_HEADERS, summary_rows(reports))]
-    parts += [f"<section>{report_section(r, options, level=2)}</section>" for r in reports]
+             html_table(SUMMARY_HEADERS, summary_rows(reports), anchors)]
+    parts += [f"<section>{report_section(r, options, level=2, anchor=a)}</section>"
+              for r, a in zip(reports, anchors, strict=True)]
     return page(f"mhaudit: {len(reports)} models", "\n".join(parts))
-
