@@ -296,7 +296,9 @@ def test_every_section_is_there_and_no_two_labels_overlap(phased: Report,
         measured = _measure(chromium, html, tmp_path / name)
         assert measured["overlaps"] == [], name
         assert isinstance(measured["labels"], int) and measured["labels"] > 30
-        ids = set(measured["ids"])  # type: ignore[arg-type]
+        found = measured["ids"]
+        assert isinstance(found, list)
+        ids = set(found)
         prefixes = ("model-1", "model-2") if name == "many" else ("report",)
         for prefix in prefixes:
             wanted = sections.get(name, ("costs", "details", "units"))
