@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from fixtures.reports import hand_report
+from fixtures.reports import hand_report, layer_block
 
 from mhaudit.cost.devices import get_profile
+from mhaudit.data import BlockDecode, BlockGroup, DecodeCost, LayoutSpec, Report
 from mhaudit.render import render, render_reports
+from mhaudit.render.html.labels import Box, LabelLayout, text_box
+from mhaudit.render.html.whatif import whatif_block
 from mhaudit.render.style import RenderOptions
+from mhaudit.units import nbytes
 from mhaudit.whatif import spec_from_block, whatif
 
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -28,34 +35,185 @@ def _page() -> str:
     return render(report, "html", RenderOptions(sweeps=(sweep,)))
 
 
+def _svgs(page: str) -> dict[str, str]:
+    """Each chart's SVG by its title."""
+    return {m.group(1): m.group(0) for m in
+            re.finditer(r"<svg[^>]*><title>([^<]+)</title>.*?</svg>", page, re.S)}
+
+
+@pytest.fixture(scope="module")
+def phased() -> Report:
+    """A small Llama audited with a training step, a decode step and a parallel plan."""
+    from mhaudit.api import audit_target
+
+    return audit_target(str(ROOT / "examples" / "llama_gqa.py"), train=True, decode=True,
+                        parallel="tp=2,fsdp=2")
+
+
 def test_page_is_self_contained_with_labelled_charts() -> None:
     page = _page()
     assert page.startswith("<!DOCTYPE html>")
     assert "<script" not in page.lower()
     links = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)""", page)
-    assert links == []  # nothing to fetch
+    assert links and all(link.startswith("#report-") for link in links)  # in-page only
     urls = set(re.findall(r"https?://[^\s\"'<>]+", page))
     assert urls == {"http://www.w3.org/2000/svg"}  # the SVG namespace, never fetched
-    titles = re.findall(r"<svg[^>]*><title>([^<]+)</title>", page)
-    assert titles == [
-        "Roofline on NVIDIA H100 SXM (bfloat16)", "Memory breakdown",
+    assert list(_svgs(page)) == [
+        "Roofline on NVIDIA H100 SXM (bfloat16)", "What makes up the peak",
         "Forward FLOPs per block", "HBM bytes moved per block",
         "estimated time vs h", "score matrix vs h", "KV cache vs h_kv (h = 4)",
     ]
-    for label in ("arithmetic intensity [FLOP/B]", "attainable throughput [FLOP/s]",
-                  "bytes (log scale)", "query heads h (log₂)", "roofline time [s]",
-                  "KV cache per token [bytes]"):
+    for label in ("arithmetic intensity [FLOP/B] (log scale)", "bytes alive together",
+                  "query heads h (log₂ spacing)", "roofline time [s]",
+                  "KV cache per token [bytes]", "HBM bytes moved</dt>"):
         assert label in page
     assert page.count("current layout") >= 3  # marked on every what-if chart
     assert "What if: the head layout of layers.0.attn" in page
     assert "MHA005" in page and "Parameters and target" in page
+    for target in set(links):
+        assert f'id="{target[1:]}"' in page
 
 
-def test_several_models_share_one_page_with_a_summary() -> None:
+def test_what_if_table_stands_beside_its_charts() -> None:
+    page = _page()
+    pair = page[page.index('<div class="whatif-pair">'):]
+    table, charts = pair.index('<table class="whatif">'), pair.index("<svg")
+    assert table < charts
+    assert '<tr class="current"><td>4</td><td>4</td><td>64</td>' in pair
+
+
+def test_peak_is_drawn_as_what_is_alive_together_and_scores_stand_apart() -> None:
+    page = _page()
+    peak = _svgs(page)["What makes up the peak"]
+    assert "activations live at the peak 1.5 MiB" in peak and "parameters 1.91 MiB" in peak
+    assert "scores" not in peak  # never a bar beside quantities it is not live with
+    table = page[page.index('<table class="per-block">'):]
+    assert "<td>layers.{0..1}.attn ×2</td><td>128 KiB</td>" in table
+    assert "not live together" in table
+
+
+def _many_layers(n: int) -> Report:
+    """The hand report with ``n`` identical layers folded into one group, and a decode step."""
+    base = hand_report()
+    layers = tuple(layer_block(i) for i in range(n))
+    group = BlockGroup(f"layers.{{0..{n - 1}}}.attn", tuple(b.name for b in layers), layers[0])
+    decode = DecodeCost(
+        context=128, batch_size=1, flops_per_step=50_000_000, weight_bytes=2_000_000,
+        kv_read_bytes=n * 131_072, kv_write_bytes=n * 1_024, bytes_per_step=0,
+        time_per_step_s=2e-6, tokens_per_s=5e5, bound="memory", kv_cache_bytes=n * 131_072,
+        param_bytes=2_000_000, memory_bytes=80 * 2**30, fits=True,
+        blocks=tuple(BlockDecode(b.name, 1_200_000, 131_072, 1.5e-7) for b in layers))
+    decode = dataclasses.replace(decode, bytes_per_step=2_000_000 + n * 132_096)
+    return dataclasses.replace(base, blocks=layers, groups=(group,), findings=(),
+                               decode=decode)
+
+
+def test_folded_groups_are_drawn_once_with_their_count() -> None:
+    page = render(_many_layers(32), "html")
+    charts = _svgs(page)
+    for title in ("Forward FLOPs per block", "HBM bytes moved per block"):
+        assert charts[title].count("<rect") == 1
+        assert ">layers.{0..31}.attn ×32</text>" in charts[title]
+    roof = charts["Roofline on NVIDIA H100 SXM (bfloat16)"]
+    assert roof.count("decode layers.{0..31}.attn ×32") == 1  # 32 decode points, one label
+    assert roof.count("prefill layers.{0..31}.attn ×32") == 1
+
+
+def test_decode_points_sit_at_their_own_intensity() -> None:
+    report = _many_layers(4)
+    page = render(report, "html")
+    roof = _svgs(page)["Roofline on NVIDIA H100 SXM (bfloat16)"]
+    circles = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="5"', roof)
+    assert len(circles) == 3  # prefill group, decode group, whole decode step
+    xs = {float(x) for x, _ in circles}
+    assert len(xs) == 3  # none pinned to the axis floor beside another
+    assert min(xs) > 96 + 1  # inside the plot, right of its left edge
+
+
+def test_bar_axes_are_linear_from_zero_with_readable_ticks() -> None:
+    charts = _svgs(_page())
+    flops = charts["Forward FLOPs per block"]
+    ticks = re.findall(r'text-anchor="middle">([^<]+)</text>', flops)
+    assert ticks[:3] == ["0 FLOP", "20 MFLOP", "40 MFLOP"]
+    moved = re.findall(r'text-anchor="middle">([^<]+)</text>',
+                       charts["HBM bytes moved per block"])
+    assert moved[0] == "0 B" and "256 KiB" in moved
+    spec = LayoutSpec(d_model=2048, heads=16, kv_heads=16, seq_len=128, name="attn")
+    block = whatif_block(whatif(spec, get_profile("h100")))
+    assert ">1,024</text>" in block and " k</text>" not in block
+
+
+def test_an_encoder_gets_no_kv_chart() -> None:
+    pool = hand_report().blocks[2]  # cross-attention: no cache grows with tokens
+    sweep = whatif(spec_from_block(pool, "bfloat16"), get_profile("h100"))
+    block = whatif_block(sweep)
+    assert "KV cache vs h_kv" in block and "not applicable" in block
+    assert "<title>KV cache vs h_kv" not in block
+
+
+def test_several_models_share_one_page_with_linked_summary() -> None:
     page = render_reports([hand_report(), hand_report()], "html")
     assert page.count("<!DOCTYPE html>") == 1
     assert "<h1>mhaudit: 2 models</h1>" in page
     assert page.count("<title>Roofline on NVIDIA H100 SXM") == 2  # one per model
+    summary = page[:page.index("<section>")]
+    assert summary.count('<a href="#model-1">') == 1 and '<a href="#model-2">' in summary
+    assert 'id="model-1"' in page and 'id="model-2"' in page
+    assert 'id="model-2-costs"' in page
+
+
+FIGURE = re.compile(r"\d[\d,.]*(?: ?(?:[kMGTP]?FLOP|[KMGT]iB|B|[µnm]?s|tokens/s|GPUs))?")
+
+
+def test_phase_figures_of_the_table_are_on_the_page(phased: Report) -> None:
+    table = render(phased, "table")
+    phases = table[table.index("Phases:"):].split("\n\n")[0]
+    page = render(phased, "html")
+    lines = [line.strip() for line in phases.splitlines()[1:]]
+    assert any(line.startswith("training step (") for line in lines)
+    shown = re.sub(r"<[^>]+>", " ", page).replace("&amp;", "&")
+    for figure in {f for line in lines for f in FIGURE.findall(line)}:
+        assert figure in shown, figure
+    t, d = phased.training, phased.decode
+    assert t is not None and d is not None
+    charts = _svgs(page)
+    training = next(svg for title, svg in charts.items() if title.startswith("Training step"))
+    for part in ("params", "grads", "optimizer states", "activations", "temporaries"):
+        assert f">{part} " in training
+    assert f"Training step: peak {nbytes(t.peak_bytes)} in the {t.peak_phase}" in charts
+    decode = next(svg for title, svg in charts.items() if title.startswith("Decode step"))
+    assert "KV cache read" in decode and "weights read" in decode
+    assert 'id="report-phases"' in page
+
+
+def test_parallel_section_per_device_and_by_collective(phased: Report) -> None:
+    page = render(phased, "html")
+    assert 'id="report-parallel"' in page
+    cost = phased.training.parallel if phased.training else None
+    assert cost is not None
+    charts = _svgs(page)
+    devices = charts["training step: bytes per device, tp=2,fsdp=2,pp=1"]
+    for part in ("params", "grads", "optimizer states", "temporaries"):
+        assert f">{part} " in devices
+    sent = charts["training step: bytes each device sends per step"]
+    for kind in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send/recv"):
+        assert f">{kind}</text>" in sent
+    assert f"{cost.comm_calls_per_step.all_reduce:,} calls" in sent
+    facts = page[page.index('<table class="facts">'):]
+    assert "<th>plan</th><td>tp=2,fsdp=2,pp=1 on 4 GPUs</td>" in facts
+    assert f"<th>max batch per replica</th><td>{cost.max_batch_size:,}</td>" in facts
+    assert "decode step: bytes per device, tp=2,fsdp=2,pp=1" in charts
+
+
+def test_labels_placed_in_one_spot_never_overlap() -> None:
+    layout = LabelLayout(Box(0, 0, 400, 300))
+    boxes = []
+    for i in range(30):
+        spot = layout.place(200, 150, f"decode layers.{i}.attn")
+        if spot is not None:
+            boxes.append(text_box(spot.x, spot.y, f"decode layers.{i}.attn", spot.anchor))
+    assert len(boxes) >= 20
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
 
 
 def _chromium() -> str:
@@ -64,6 +222,39 @@ def _chromium() -> str:
         pytest.skip("chromium is not installed (scripts/test.sh installs Debian's package "
                     "with apt-get when it runs as root)")
     return found
+
+
+OVERLAPS = """<script>
+const texts = [...document.querySelectorAll('svg text')]
+  .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.width > 0);
+const hits = [];
+for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++) {
+  const a = texts[i][1], b = texts[j][1];
+  const ox = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+  const oy = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+  if (ox > 1 && oy > 1) hits.push(texts[i][0] + ' | ' + texts[j][0]);
+}
+const ids = [...document.querySelectorAll('[id]')].map(e => e.id);
+const out = document.createElement('pre');
+out.id = 'measured';
+out.textContent = JSON.stringify({labels: texts.length, overlaps: hits, ids: ids});
+document.body.appendChild(out);
+</script>"""
+
+
+def _measure(chromium: str, html: str, tmp_path: Path) -> dict[str, object]:
+    """The page opened in headless Chromium: its anchors and every pair of chart labels
+    whose rendered boxes overlap."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    page = tmp_path / "measure.html"
+    page.write_text(html.replace("</body>", OVERLAPS + "</body>"), encoding="utf-8")
+    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p'}",
+                          "--window-size=1400,3000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, "the measuring script did not run"
+    return dict(json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<")
+                           .replace("&gt;", ">").replace("&quot;", '"')))
 
 
 @pytest.mark.slow
@@ -87,11 +278,39 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert dom.count("<circle") > 10 and "<polyline" in dom
 
 
+@pytest.mark.slow
+def test_every_section_is_there_and_no_two_labels_overlap(phased: Report,
+                                                          tmp_path: Path) -> None:
+    chromium = _chromium()
+    control = ('<html><body><svg width="200" height="50"><text x="10" y="20">label one</text>'
+               '<text x="14" y="22">label two</text></svg></body></html>')
+    assert _measure(chromium, control, tmp_path / "control")["overlaps"] == [
+        "label one | label two"]  # the measure sees an overlap when there is one
+    pages = {"hand": _page(), "phases": render(phased, "html"),
+             "folded": render(_many_layers(32), "html"),
+             "many": render_reports([hand_report(), phased], "html")}
+    sections = {"hand": ("findings", "costs", "whatif-0", "details", "units"),
+                "phases": ("costs", "phases", "parallel", "details", "units"),
+                "folded": ("costs", "phases", "details", "units")}
+    for name, html in pages.items():
+        measured = _measure(chromium, html, tmp_path / name)
+        assert measured["overlaps"] == [], name
+        assert isinstance(measured["labels"], int) and measured["labels"] > 30
+        found = measured["ids"]
+        assert isinstance(found, list)
+        ids = set(found)
+        prefixes = ("model-1", "model-2") if name == "many" else ("report",)
+        for prefix in prefixes:
+            wanted = sections.get(name, ("costs", "details", "units"))
+            assert {f"{prefix}-{s}" for s in wanted} <= ids, (name, ids)
+
+
 def test_new_renderers_do_not_import_torch() -> None:
     import sys
 
     code = ("import sys, mhaudit.render, mhaudit.render.gate, mhaudit.render.whatif, "
-            "mhaudit.render.whatif_plot, mhaudit.render.rules.text; print('torch' in sys.modules)")
+            "mhaudit.render.whatif_plot, mhaudit.render.html, mhaudit.render.rules.text; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
