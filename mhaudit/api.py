@@ -33,7 +33,6 @@ from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError, first_line
-from mhaudit.flops.fvcore_backend import fvcore_flops
 from mhaudit.load.checks import check_module, check_runs_on
 from mhaudit.load.target import (
     LoadedModel,
@@ -41,10 +40,8 @@ from mhaudit.load.target import (
     model_folder,
     model_inputs,
 )
-from mhaudit.measure.device import measure
 from mhaudit.memory.peak import fake_forward_peak
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
-from mhaudit.phases.attach import with_phases
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
 
@@ -142,6 +139,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     if opts.device != "meta":
         report = with_measurement(report, loaded, opts)
     if opts.train or opts.decode:
+        from mhaudit.phases.attach import with_phases  # imported only for the steps
+
         report = with_phases(report, loaded, traced, opts, plans)
     if opts.verify:
         report = with_verification(report, loaded)
@@ -168,6 +167,8 @@ def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None
 
 def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
     """Add fvcore's whole-model count (its MACs × 2) beside mhaudit's own."""
+    from mhaudit.flops.fvcore_backend import fvcore_flops  # only with --flops-backend fvcore
+
     with contained("forward() under fvcore", loaded.source, trace=True):
         result = fvcore_flops(loaded.module, loaded.args, loaded.kwargs)
     return with_fvcore_count(report, result)
@@ -175,6 +176,8 @@ def with_fvcore(report: Report, loaded: LoadedModel) -> Report:
 
 def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) -> Report:
     """Run the model for real and put latency and peak memory on the report."""
+    from mhaudit.measure.device import measure  # only on a real device
+
     with contained("forward() while measuring", loaded.source, trace=True):
         result = measure(
             loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],

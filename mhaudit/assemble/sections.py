@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mhaudit.data import AttentionBlock, Measurement, Report, SourceLocation
-from mhaudit.flops.fvcore_backend import FvcoreFlops
+
+if TYPE_CHECKING:
+    from mhaudit.flops.fvcore_backend import FvcoreFlops
 
 
 def located(blocks: Sequence[AttentionBlock], found: Sequence[SourceLocation | None]

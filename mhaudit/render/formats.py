@@ -2,23 +2,61 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhaudit.data import Report, WhatIf
-from mhaudit.render.gate import checks
-from mhaudit.render.gate.checks import CheckRenderer
-from mhaudit.render.github import render_github, render_github_many
-from mhaudit.render.html import render_html, render_html_many
 from mhaudit.render.json import json_listing, render_json, render_json_many
-from mhaudit.render.markdown import render_markdown, render_markdown_many
-from mhaudit.render.rules import listing as rules_list
-from mhaudit.render.sarif import render_sarif, render_sarif_many
 from mhaudit.render.style import RenderOptions
-from mhaudit.render.table import render_table, render_table_many
-from mhaudit.render.whatif import render_whatif_json, render_whatif_table
 from mhaudit.rules.base import Rule
+
+
+def _lazy(module: str, name: str) -> Any:
+    """``module.name``, imported on its first call: a command loads only the format it uses."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+class _LazyModule:
+    """A module whose functions are :func:`_lazy`."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return _lazy(self.module, name)
+
+
+if TYPE_CHECKING:
+    from mhaudit.render.gate import checks
+    from mhaudit.render.gate.checks import CheckRenderer
+    from mhaudit.render.github import render_github, render_github_many
+    from mhaudit.render.html import render_html, render_html_many
+    from mhaudit.render.markdown import render_markdown, render_markdown_many
+    from mhaudit.render.rules import listing as rules_list
+    from mhaudit.render.sarif import render_sarif, render_sarif_many
+    from mhaudit.render.table import render_table, render_table_many
+    from mhaudit.render.whatif import render_whatif_json, render_whatif_table
+else:
+    checks = _LazyModule("mhaudit.render.gate.checks")
+    rules_list = _LazyModule("mhaudit.render.rules.listing")
+    render_github, render_github_many = (_lazy("mhaudit.render.github", n) for n in (
+        "render_github", "render_github_many"))
+    render_html, render_html_many = (_lazy("mhaudit.render.html", n) for n in (
+        "render_html", "render_html_many"))
+    render_markdown, render_markdown_many = (_lazy("mhaudit.render.markdown", n) for n in (
+        "render_markdown", "render_markdown_many"))
+    render_sarif, render_sarif_many = (_lazy("mhaudit.render.sarif", n) for n in (
+        "render_sarif", "render_sarif_many"))
+    render_table, render_table_many = (_lazy("mhaudit.render.table", n) for n in (
+        "render_table", "render_table_many"))
+    render_whatif_json, render_whatif_table = (_lazy("mhaudit.render.whatif", n) for n in (
+        "render_whatif_json", "render_whatif_table"))
 
 ReportRenderer = Callable[[Report, RenderOptions], str]
 ManyRenderer = Callable[[Sequence[Report], RenderOptions], str]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,6 +53,16 @@ def _export(strict: bool) -> Tracer:
     return run
 
 
+def _first_record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> TracedGraph:
+    """The recorder over fake tensors, where its graph answers as export's would.
+
+    It refuses (so export runs next) where the record is not a faithful graph: a value
+    read from the data (``.item()``, a branch on a tensor) that fake tensors cannot hold.
+    """
+    return record(model, args, kwargs, fake=True, guess=False, method="dispatch-record")
+
+
 def _dispatch(fake: bool) -> Tracer:
     def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
         on_meta = any(p.device.type == "meta" for p in model.parameters())
@@ -63,13 +74,30 @@ def _dispatch(fake: bool) -> Tracer:
 
 
 TRACERS: tuple[tuple[str, Tracer], ...] = (
+    ("dispatch-record", _first_record),
     ("torch.export", _export(strict=False)),
     ("torch.export-strict", _export(strict=True)),
     ("dispatch-fake", _dispatch(fake=True)),
     ("dispatch-real", _dispatch(fake=False)),
 )
-"""The ladder, tried in order until one succeeds: export, strict export, a dispatch
-recorder over fake tensors, and (with real weights only) one over a real forward."""
+"""The ladder, tried in order until one succeeds: a dispatch recorder over fake tensors
+that refuses data-dependent values, export, strict export, the recorder again reading
+data-dependent values as 0, and (with real weights only) one over a real forward."""
+
+TRACER_ENV = "MHAUDIT_TRACER"
+"""Environment variable naming the first rung to try (``torch.export`` skips the record);
+the rungs after it stay as fallbacks."""
+
+
+def _ladder() -> tuple[tuple[str, Tracer], ...]:
+    first = os.environ.get(TRACER_ENV, "").strip()
+    names = [name for name, _ in TRACERS]
+    if not first:
+        return TRACERS
+    if first not in names:
+        raise TraceError(f"{TRACER_ENV}={first!r} names no tracer",
+                         f"Use one of: {', '.join(names)}.")
+    return TRACERS[names.index(first):]
 
 
 @contextlib.contextmanager
@@ -100,7 +128,7 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tr
     failures: list[tuple[str, BaseException]] = []
     try:
         with _quiet(), plain_autocast():
-            for name, tracer in TRACERS:
+            for name, tracer in _ladder():
                 try:
                     traced = tracer(model, args, kwargs)
                 except Exception as exc:

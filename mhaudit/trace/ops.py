@@ -191,7 +191,7 @@ PARAM_VIEW_OPS = frozenset(
 WRITE_VIEW_OPS = frozenset({"slice", "narrow", "select", "view", "alias"})
 """Views of a buffer that an in-place ``copy_`` writes through."""
 WHOLE_OPS = frozenset({"linear", "scaled_dot_product_attention", "einsum", "matmul",
-                       "__matmul__", "softmax", "pad"})
+                       "__matmul__", "softmax", "pad", "rms_norm"})
 """Composite torch functions the recorder keeps as one node, as export does
 (``__matmul__``: the ``Tensor`` method, recorded as ``matmul``)."""
 

@@ -1,11 +1,13 @@
-"""The last rungs of the tracer ladder: record every dispatched op while the model runs.
+"""The first and the last rungs of the tracer ladder: record every dispatched op as it runs.
 
 A ``TorchDispatchMode`` writes each aten call into an fx graph shaped like an exported
 one (placeholders for parameters, buffers and inputs; ``meta["val"]`` and
 ``meta["nn_module_stack"]`` on every node), while global module hooks keep the stack of
 modules that are running. It runs over fake tensors (no memory, no compute) or, as the
-last resort on a real device, over a real forward. Composite ops arrive decomposed
-(``linear`` as ``t`` + ``addmm``); detection reads those too.
+last resort on a real device, over a real forward. The composites of ``WHOLE_OPS`` are
+recorded whole, as export keeps them, also when a ``torch.nn.functional`` function calls
+them (SDPA inside ``multi_head_attention_forward``); other composite ops arrive decomposed
+(``reshape`` as ``clone`` + ``_unsafe_view``), which detection reads too.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Iterator
+from types import FunctionType
 from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, redispatch_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -89,6 +92,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
                     self.bind(item, pick)
 
 
+def _composite_function(func: Any) -> bool:
+    """A Python function of ``torch.nn.functional``: the torch functions it calls are seen."""
+    return isinstance(func, FunctionType) and func.__module__ == "torch.nn.functional"
+
+
 class _Composites(TorchFunctionMode):
     """Records the composite ops of ``WHOLE_OPS`` whole and hides their pieces."""
 
@@ -100,8 +108,13 @@ class _Composites(TorchFunctionMode):
                            ) -> Any:
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
-        if name not in WHOLE_OPS or self.recorder.paused:
+        if self.recorder.paused:
             return func(*args, **kwargs)
+        if name not in WHOLE_OPS:
+            if not _composite_function(func):
+                return func(*args, **kwargs)
+            with self:  # see what it calls (F.linear inside F.multi_head_attention_forward)
+                return redispatch_function(func, types, args, kwargs)  # type: ignore[no-untyped-call]
         self.recorder.paused += 1
         try:
             out = func(*args, **kwargs)
@@ -148,7 +161,7 @@ def _module_stack(model: nn.Module, stack: list[tuple[str, str]]) -> Iterator[No
 
 
 def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, fake: bool,
-           guess: bool = False) -> TracedGraph:
+           guess: bool = False, method: str = "") -> TracedGraph:
     """Run ``model`` once (over fake tensors when ``fake``) and return the recorded graph.
 
     With ``guess`` (a model on meta, which can never run for real), data-dependent
@@ -181,7 +194,7 @@ def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, f
         result = model(*args, **kwargs)
     outputs = [recorder.node_of(t) for t in output_tensors(result)]
     graph.output(tuple(outputs))
-    method = "dispatch-fake" if fake else "dispatch-real"
+    method = method or ("dispatch-fake" if fake else "dispatch-real")
     if recorder.guesses:
         method += f" ({recorder.guesses} data-dependent value(s) read as 0)"
     return TracedGraph(graph=graph, method=method,

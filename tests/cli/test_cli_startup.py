@@ -63,3 +63,38 @@ def test_every_command_help_has_examples() -> None:
     top = _probe("--help").stdout
     assert "Examples:" in top and "Shell completion" in top
     assert "..." not in top.split("Commands:")[1].split("Examples:")[0]  # summaries not cut
+
+
+LOADED = """
+import sys
+from mhaudit.cli import main
+try:
+    main(sys.argv[1:], prog_name="mhaudit")
+except SystemExit:
+    pass
+print("LOADED " + " ".join(sorted(sys.modules)), file=sys.stderr)
+"""
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "textbook_mha.py")
+
+
+def _loaded(*args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", LOADED, *args], capture_output=True,
+                          text=True, timeout=300, check=False)
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("LOADED ")]
+    assert lines, done.stderr
+    assert '"blocks"' in done.stdout or "attention" in done.stdout.lower(), done.stdout[-500:]
+    return set(lines[-1].split()[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "absent"), [
+    ("json", {"transformers", "fvcore", "tabulate", "jinja2", "mhaudit.render.html",
+              "mhaudit.render.svg", "mhaudit.render.table", "mhaudit.render.markdown",
+              "mhaudit.flops.fvcore_backend", "mhaudit.measure.device"}),
+    ("table", {"transformers", "fvcore", "jinja2", "mhaudit.render.html",
+               "mhaudit.render.svg"}),
+])
+def test_report_imports_only_what_its_format_uses(fmt: str, absent: set[str]) -> None:
+    loaded = _loaded("report", EXAMPLE, "--format", fmt)
+    assert "torch" in loaded  # the audit itself ran
+    assert not absent & loaded, sorted(absent & loaded)

@@ -1,4 +1,5 @@
-"""The tracer ladder: export, strict export, a fake-tensor recorder, a real forward."""
+"""The tracer ladder: the fake-tensor record, export, strict export, the record reading
+data-dependent values as 0, a real forward."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_legacy_constructors_and_autocast_trace_exactly(device: str) -> None:
     assert (layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
             layout.kind, bool(layout.causal), count(layout).total) == (
         4, 4, 8, 8, "self", False, 4 * 32 * 4 * 8)
-    assert traced.method == "torch.export"
+    assert traced.method == "dispatch-record"
 
 
 def test_stray_cpu_parameters_move_to_meta() -> None:

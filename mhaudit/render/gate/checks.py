@@ -11,10 +11,8 @@ from typing import Any
 
 from mhaudit.data import GateOutcome, Report, Severity, SourceLocation
 from mhaudit.render.gate import outcome as one
-from mhaudit.render.html import html_table, page, report_section
 from mhaudit.render.sarif import fingerprint, physical, sarif_log
 from mhaudit.render.style import PLAIN, RenderOptions
-from mhaudit.render.summary import summary_table
 
 
 @dataclass(frozen=True)
@@ -56,6 +54,8 @@ _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "
 
 def checks_table(items: Sequence[Checked], options: RenderOptions) -> str:
     """Each target's gate table; a summary across models first when there are several."""
+    from mhaudit.render.summary import summary_table  # the table format only
+
     parts = [one.render_table(c.outcome, title=f"mhaudit check {c.target}") for c in items]
     if len(items) > 1:
         table = summary_table([c.report for c in items])
@@ -76,6 +76,8 @@ def checks_github(items: Sequence[Checked], options: RenderOptions) -> str:
 
 def checks_markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
     """The job summary: one section per target, a summary table first when there are several."""
+    from mhaudit.render.summary import summary_table  # the markdown format only
+
     parts = [one.render_markdown(c.outcome, title=f"mhaudit budget: {c.target}") for c in items]
     if len(items) > 1:
         parts.insert(0, f"## mhaudit: {len(items)} models\n\n"
@@ -115,6 +117,8 @@ def checks_sarif(items: Sequence[Checked], options: RenderOptions) -> str:
 
 def checks_html(items: Sequence[Checked], options: RenderOptions) -> str:
     """One HTML page: each target's verdict, its budget table and its report."""
+    from mhaudit.render.html import html_table, page, report_section  # html only
+
     parts = []
     for c in items:
         rows = [[r.metric, one.format_value(r.metric, r.actual),

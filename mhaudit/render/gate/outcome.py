@@ -6,8 +6,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from tabulate import tabulate
-
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity, SourceLocation
 from mhaudit.data.schema import finding_to_dict
 from mhaudit.render import escape
@@ -87,6 +85,8 @@ def verdict(outcome: GateOutcome) -> str:
 
 def render_table(outcome: GateOutcome, *, title: str | None = None) -> str:
     """A plain-text table of every checked metric, then every breach and failing flag."""
+    from tabulate import tabulate  # the table format only
+
     rows = [
         [
             r.metric,
