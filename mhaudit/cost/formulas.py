@@ -331,9 +331,25 @@ def _reduction(per_element: int) -> Formula:
 
 
 _REDUCTIONS = {
-    1: "sum mean amax amin max min prod cumsum cumprod argmax argmin nansum nanmean",
+    1: "sum mean amax amin prod cumsum cumprod argmax argmin nansum nanmean",
     2: "norm linalg_vector_norm frobenius_norm",
     4: "var std var_mean std_mean logsumexp",
 }
 for _per, _names in _REDUCTIONS.items():
     register(*op_names("aten", _names), family="reduction")(_reduction(_per))
+
+
+def _max_min_parts(call: OpCall) -> dict[str, int]:
+    """``max``/``min`` of two tensors is elementwise (as ``maximum``/``minimum``); of one
+    tensor, a reduction."""
+    flops = _max_min(call)
+    binary = isinstance(call.arg(1, "other"), TensorArg)
+    return {"elementwise" if binary else "other": flops}
+
+
+@register("aten.max", "aten.min", family="reduction", parts=_max_min_parts)
+def _max_min(call: OpCall) -> int:
+    """Two tensors: 1 per output element. One tensor: 1 per input element. Upper bound."""
+    if isinstance(call.arg(1, "other"), TensorArg):
+        return _elementwise(call)
+    return _reduction(1)(call)
