@@ -81,6 +81,10 @@ CASES: list[tuple[str, OpCall, int]] = [
     ("aten.add", call(T(2, 10, 64), T(64), out=T(2, 10, 64)), 1_280),
     # 1 · 4·8 = 32
     ("aten.sum", call(T(4, 8), [1]), 32),
+    # max over dim 1 of (4, 8): 1 per input element = 32
+    ("aten.max", call(T(4, 8), 1), 32),
+    # max of two (4, 8) tensors: 1 per output element = 32; as maximum
+    ("aten.max", call(T(4, 8), T(4, 8), out=T(4, 8)), 32),
     # 2 · 4·8 = 64 (square, add)
     ("aten.linalg_vector_norm", call(T(4, 8)), 64),
     # 4 · 4·8 = 128 (mean, subtract, square, sum)
@@ -99,6 +103,14 @@ def test_every_registered_formula_has_a_hand_computed_case() -> None:
     tested = {id(REGISTRY[op].formula) for op, _, _ in CASES}
     untested = {e.op for e in REGISTRY.values() if id(e.formula) not in tested}
     assert not untested
+
+
+def test_max_of_two_tensors_is_elementwise_and_of_one_a_reduction() -> None:
+    entry = lookup("aten.max")
+    assert entry is not None
+    binary, reduce = call(T(4, 8), T(4, 8), out=T(4, 8)), call(T(4, 8), 1)
+    assert entry.by_family(binary, entry.formula(binary)) == {"elementwise": 32}
+    assert entry.by_family(reduce, entry.formula(reduce)) == {"other": 32}
 
 
 def test_softmax_convention() -> None:
