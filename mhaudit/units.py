@@ -69,6 +69,9 @@ METRIC_UNITS = {
     "train_peak_bytes": "B",
     "decode_step_ms": "ms",
     "decode_kv_cache_bytes": "B",
+    "train_peak_bytes_per_device": "B",
+    "decode_peak_bytes_per_device": "B",
+    "train_comm_bytes_per_step": "B",
 }
 """The unit of each gate metric that has one (the others are plain counts)."""
 

@@ -97,16 +97,16 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
             command_inputs(targets, budget=budget_path,
                            baseline=None if update_baseline else baseline))
         from mhaudit.gate.baseline import load_baseline_report
-        from mhaudit.gate.budget import check_budget_applies, load_budget, phases_needed
+        from mhaudit.gate.budget import check_budget_applies, load_budget
+        from mhaudit.gate.phases import budget_phase_options
         from mhaudit.options import AuditOptions
 
         budget = load_budget(budget_path)
         recorded = (load_baseline_report(baseline)
                     if baseline is not None and not update_baseline else None)
         rule_config = rule_config_from(params)
-        phases = phase_options_from(params)
-        for phase in phases_needed(budget):  # a budget on a phase metric runs that phase
-            phases[phase] = True
+        # a budget on a phase metric runs that phase, under the budget's plan if it has one
+        phases = budget_phase_options(budget, phase_options_from(params))
         given = options_from(params)
         warn_unused_phase_options(phases)
         check_budget_applies(budget, given.get("device", "meta"))

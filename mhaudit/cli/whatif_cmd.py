@@ -25,7 +25,7 @@ from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError, first_line
-from mhaudit.options import MAX_SIZE
+from mhaudit.options import MAX_SIZE, Precision
 from mhaudit.render.formats import FORMATS, formats_with
 from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
@@ -91,12 +91,54 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
     ))
 
 
+_FORMATS = tuple(dict.fromkeys((*formats_with("whatif"), "markdown")))
+"""Formats of either sweep: the head layouts take ``whatif`` renderers, ``--gpus`` more."""
+
+_SWEEP_FLAGS = ("sp", "train", "decode", "context")
+
+
+def _refuse_sweep_flags(opts: dict[str, Any]) -> None:
+    given = [k for k in _SWEEP_FLAGS if opts[k] not in (None, False)]
+    if given:
+        raise ConfigError(f"--{given[0]} shapes the parallel sweep, and --gpus was not given",
+                          "Add --gpus N, e.g. --gpus 64, or drop it.")
+
+
+def _parallel_sweep(target: str | None, opts: dict[str, Any]) -> str:
+    """``--gpus N``: the model per device under every tp × fsdp split of N GPUs."""
+    from mhaudit.options import AuditOptions
+    from mhaudit.render.whatif_parallel import RENDERERS
+    from mhaudit.whatif.parallel_sweep import parallel_whatif
+
+    if target is None:
+        raise ConfigError("--gpus costs a model under each plan, and no model was given",
+                          "Add the model file, e.g. mhaudit whatif model.py --gpus 64.")
+    render = RENDERERS.get(opts["fmt"])
+    if render is None:
+        raise ConfigError(f"--gpus writes {', '.join(RENDERERS)}, not {opts['fmt']}",
+                          "Pass --format table, markdown or json.")
+    if opts["plot"]:
+        raise ConfigError("--plot draws the head-layout sweep, not --gpus",
+                          "Drop --plot.")
+    given = {k: opts[k] for k in ("batch_size", "seq_len", "dtype", "gpu", "timeout",
+                                  "context") if opts[k] is not None}
+    shape, shapes = parse_input_shapes(opts["input_shape"])
+    if shape is not None:
+        given["input_shape"] = shape
+    if shapes:
+        given["input_shapes"] = shapes
+    options = AuditOptions(train=opts["train"] or not opts["decode"], decode=opts["decode"],
+                           precision=opts["precision"], **given)
+    return render(parallel_whatif(target, options, opts["gpus"], sp=opts["sp"]))
+
+
 EXAMPLES = """\b
 Examples:
   mhaudit whatif --d-model 4096 --heads 32 --kv-heads 8 --seq-len 8192
   mhaudit whatif --d-model 768 --heads 12 --try-heads 6,8,12,16 --plot sweep.png
   mhaudit whatif model.py --block layers.0.self_attn --format json
   mhaudit whatif vit.py --input-shape 1x3x224x224 --device cuda   # also measure each layout
+  mhaudit whatif model.py --gpus 64 --sp --train --decode   # every tp × fsdp split of 64
 """
 
 
@@ -125,8 +167,18 @@ Examples:
               help="Timed runs per layout.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
-@click.option("--format", "fmt", type=click.Choice(formats_with("whatif")), default="table",
-              show_default=True)
+@click.option("--gpus", type=AsciiIntRange(min=1, max=65536), default=None,
+              help="Instead of head layouts, cost the model per device under every "
+              "tp × fsdp split of this many GPUs (model mode).")
+@click.option("--sp", is_flag=True, help="With --gpus: sequence parallelism beside each t > 1.")
+@click.option("--train", is_flag=True, help="With --gpus: the training step (the default).")
+@click.option("--decode", is_flag=True, help="With --gpus: the decode step.")
+@click.option("--precision", type=click.Choice(Precision.values()), default="fp32",
+              show_default=True, help="With --gpus --train: fp32, bf16 or bf16-mixed.")
+@click.option("--context", type=AsciiIntRange(min=0), default=None,
+              help="With --gpus --decode: cached tokens (default: the sequence length).")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="table",
+              show_default=True, help="Output format (markdown with --gpus only).")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Also draw both sweeps to FILE.png (needs matplotlib).")
 @click.option("--output", "-o", type=click.Path(), help="Write to FILE ('-': stdout), not stdout.")
@@ -150,12 +202,18 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         if target is None and opts["input_shape"]:
             raise ConfigError("--input-shape shapes a model's input, and no model was given",
                               "Add the model file, or drop --input-shape.")
+        if opts["gpus"] is not None:
+            write_output(_parallel_sweep(target, opts), destination)
+            return
+        _refuse_sweep_flags(opts)
         spec = _model_spec(target, block_name, opts) if target else _spec(opts)
         profile = get_profile(opts["gpu"] or DEFAULT_GPU)
         result = run_whatif(spec, profile, try_heads=_int_list(opts["try_heads"]),
                         device=opts["device"], repeats=opts["repeats"])
         render = FORMATS[opts["fmt"]].whatif
-        assert render is not None
+        if render is None:
+            raise ConfigError(f"the head-layout sweep writes {', '.join(formats_with('whatif'))},"
+                              f" not {opts['fmt']}", "Pass --format table or json.")
         text = render(result)
         if opts["plot"]:
             try:

@@ -105,6 +105,9 @@ class ParallelCost:
     """``torch.distributed`` or ``analytic`` (see :data:`SOURCES`)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """How the figures were obtained, and why the analytic model was used where it was."""
+    analytic_activations: int | None = None
+    """The analytic model's activations per rank (Korthikanti et al.'s split) beside the
+    figure torch measured, when ``source`` is ``torch.distributed``; None otherwise."""
 
 
 def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
@@ -121,4 +124,5 @@ def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
         "max_batch_size": cost.max_batch_size,
         "source": cost.source,
         "notes": list(cost.notes),
+        "analytic_activations": cost.analytic_activations,
     }

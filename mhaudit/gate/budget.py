@@ -18,7 +18,9 @@ else:  # pragma: no cover
 
 from mhaudit.contain.files import read_input_text
 from mhaudit.data import BudgetLimit, BudgetResult, Finding, GateOutcome, Report, Severity
+from mhaudit.data.parallel import ParallelPlan
 from mhaudit.errors import ConfigError
+from mhaudit.gate.per_device import budget_plan, per_device_metrics, phase_sections
 
 METRIC_KEYS: dict[str, str] = {
     "max_params": "params_total",
@@ -31,13 +33,19 @@ METRIC_KEYS: dict[str, str] = {
     "max_train_peak_bytes": "train_peak_bytes",
     "max_decode_step_ms": "decode_step_ms",
     "max_decode_kv_cache_bytes": "decode_kv_cache_bytes",
+    "max_train_peak_bytes_per_device": "train_peak_bytes_per_device",
+    "max_decode_peak_bytes_per_device": "decode_peak_bytes_per_device",
+    "max_train_comm_bytes_per_step": "train_comm_bytes_per_step",
 }
-"""Budget key to the report metric it limits."""
+"""Budget key to the report metric it limits (per GPU: see :mod:`mhaudit.gate.per_device`)."""
 
 PHASE_METRICS: dict[str, str] = {
     "train_peak_bytes": "train",
     "decode_step_ms": "decode",
     "decode_kv_cache_bytes": "decode",
+    "train_peak_bytes_per_device": "train",
+    "decode_peak_bytes_per_device": "decode",
+    "train_comm_bytes_per_step": "train",
 }
 """Metrics read from the training or the decode section, and the option that adds it."""
 
@@ -47,7 +55,7 @@ METRICS: tuple[str, ...] = tuple(METRIC_KEYS.values())
 FAIL_ON: tuple[str, ...] = ("error", "warning", "info", "never")
 """Values of ``fail_on``: the lowest flag severity that fails the gate, or never."""
 
-BUDGET_KEYS: tuple[str, ...] = (*METRIC_KEYS, "fail_on", "max_increase_percent")
+BUDGET_KEYS: tuple[str, ...] = (*METRIC_KEYS, "fail_on", "max_increase_percent", "parallel")
 _ENTRY_KEYS = ("limit", "severity", "max_increase_percent")
 _METRIC_ALIASES = {**{m: m for m in METRICS}, **METRIC_KEYS, "params": "params_total"}
 _SCALES: dict[str, int] = {
@@ -80,6 +88,9 @@ class Budget:
     """Metric to severity, where the budget sets one (ERROR otherwise)."""
     source: str = "budget"
     """Where the budget came from, for messages."""
+    parallel: ParallelPlan | None = None
+    """The plan the phases are costed under (``parallel = "tp=8,fsdp=8"``); None for one
+    GPU."""
 
     def severity(self, metric: str) -> Severity:
         """How a breach of ``metric`` counts."""
@@ -169,9 +180,12 @@ def parse_budget(
     increase: dict[str, float] = {}
     default_increase: float | None = None
     fail_on = "error"
+    plan: ParallelPlan | None = None
     for key, value in table.items():
         name = f"{where}{key}"
-        if key == "fail_on":
+        if key == "parallel":
+            plan = budget_plan(value, name, source)
+        elif key == "fail_on":
             if value not in FAIL_ON:
                 raise ConfigError(f"{source}: {name} = {value!r} is not allowed",
                                   'Use "error", "warning", "info" or "never".')
@@ -212,7 +226,7 @@ def parse_budget(
     if not table:
         raise ConfigError(f"{source}: the {section or 'budget'} table is empty, so it would "
                           "pass any model", 'Add a limit, e.g. max_params = "125M".')
-    return Budget(tuple(limits), fail_on, increase, default_increase, severities, source)
+    return Budget(tuple(limits), fail_on, increase, default_increase, severities, source, plan)
 
 
 def check_budget_applies(budget: Budget, device: str) -> None:
@@ -303,6 +317,7 @@ def phase_metrics(training: Mapping[str, Any] | None, decode: Mapping[str, Any] 
         "train_peak_bytes": training.get("peak_bytes") if training else None,
         "decode_step_ms": step_s * 1e3 if isinstance(step_s, (int, float)) else None,
         "decode_kv_cache_bytes": decode.get("kv_cache_bytes") if decode else None,
+        **per_device_metrics(training, decode),
     }
 
 
@@ -318,11 +333,7 @@ def metric_values(report: Report) -> dict[str, float | None]:
     Peak memory is the measured peak, else estimated activations plus parameter bytes.
     """
     values = metrics_from(lambda key: getattr(report.totals, key, None))
-    training, decode = report.training, report.decode
-    values.update(phase_metrics(
-        {"peak_bytes": training.peak_bytes} if training is not None else None,
-        {"time_per_step_s": decode.time_per_step_s, "kv_cache_bytes": decode.kv_cache_bytes}
-        if decode is not None else None))
+    values.update(phase_metrics(*phase_sections(report.training, report.decode)))
     return values
 
 

@@ -19,6 +19,7 @@ from mhaudit.gate.budget import (
     metric_values,
     parse_budget,
 )
+from mhaudit.gate.phases import budget_phase_options
 
 if TYPE_CHECKING:
     from torch import nn
@@ -84,6 +85,8 @@ def check(
     """
     parsed = resolve_budget(budget)
     base = resolve_baseline(baseline)
+    if not isinstance(model, Report):
+        options = _phase_options(parsed, options)
     opts = options.get("options")
     device = options.get("device", getattr(opts, "device", "meta"))
     if not isinstance(model, Report):
@@ -102,3 +105,20 @@ def check(
 
         report = audit(model, example_inputs, **options)
     return evaluate(report, parsed, base)
+
+
+def _phase_options(budget: Budget, options: dict[str, Any]) -> dict[str, Any]:
+    """The audit options with the phases the budget limits and its plan (the same choice
+    ``mhaudit check`` makes), in ``options=AuditOptions(...)`` when one is given."""
+    import dataclasses
+
+    opts = options.get("options")
+    keys = ("train", "decode", "parallel")
+    current = {k: options.get(k, getattr(opts, k, None)) for k in keys}
+    chosen = budget_phase_options(budget, current)
+    changed = {k: v for k, v in chosen.items() if v != current[k]}
+    if not changed:
+        return options
+    if opts is not None:
+        return {**options, "options": dataclasses.replace(opts, **changed)}
+    return {**options, **changed}

@@ -33,6 +33,15 @@ def _forward_flops(blocks: Sequence[AttentionBlock], params: int, batch: int, to
     return 2 * params * batch * tokens + core
 
 
+def _saved_activations(training: TrainingCost | None) -> int | None:
+    """The training step's activations when its peak falls in the forward or backward, where
+    they are about what the forward saved; None after it (the optimizer update's peak holds
+    almost none), so the paper's count is used."""
+    if training is None or training.peak_phase == "optimizer":
+        return None
+    return training.breakdown.activations
+
+
 def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
           precision: str, optimizer: str, training: TrainingCost | None,
           decode: DecodeCost | None, context: int | None,
@@ -45,8 +54,7 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
         tokens = lay.seq_len_q if lay else 1
         flops = training.flops if training else 3 * _forward_flops(blocks, params, batch,
                                                                     tokens, 0)
-        acts = activations if activations is not None else (
-            training.breakdown.activations if training else None)
+        acts = activations if activations is not None else _saved_activations(training)
         return StepSpec(TRAIN, stored, compute, optimizer, batch, tokens, 0, acts, flops)
     ctx = decode.context if decode else (context if context is not None else (
         lay.seq_len_kv if lay else 0))
@@ -113,13 +121,15 @@ def plan_costs(
                 else " (their per-layer count)")] if phase == TRAIN else []
     run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec,
                           precision, use_torch)
-    source = "analytic"
+    source, analytic_acts = "analytic", None
     if run is not None:
-        held = replace(run.held, activations=held.activations, kv_cache=held.kv_cache)
+        analytic_acts = held.activations
+        held = replace(run.held, kv_cache=held.kv_cache)
         comm = replace(comm, sent=run.sent, calls=run.calls)
         source = "torch.distributed"
-        notes.append("states, buffers, peak and collectives measured by torch on rank 0 of a "
-                     f"fake world of {plan.tp * plan.fsdp}")
+        notes = [f"states, buffers, activations, peak and collectives measured by torch on "
+                 f"rank 0 of a fake world of {plan.tp * plan.fsdp}; the analytic split "
+                 f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
     elif why is not None:
         notes.append(f"analytic model: {why}")
     time_s = analytic.step_time_s(spec, comm, held, plan, profile)
@@ -128,7 +138,7 @@ def plan_costs(
         comm_calls_per_step=comm.calls, step_time_s=time_s,
         fits=held.peak <= profile.memory_bytes,
         max_batch_size=analytic.max_batch_size(held, spec.batch, profile),
-        source=source, notes=tuple(notes))
+        source=source, notes=tuple(notes), analytic_activations=analytic_acts)
 
 
 def sweep_costs(

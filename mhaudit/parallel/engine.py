@@ -94,13 +94,15 @@ def _snapshot_bytes(snap: Mapping[Any, Any]) -> dict[str, int]:
     return {str(getattr(k, "value", k)): int(v) for k, v in dev.items()}
 
 
-def _held(current: dict[str, int], peak: dict[str, int]) -> DeviceBytes:
+def _held(current: dict[str, int], forward: dict[str, int], peak: dict[str, int]
+          ) -> DeviceBytes:
     """Per-rank bytes from the trackers' categories: FSDPMemTracker's sharded ones, or
-    MemTracker's when FSDP is off."""
+    MemTracker's when FSDP is off. Activations are the tracker's activation category at
+    the end of the forward, what autograd keeps for the backward on this rank."""
     params = current.get("Sharded Param", current.get("Parameter", 0))
     grads = current.get("Sharded Grad", current.get("Gradient", 0))
     states = current.get("OptState", current.get("Optstate", 0))
-    acts = peak.get("Activation", 0) + peak.get("Inputs", peak.get("Input", 0))
+    acts = forward.get("Activation", 0)
     temps = sum(peak.get(k, 0) for k in ("Unsharded Param", "All Gather", "Reduce Scatter",
                                           "Unsharded Grad"))
     return DeviceBytes(params, grads, states, acts, 0, temps, peak.get("Total", 0))
@@ -155,9 +157,11 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
             with tracker, comm:
                 with cast:
                     loss = _loss(twin(*fargs, **fkwargs))
+                forward = _snapshot_bytes(tracker.get_tracker_snapshot())
                 loss.backward()  # type: ignore[no-untyped-call]
                 if opt is not None:
                     opt.step()
             current = _snapshot_bytes(tracker.get_tracker_snapshot())
             peak = _snapshot_bytes(tracker.get_tracker_snapshot("peak"))
-    return EngineRun(_held(current, peak), comm.collective_bytes(), comm.collective_calls())
+    return EngineRun(_held(current, forward, peak), comm.collective_bytes(),
+                     comm.collective_calls())

@@ -129,6 +129,9 @@ def test_full_budget_parses() -> None:
             "max_train_peak_bytes": "40GiB",
             "max_decode_step_ms": 25,
             "max_decode_kv_cache_bytes": "8GiB",
+            "max_train_peak_bytes_per_device": "40GiB",
+            "max_decode_peak_bytes_per_device": "60GiB",
+            "max_train_comm_bytes_per_step": "100GiB",
             "fail_on": "warning",
             "max_increase_percent": {"default": 10, "flops": "5%", "max_params": 0},
         }
@@ -355,6 +358,8 @@ def test_baseline_round_trip_is_atomic(tmp_path: Path) -> None:
         "kv_cache_bytes_per_token": 256, "peak_activation_bytes": 1_000,
         "peak_memory_bytes": 34_280, "latency_ms": None,
         "train_peak_bytes": None, "decode_step_ms": None, "decode_kv_cache_bytes": None,
+        "train_peak_bytes_per_device": None, "decode_peak_bytes_per_device": None,
+        "train_comm_bytes_per_step": None,
     }
     current = {**TEXTBOOK, "peak_activation_bytes": 1_000, "peak_memory_bytes": 34_280}
     outcome = evaluate_metrics(current,

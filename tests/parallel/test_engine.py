@@ -159,3 +159,18 @@ def test_a_model_torch_cannot_shard_falls_back_and_leaves_no_world() -> None:
     ids = torch.zeros(1, 16, dtype=torch.long)
     fused = plan_costs(gpt, (ids,), {}, audit(gpt, (ids,)).blocks, "tp=2", H100)
     assert fused.source == "analytic" and any("fused" in n for n in fused.notes)
+
+
+def test_torch_runs_give_torch_activations_beside_the_analytic(llama) -> None:  # type: ignore[no-untyped-def]
+    model, ids, blocks = llama
+    one = plan_costs(model, (ids,), {}, blocks, "fsdp=2", H100)
+    split = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=2", H100)
+    assert one.source == split.source == "torch.distributed"
+    assert one.analytic_activations is not None and split.analytic_activations is not None
+    # FSDP leaves a rank's micro-batch whole; TP splits the column-wise outputs over t
+    assert split.per_device_bytes.activations < one.per_device_bytes.activations
+    assert split.analytic_activations < one.analytic_activations
+    assert "activations" in split.notes[0]
+    analytic = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=2", H100, use_torch=False)
+    assert analytic.analytic_activations is None
+    assert analytic.per_device_bytes.activations == split.analytic_activations
