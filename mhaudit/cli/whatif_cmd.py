@@ -22,11 +22,13 @@ from mhaudit.cli.common import (
     write_output,
 )
 from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
+from mhaudit.cli.terminal import terminal_width
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError, first_line
 from mhaudit.options import MAX_SIZE
 from mhaudit.render.formats import FORMATS, formats_with
+from mhaudit.render.style import RenderOptions
 from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
@@ -156,7 +158,7 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
                         device=opts["device"], repeats=opts["repeats"])
         render = FORMATS[opts["fmt"]].whatif
         assert render is not None
-        text = render(result)
+        text = render(result, RenderOptions(width=terminal_width()))
         if opts["plot"]:
             try:
                 say(f"wrote {plot_whatif(result, opts['plot'])}")
