@@ -54,12 +54,16 @@ def render_rule_list(rules: Sequence[Rule], fmt: str = "table", width: int = 88)
 
 
 def _rule_record(row: Sequence[str], width: int) -> str:
-    """One rule on a narrow terminal: code, name, severity and version on a line, the
-    summary wrapped under it."""
+    """One rule on a narrow terminal: code, name, severity and version on a line (severity
+    and version start the summary when the line would be too long), the summary wrapped
+    under it."""
     code, name, severity, since, summary = row
+    title = f"{code}  {name}  {severity}  since {since}"
+    if len(title) > width:
+        title, summary = f"{code}  {name}", f"{severity}, since {since}: {summary}"
     body = textwrap.wrap(summary, width=width, initial_indent="    ",
                          subsequent_indent="    ", break_on_hyphens=False)
-    return "\n".join([f"{code}  {name}  {severity}  since {since}", *body])
+    return "\n".join([title, *body])
 
 
 def _table(rows: Sequence[Sequence[str]], width: int) -> list[str]:
