@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
+NONE = "—"
+"""The one sign for a figure that does not exist (a cell with no value, no flags)."""
+
 
 def count(value: int | float | None) -> str:
     """``16,640``; ``—`` for None."""
     if value is None:
-        return "—"
+        return NONE
     return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
 
 
 def si(value: float | None, unit: str = "") -> str:
     """``1.23 G`` style with decimal prefixes."""
     if value is None:
-        return "—"
+        return NONE
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             return f"{value / factor:.3g} {prefix}{unit}".rstrip()
     return f"{value:.3g} {unit}".rstrip()
 
 
+def flops(value: float | None) -> str:
+    """``489 MFLOP`` / ``34.7 GFLOP`` / ``512 FLOP``: the one way every renderer writes FLOPs."""
+    return si(value, "FLOP")
+
+
 def nbytes(value: float | None) -> str:
     """``1.5 MiB`` style with binary prefixes."""
     if value is None:
-        return "—"
+        return NONE
     size = float(value)
     for prefix in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or prefix == "TiB":
@@ -79,8 +87,8 @@ METRIC_UNITS = {
 def metric_value(metric: str, value: float | None) -> str:
     """A gate metric with its unit, worded as the report words it.
 
-    Exact counts with separators below a million FLOPs and for parameters; SI prefixes
-    for larger FLOPs (``11.4 MFLOP``), IEC for bytes (``50 KiB``), ``ms`` for latency.
+    Exact counts with separators for parameters; FLOPs as every renderer writes them
+    (``11.4 MFLOP``), IEC for bytes (``50 KiB``), ``ms`` for latency.
     """
     if value is None:
         return "n/a"
@@ -89,7 +97,7 @@ def metric_value(metric: str, value: float | None) -> str:
         return f"{value:.3g} ms"
     if unit == "B":
         return nbytes(value)
-    if unit == "FLOP" and abs(value) >= 10**6:
-        return si(value, "FLOP")
+    if unit == "FLOP":
+        return flops(value)
     text = f"{int(value):,}" if float(value).is_integer() else f"{value:,.3g}"
     return f"{text} {unit}".rstrip()

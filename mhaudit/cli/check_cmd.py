@@ -20,6 +20,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.complete import complete_target
 from mhaudit.cli.inputs import (
     command_inputs,
     refuse_imported_as_output,
@@ -53,7 +54,8 @@ Examples:
 
 
 @click.command("check", epilog=EXAMPLES, short_help="Fail CI when models exceed a budget.")
-@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...",
+                shell_complete=complete_target)
 @click.option("--budget", "budget_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="TOML file with a [budget] table (default: the nearest "
               "pyproject.toml with [tool.mhaudit.budget]).")

@@ -124,7 +124,8 @@ def _input_shapes(values: tuple[str, ...] | list[str] | None) -> InputShapes:
     return unnamed, tuple(named.items())
 
 
-def _parse_seq_lens(value: str) -> tuple[int, ...]:
+def parse_seq_lens(value: str) -> tuple[int, ...]:
+    """``--seq-len``: one length (``512``) or a comma-separated list (``512,2048``)."""
     return _positive_ints(value, "length list", "512,2048")
 
 
@@ -206,7 +207,7 @@ def rule_config_from(params: dict[str, Any]) -> RuleConfig:
 
 def options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments from the parsed model options."""
-    lens = _parse_seq_lens(params["seq_len"])
+    lens = parse_seq_lens(params["seq_len"])
     shapes = parse_input_shapes(params["input_shape"])
     device = parse_device(params["device"])
     return {

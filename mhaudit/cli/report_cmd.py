@@ -19,6 +19,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.complete import complete_target
 from mhaudit.cli.inputs import (
     command_inputs,
     refuse_imported_as_output,
@@ -44,7 +45,8 @@ Examples:
 
 
 @click.command("report", epilog=EXAMPLES, short_help="Audit the attention blocks of models.")
-@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...",
+                shell_complete=complete_target)
 @model_options
 @phase_options
 @click.option("--format", "-f", "fmt", type=click.Choice(sorted(formats_with("report"))),

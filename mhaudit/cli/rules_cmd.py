@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mhaudit.cli.common import errors_to_exit, verbose_option, write_output
+from mhaudit.cli.complete import complete_rule
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.errors import ConfigError
@@ -22,8 +23,8 @@ Examples:
 
 
 @click.command("rules", epilog=EXAMPLES, short_help="List the rules, or explain one.")
-@click.argument("code", required=False)
-@click.option("--format", "fmt", type=click.Choice(formats_with("rules")),
+@click.argument("code", required=False, shell_complete=complete_rule)
+@click.option("--format", "-f", "fmt", type=click.Choice(formats_with("rules")),
               default="table", show_default=True, help="Output format.")
 @verbose_option
 def rules(code: str | None, fmt: str, verbose: bool) -> None:

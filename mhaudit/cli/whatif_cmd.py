@@ -16,17 +16,21 @@ from mhaudit.cli.common import (
     errors_to_exit,
     output_path,
     parse_input_shapes,
+    parse_seq_lens,
     require_torch,
     say,
     verbose_option,
     write_output,
 )
+from mhaudit.cli.complete import complete_target
 from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
+from mhaudit.cli.terminal import terminal_width
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
 from mhaudit.errors import ConfigError, first_line
 from mhaudit.options import MAX_SIZE, Precision
 from mhaudit.render.formats import FORMATS, formats_with
+from mhaudit.render.style import RenderOptions
 from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
@@ -44,6 +48,27 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
                           "Write comma-separated counts, e.g. --try-heads 8,16,32.")
     return tuple(int(item) for item in items)
+
+
+def _seq_lens(value: str | None) -> tuple[int, ...]:
+    return () if value is None else parse_seq_lens(value)
+
+
+def _at_lengths(spec: LayoutSpec, lens: tuple[int, ...]) -> list[LayoutSpec]:
+    """The spec at each further length of ``--seq-len`` (its own first)."""
+    return [spec] + [dataclasses.replace(
+        spec, seq_len=n, seq_len_kv=None if spec.kind == "self" else spec.seq_len_kv)
+        for n in lens[1:]]
+
+
+def _joined(texts: list[str], fmt: str) -> str:
+    """One sweep's text as it is; several as a list (a machine-readable format, JSON) or one
+    after another."""
+    if len(texts) == 1:
+        return texts[0]
+    if FORMATS[fmt].machine_readable:
+        return "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
+    return "\n".join(texts)
 
 
 def _pick_block(
@@ -143,13 +168,15 @@ Examples:
 
 
 @click.command("whatif", epilog=EXAMPLES, short_help="Costs of other head layouts of a block.")
-@click.argument("target", required=False)
+@click.argument("target", required=False, shell_complete=complete_target)
 @click.option("--block", "block_name", help="Module name of the block to vary (default: first).")
 @click.option("--d-model", type=_SIZE, help="Model width d (spec mode).")
 @click.option("--heads", type=_SIZE, help="Current query heads h (spec mode).")
 @click.option("--kv-heads", type=_SIZE, help="Current KV heads h_kv (default: h).")
 @click.option("--head-dim", type=_SIZE, help="d_k when h·d_k ≠ d (default: d/h).")
-@click.option("--seq-len", type=_SIZE, help=f"Sequence length n (spec default {DEFAULT_SEQ_LEN}).")
+@click.option("--seq-len", "-n", "seq_lens", callback=lambda _c, _p, v: _seq_lens(v),
+              help="Sequence length n; a list (512,2048,8192), as report takes, sweeps at "
+              f"each length (spec default {DEFAULT_SEQ_LEN}).")
 @click.option("--batch-size", type=_SIZE, help="Batch size b (spec default 1).")
 @click.option("--input-shape", multiple=True, metavar="[NAME=]SHAPE",
               help="Shape of the model's single input (2x3x224x224), or of an input by name "
@@ -177,13 +204,15 @@ Examples:
               show_default=True, help="With --gpus --train: fp32, bf16 or bf16-mixed.")
 @click.option("--context", type=AsciiIntRange(min=0), default=None,
               help="With --gpus --decode: cached tokens (default: the sequence length).")
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="table",
+@click.option("--format", "-f", "fmt", type=click.Choice(_FORMATS), default="table",
               show_default=True, help="Output format (markdown with --gpus only).")
 @click.option("--plot", type=click.Path(dir_okay=False),
-              help="Also draw both sweeps to FILE.png (needs matplotlib).")
+              help="Also draw both sweeps (at the first --seq-len) to FILE.png (needs "
+              "matplotlib).")
 @click.option("--output", "-o", type=click.Path(), help="Write to FILE ('-': stdout), not stdout.")
 @verbose_option
-def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: Any) -> None:
+def whatif(target: str | None, block_name: str | None, seq_lens: tuple[int, ...],
+           verbose: bool, **opts: Any) -> None:
     """What changes with the head layout of one block: h over the divisors of the width,
     and h_kv over the divisors of h.
 
@@ -202,19 +231,23 @@ def whatif(target: str | None, block_name: str | None, verbose: bool, **opts: An
         if target is None and opts["input_shape"]:
             raise ConfigError("--input-shape shapes a model's input, and no model was given",
                               "Add the model file, or drop --input-shape.")
+        opts["seq_len"] = seq_lens[0] if seq_lens else None
         if opts["gpus"] is not None:
             write_output(_parallel_sweep(target, opts), destination)
             return
         _refuse_sweep_flags(opts)
         spec = _model_spec(target, block_name, opts) if target else _spec(opts)
         profile = get_profile(opts["gpu"] or DEFAULT_GPU)
-        result = run_whatif(spec, profile, try_heads=_int_list(opts["try_heads"]),
-                        device=opts["device"], repeats=opts["repeats"])
+        results = [run_whatif(s, profile, try_heads=_int_list(opts["try_heads"]),
+                              device=opts["device"], repeats=opts["repeats"])
+                   for s in _at_lengths(spec, seq_lens)]
+        result = results[0]
         render = FORMATS[opts["fmt"]].whatif
         if render is None:
             raise ConfigError(f"the head-layout sweep writes {', '.join(formats_with('whatif'))},"
                               f" not {opts['fmt']}", "Pass --format table or json.")
-        text = render(result)
+        options = RenderOptions(width=terminal_width())
+        text = _joined([render(r, options) for r in results], opts["fmt"])
         if opts["plot"]:
             try:
                 say(f"wrote {plot_whatif(result, opts['plot'])}")

@@ -60,7 +60,7 @@ else:
 
 ReportRenderer = Callable[[Report, RenderOptions], str]
 ManyRenderer = Callable[[Sequence[Report], RenderOptions], str]
-WhatIfRenderer = Callable[[WhatIf], str]
+WhatIfRenderer = Callable[[WhatIf, RenderOptions], str]
 RulesRenderer = Callable[[Sequence[Rule], RenderOptions], str]
 RuleRenderer = Callable[[Rule, RenderOptions], str]
 ListingRenderer = Callable[[str | None, int, Mapping[int, Mapping[str, Any]]], str]

@@ -14,8 +14,8 @@ def _prefill(report: Report) -> str:
     if report.blocks:
         lay = report.blocks[0].layout
         shape = f"{lay.batch_size}×{lay.seq_len_q} tokens, "
-    return (f"  prefill forward: {shape}{units.si(t.flops)}FLOP (attention "
-            f"{units.si(t.attention_flops)}FLOP){peak}")
+    return (f"  prefill forward: {shape}{units.flops(t.flops)} (attention "
+            f"{units.flops(t.attention_flops)}){peak}")
 
 
 def _decode(report: Report) -> str | None:
@@ -27,7 +27,7 @@ def _decode(report: Report) -> str | None:
                 "tokens (an encoder)")
     fits = "fits" if d.fits else "does not fit"
     return (f"  decode step: {d.batch_size} × 1 token at context {d.context:,}, "
-            f"{units.si(d.flops_per_step)}FLOP, {units.nbytes(d.bytes_per_step)} read "
+            f"{units.flops(d.flops_per_step)}, {units.nbytes(d.bytes_per_step)} read "
             f"(KV cache {units.nbytes(d.kv_read_bytes)}), {units.seconds(d.time_per_step_s)} "
             f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; KV cache "
             f"{units.nbytes(d.kv_cache_bytes)} {fits} beside the weights "
@@ -50,7 +50,7 @@ def _training(report: Report) -> str | None:
             f"(params {units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer "
             f"states {units.nbytes(b.optimizer_states)}, activations "
             f"{units.nbytes(b.activations)}, temporaries {units.nbytes(b.temporaries)}); "
-            f"{units.si(t.flops)}FLOP; attention keeps {units.nbytes(saved)} for the backward "
+            f"{units.flops(t.flops)}; attention keeps {units.nbytes(saved)} for the backward "
             f"(scores {units.nbytes(scores)}); {fits}")
 
 

@@ -43,7 +43,8 @@ def visible_len(text: str) -> int:
 
 
 def wrap(line: str, options: RenderOptions, hang: int = 2) -> list[str]:
-    """``line`` wrapped to ``options.width``, continuation lines indented ``hang`` more."""
+    """``line`` wrapped to ``options.width``, continuation lines indented ``hang`` more;
+    a word (a block name) longer than a line is kept whole."""
     width = None if options.wide else options.width
     if width is None or len(line) <= width:
         return [line]
@@ -51,4 +52,5 @@ def wrap(line: str, options: RenderOptions, hang: int = 2) -> list[str]:
     return textwrap.wrap(
         line.strip(), width=width, initial_indent=" " * lead,
         subsequent_indent=" " * (lead + hang), break_on_hyphens=False,
+        break_long_words=False,
     ) or [line]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-
-from tabulate import tabulate
 
 from mhaudit import units
 from mhaudit.data import BlockGroup, Finding, Report
 from mhaudit.render.escape import defuse_lines, plain
+from mhaudit.render.fit import fitted, pick, simple_table
 from mhaudit.render.phases import phase_lines, verify_lines
 from mhaudit.render.style import PLAIN, RenderOptions, paint, wrap
 from mhaudit.render.summary import summary_table
@@ -46,10 +44,10 @@ def block_rows(report: Report) -> list[list[str]]:
             units.count(par.total),
             units.count(par.textbook),
             units.signed(par.delta),
-            units.si(b.flops.total),
-            units.nbytes(b.memory.scores_bytes) if b.memory.scores_bytes is not None else "—",
+            units.flops(b.flops.total),
+            units.nbytes(b.memory.scores_bytes),
             units.nbytes(b.memory.kv_cache_bytes_per_token),
-            ",".join(f.code for f in b.findings) or "—",
+            ",".join(f.code for f in b.findings) or units.NONE,
         ])
     return rows
 
@@ -136,14 +134,14 @@ def total_lines(report: Report) -> list[str]:
     lines = [
         f"attention blocks: {t.num_blocks}; attention params {units.count(t.attention_params)} "
         f"of {units.count(t.params_total)} ({units.percent(t.attention_params_share)})",
-        f"forward FLOPs: {units.si(t.flops)} (attention {units.si(t.attention_flops)}; "
+        f"forward FLOPs: {units.flops(t.flops)} (attention {units.flops(t.attention_flops)}; "
         "2 per multiply-add)",
         f"KV cache per token: {units.nbytes(t.kv_cache_bytes_per_token)}; "
         f"parameters {units.nbytes(t.param_bytes)}",
     ]
     fvcore = report.extras.get("fvcore")
     if isinstance(fvcore, dict):
-        lines.append(f"fvcore for comparison: {units.si(fvcore['flops'])} (its MACs × 2; "
+        lines.append(f"fvcore for comparison: {units.flops(fvcore['flops'])} (its MACs × 2; "
                      "it skips softmax, SDPA and elementwise ops)")
     if t.peak_activation_bytes is not None:
         lines.append(f"peak activations (estimate): {units.nbytes(t.peak_activation_bytes)}")
@@ -169,7 +167,7 @@ SCALING_HEADERS = ("seq len", "attention FLOPs", "scores (if materialised)", "KV
 def scaling_rows(report: Report) -> list[list[str]]:
     """One row per projected sequence length."""
     return [
-        [str(p.seq_len), units.si(p.attention_flops), units.nbytes(p.scores_bytes),
+        [str(p.seq_len), units.flops(p.attention_flops), units.nbytes(p.scores_bytes),
          units.nbytes(p.kv_cache_bytes)]
         for p in report.scaling
     ]
@@ -191,71 +189,20 @@ def measure_rows(report: Report) -> list[list[str]]:
     ]
 
 
-DROP_ORDER = ("Δ", "impl", "×", "KV/token")
-"""Core columns given up, in this order, when even wrapped cells do not fit the width."""
+DROP_ORDER = ("Δ", "impl", "×", "KV/token", "d_k", "h_kv")
+"""Core columns given up, first to last, when the table does not fit the width; block, h,
+params, FLOPs and flags stay. When even they do not fit, each group becomes a record of
+``name: value`` lines. A block name is never broken over lines."""
 
 
 def block_table(report: Report, options: RenderOptions = PLAIN) -> str:
-    """The block table: every column with ``wide`` (or no width), else the core columns,
-    with the block and flags cells wrapped (and the least needed columns dropped) until the
-    table fits ``options.width``."""
+    """The block table: every column with ``wide`` (or no width), else the core columns
+    fitted to ``options.width`` as :data:`DROP_ORDER` states."""
     rows = block_rows(report)
     if options.wide or options.width is None:
-        return tabulate(rows, headers=BLOCK_HEADERS, tablefmt="simple", disable_numparse=True)
-    headers = list(CORE_HEADERS)
-    text = _fit(rows, headers, options.width)
-    for dropped in DROP_ORDER:
-        if _width(text) <= options.width:
-            break
-        headers.remove(dropped)
-        text = _fit(rows, headers, options.width)
-    return text
-
-
-def _fit(rows: list[list[str]], headers: list[str], width: int) -> str:
-    """The table of ``headers``, the flags then the block cells wrapped to fit ``width``."""
-    keep = [BLOCK_HEADERS.index(h) for h in headers]
-    picked = [[row[i].replace(",MHA", ", MHA") for i in keep] for row in rows]
-
-    def draw(flags: int | None, block: int | None) -> str:
-        cells = [[_break_at_dots(r[0], block), *r[1:]] for r in picked]
-        limits: list[int | None] = [*([None] * (len(headers) - 1)), flags]
-        return tabulate(cells, headers=headers, tablefmt="simple",
-                        disable_numparse=True, maxcolwidths=limits)
-
-    flags = max([5] + [len(r[-1]) for r in picked])
-    block = max([5] + [len(r[0]) for r in picked])
-    text = draw(None, None)
-    while _width(text) > width and flags > 7:  # "MHA002," per line at the least
-        flags -= 1
-        text = draw(flags, None)
-    while _width(text) > width and block > 12:
-        block -= 1
-        text = draw(flags, block)
-    return text
-
-
-_DOT = re.compile(r"\.(?![^{]*\})")  # a dot that is not inside {0..31}
-
-
-def _break_at_dots(name: str, limit: int | None) -> str:
-    """A dotted module name on lines of at most ``limit``, broken after dots where it can."""
-    if limit is None or len(name) <= limit:
-        return name
-    lines, current = [], ""
-    for part in _DOT.sub(".\0", name).split("\0"):
-        if current and len(current) + len(part) > limit:
-            lines.append(current)
-            current = ""
-        while len(part) > limit:
-            lines.append(part[:limit])
-            part = part[limit:]
-        current += part
-    return "\n".join([*lines, current] if current else lines)
-
-
-def _width(text: str) -> int:
-    return max((len(line) for line in text.splitlines()), default=0)
+        return simple_table(rows, BLOCK_HEADERS)
+    core = pick(rows, BLOCK_HEADERS, CORE_HEADERS)
+    return fitted(core, CORE_HEADERS, DROP_ORDER, options.width)
 
 
 def _flag_items(report: Report, options: RenderOptions) -> list[str]:
@@ -279,8 +226,9 @@ def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
     def prose(lines: list[str]) -> list[str]:
         return [part for line in lines for part in wrap(line, options)]
 
+    width = None if options.wide else options.width
     title, *how = header_lines(report)
-    out = [paint(title, None, options), *prose(how), ""]
+    out = [*(paint(line, None, options) for line in wrap(title, options)), *prose(how), ""]
     if report.groups:
         out.append(block_table(report, options))
         out.append("")
@@ -299,12 +247,10 @@ def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
         out.extend(_flag_items(report, options))
         out.append("")
     if report.scaling:
-        out.append(tabulate(scaling_rows(report), headers=SCALING_HEADERS, tablefmt="simple",
-                            disable_numparse=True))
+        out.append(fitted(scaling_rows(report), SCALING_HEADERS, (), width))
         out.append("")
     if report.measurement is not None:
-        out.append(tabulate(measure_rows(report), headers=MEASURE_HEADERS, tablefmt="simple",
-                            disable_numparse=True))
+        out.append(fitted(measure_rows(report), MEASURE_HEADERS, (), width))
         out.append("")
     for section in (phase_lines(report), verify_lines(report)):
         if section:
@@ -315,6 +261,8 @@ def render_table(report: Report, options: RenderOptions = PLAIN) -> str:
 
 def render_table_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
     """A summary table across the models, then each model's table."""
-    parts = [f"mhaudit: summary of {len(reports)} models", "", summary_table(reports), ""]
+    width = None if options.wide else options.width
+    parts = [f"mhaudit: summary of {len(reports)} models", "",
+             summary_table(reports, width=width), ""]
     parts += [render_table(r, options) for r in reports]
     return "\n".join(parts)

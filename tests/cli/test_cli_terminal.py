@@ -78,8 +78,10 @@ def test_several_targets_in_one_process() -> None:
     assert table.exit_code == 0, table.output
     assert table.stdout.startswith("mhaudit: summary of 2 models\n")
     summary = table.stdout.split("\n\n")[1].splitlines()
-    assert summary[0].split() == ["model", "blocks", "params", "attention", "FLOPs", "KV/token",
-                                  "findings"]
+    # the paths are long: the summary gives up columns in SUMMARY_DROP_ORDER to fit 100
+    kept = summary[0].split()
+    assert kept[0] == "model" and "FLOPs" in kept and kept[-1] == "findings"
+    assert "attention" not in kept and max(len(line) for line in summary) <= 100
     assert "2 warning, 1 info" in summary[2]  # MHA004, MHA005; MHA010
     # MHA010 on each of two layers; on H100 at bf16 the cuDNN kernel runs d_k = 32 unpadded
     assert "2 info" in summary[3] and "warning" not in summary[3]

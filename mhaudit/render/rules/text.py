@@ -38,7 +38,8 @@ def rule_dict(rule: Rule) -> dict[str, Any]:
 
 
 def render_rule_list(rules: Sequence[Rule], fmt: str = "table", width: int = 88) -> str:
-    """``rules`` as a table for people (``table``), GitHub markdown or JSON."""
+    """``rules`` as a table for people (``table``; a record per rule when the summaries do
+    not fit ``width`` on one line), GitHub markdown or JSON."""
     if fmt == "json":
         return json.dumps([rule_dict(r) for r in rules], indent=2) + "\n"
     rows = [(r.code, r.name, r.severity.value, r.since, r.summary) for r in rules]
@@ -47,8 +48,22 @@ def render_rule_list(rules: Sequence[Rule], fmt: str = "table", width: int = 88)
     # tabulate pads headers by 2 and puts 2 spaces between columns
     fixed = sum(max(len(LIST_HEADERS[i]) + 2, *(len(row[i]) for row in rows)) + 2
                 for i in range(4))
-    return tabulate(rows, headers=LIST_HEADERS, disable_numparse=True,
-                    maxcolwidths=[None, None, None, None, max(24, width - fixed)]) + "\n"
+    if fixed + max(len(row[4]) for row in rows) <= width:
+        return tabulate(rows, headers=LIST_HEADERS, disable_numparse=True) + "\n"
+    return "\n".join(_rule_record(row, width) for row in rows) + "\n"
+
+
+def _rule_record(row: Sequence[str], width: int) -> str:
+    """One rule on a narrow terminal: code, name, severity and version on a line (severity
+    and version start the summary when the line would be too long), the summary wrapped
+    under it."""
+    code, name, severity, since, summary = row
+    title = f"{code}  {name}  {severity}  since {since}"
+    if len(title) > width:
+        title, summary = f"{code}  {name}", f"{severity}, since {since}: {summary}"
+    body = textwrap.wrap(summary, width=width, initial_indent="    ",
+                         subsequent_indent="    ", break_on_hyphens=False)
+    return "\n".join([title, *body])
 
 
 def _table(rows: Sequence[Sequence[str]], width: int) -> list[str]:
