@@ -27,12 +27,12 @@ class MhauditError(Exception):
 
     def one_line(self) -> str:
         """The message and the tip on one line, as the CLI prints it."""
-        return sentences(self.message, self.tip)
+        return sentences(" ".join(self.message.split()), " ".join(self.tip.split()))
 
 
 def end_sentence(text: str) -> str:
-    """``text`` on one line, ending in exactly one stop (``?`` and ``!`` are kept)."""
-    line = " ".join(text.split()).rstrip(". ")
+    """``text`` ending in exactly one stop (``?`` and ``!`` are kept)."""
+    line = text.strip().rstrip(". \t\n")
     if not line:
         return ""
     return line if line.endswith(("?", "!", "?'", '?"', "?`")) else f"{line}."

@@ -161,7 +161,7 @@ def terminate_as_exception() -> Iterator[None]:
 
 def _usage_error(error: click.UsageError) -> NoReturn:
     hint = f"Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
-    line = sentences(error.format_message(), hint)
+    line = sentences(" ".join(error.format_message().split()), hint)
     with contextlib.suppress(Exception):  # a closed or full stderr loses the line, not the code
         click.echo(f"mhaudit: error: {line}", file=error_stream())
     sys.exit(error.exit_code)

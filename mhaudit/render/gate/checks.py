@@ -31,6 +31,15 @@ class Checked:
         return {**self.report.to_dict(),
                 "budget": one.budget_to_dict(self.outcome, self.metrics)}
 
+    def folded(self) -> dict[str, str | None]:
+        """A repeated layer's block names: the first to its group label, the others to None."""
+        found: dict[str, str | None] = {}
+        for g in self.report.groups:
+            if g.count > 1:
+                found.update(dict.fromkeys(g.names[1:]))
+                found[g.names[0]] = f"{g.pattern} ({g.count} blocks)"
+        return found
+
     def locations(self) -> dict[str | None, SourceLocation]:
         """Block name (None: the model) to its source location."""
         found: dict[str | None, SourceLocation] = {
@@ -71,7 +80,7 @@ def checks_json(items: Sequence[Checked], options: RenderOptions) -> str:
 
 def checks_github(items: Sequence[Checked], options: RenderOptions) -> str:
     """GitHub annotations for every breach and failing flag of every target."""
-    return "".join(one.render_github(c.outcome, c.locations()) for c in items)
+    return "".join(one.render_github(c.outcome, c.locations(), c.folded()) for c in items)
 
 
 def checks_markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
