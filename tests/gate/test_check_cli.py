@@ -315,3 +315,28 @@ def test_update_baseline_exits_0_once_recorded_and_still_shows_the_verdict(
     assert over.exit_code == 0, over.output  # the job that records a baseline stays green
     assert base.is_file()
     assert "FAIL" in over.output and "params_total" in over.output  # the verdict is not hidden
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_several_targets_give_a_verdict_per_model_and_one_overall(
+        models: dict[int, Path], tmp_path: Path, fmt: str) -> None:
+    limit = budget(tmp_path, "max_params = 20000")  # d = 64 passes, d = 96 fails
+    result = run(models[64], models[96], "--budget", limit, "--format", fmt)
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "2 models: 1 passed, 1 failed" in out
+    lines = out.splitlines()
+    assert "FAIL: 2 models: 1 passed, 1 failed" in lines[-1]
+    if fmt == "table":
+        assert f"PASS {models[64]}" in lines and f"FAIL {models[96]}" in lines
+    else:
+        assert any("PASS" in x and models[64].name in x for x in lines if x.startswith("| "))
+        assert any("FAIL" in x and models[96].name in x for x in lines if x.startswith("| "))
+    # the FLOPs budget depends on the example input: each model's header names it
+    assert out.count("(input x 2×10×") == 2
+
+
+def test_two_passing_targets_pass_overall(models: dict[int, Path], tmp_path: Path) -> None:
+    result = run(models[64], models[96], "--budget", budget(tmp_path, "max_params = 50000"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "PASS: 2 models: 2 passed, 0 failed"

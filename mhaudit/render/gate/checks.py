@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from mhaudit.data import GateOutcome, Report, Severity, SourceLocation
+from mhaudit.render.escape import summary as _summary_text
 from mhaudit.render.gate import outcome as one
 from mhaudit.render.html import html_table, page, report_section
 from mhaudit.render.sarif import fingerprint, physical, sarif_log
@@ -60,15 +61,50 @@ BUDGET_RULE = {
     "helpUri": "https://github.com/mhaudit/mhaudit#ci-model-budget-gate",
     "defaultConfiguration": {"level": "error"},
 }
+def escape_md(text: str) -> str:
+    """A target name in a markdown table cell."""
+    return _summary_text(text)
+
+
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
+def input_shapes(report: Report) -> str:
+    """The example inputs the FLOPs budget depends on: ``x 1×128×256`` (``;`` between)."""
+    parts = []
+    for name, spec in report.model.inputs.items():
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        dims = "×".join(str(d) for d in shape) if isinstance(shape, (list, tuple)) else "?"
+        parts.append(f"{name} {dims}")
+    return "; ".join(parts)
+
+
+def _title(prefix: str, c: Checked) -> str:
+    shapes = input_shapes(c.report)
+    return f"{prefix}{c.target}" + (f" (input {shapes})" if shapes else "")
+
+
+def model_verdicts(items: Sequence[Checked]) -> list[str]:
+    """One ``PASS a.py`` / ``FAIL b.py`` line per model, then the overall verdict."""
+    lines = [f"{'PASS' if c.outcome.passed else 'FAIL'} {c.target}" for c in items]
+    return [*lines, overall_verdict(items)]
+
+
+def overall_verdict(items: Sequence[Checked]) -> str:
+    """``FAIL: 2 models: 1 passed, 1 failed``: the worst verdict wins."""
+    failed = sum(not c.outcome.passed for c in items)
+    word = "FAIL" if failed else "PASS"
+    return f"{word}: {len(items)} models: {len(items) - failed} passed, {failed} failed"
+
+
 def checks_table(items: Sequence[Checked], options: RenderOptions) -> str:
-    """Each target's gate table; a summary across models first when there are several."""
-    parts = [one.render_table(c.outcome, title=f"mhaudit check {c.target}") for c in items]
+    """Each target's gate table; with several, a summary across models first and the
+    per-model verdicts and the overall one last."""
+    parts = [one.render_table(c.outcome, title=_title("mhaudit check ", c)) for c in items]
     if len(items) > 1:
         table = summary_table([c.report for c in items])
         parts.insert(0, f"mhaudit: {len(items)} models\n\n{table}\n")
+        parts.append("\n".join(model_verdicts(items)) + "\n")
     return "\n".join(parts)
 
 
@@ -84,11 +120,16 @@ def checks_github(items: Sequence[Checked], options: RenderOptions) -> str:
 
 
 def checks_markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
-    """The job summary: one section per target, a summary table first when there are several."""
-    parts = [one.render_markdown(c.outcome, title=f"mhaudit budget: {c.target}") for c in items]
+    """The job summary: one section per target; with several, a summary table first and
+    the per-model verdicts and the overall one last."""
+    parts = [one.render_markdown(c.outcome, title=_title("mhaudit budget: ", c)) for c in items]
     if len(items) > 1:
         parts.insert(0, f"## mhaudit: {len(items)} models\n\n"
                      f"{summary_table([c.report for c in items], 'github')}\n")
+        rows = [f"| {escape_md(c.target)} | {'✅ PASS' if c.outcome.passed else '❌ FAIL'} |"
+                for c in items]
+        parts.append("\n".join(["## Verdict", "", "| Model | Verdict |", "|---|---|", *rows,
+                                "", f"**{overall_verdict(items)}**"]) + "\n")
     return "\n".join(parts)
 
 
