@@ -136,6 +136,14 @@ def test_action_runs_the_gate_with_annotations_and_a_summary() -> None:
     script = "\n".join(step.get("run", "") for step in action["runs"]["steps"])
     assert 'pip install --quiet "${GITHUB_ACTION_PATH}[hf]"' in script
     assert "mhaudit check" in script and "GITHUB_STEP_SUMMARY" in script
+    # one audit: the summary comes from the same run (--summary), never a second one
+    invocations = [line for line in script.splitlines()
+                   if re.match(r"\s*(mhaudit|python -m mhaudit)\s", line)]
+    assert len(invocations) == 1 and "${targets[@]}" in invocations[0], invocations
+    assert '--summary "${RUNNER_TEMP' in script
+    # arguments travel as bash arrays, each quoted: never re-split on whitespace
+    assert re.search(r'mhaudit check "\$\{targets\[@\]\}" "\$\{common\[@\]\}" '
+                     r'"\$\{extra\[@\]\}"', script)
     bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True,
                           check=False)
     assert bash.returncode == 0, bash.stderr

@@ -70,9 +70,12 @@ Examples:
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the output here (atomically; '-' for stdout) instead of stdout.")
+@click.option("--summary", "summary", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the markdown summary to this file (atomically, "
+              "with --output), so one run gives both.")
 def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: Path | None,
                   update_baseline: bool, allow_other_model: bool, fmt: str,
-                  output: Path | None, **params: Any) -> None:
+                  output: Path | None, summary: Path | None, **params: Any) -> None:
     """Fail (exit 1) when a TARGET is over its attention budget.
 
     TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
@@ -91,9 +94,11 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
                               "Run mhaudit check once per model, each with its own baseline.")
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
+        summary_out = _summary_path(summary)
         _refuse_same_file(destination, baseline_out)
         refuse_inputs_as_outputs(
-            [("--output", destination), ("--baseline", baseline_out)],
+            [("--output", destination), ("--baseline", baseline_out),
+             ("--summary", summary_out)],
             command_inputs(targets, budget=budget_path,
                            baseline=None if update_baseline else baseline))
         from mhaudit.gate.baseline import load_baseline_report
@@ -116,7 +121,8 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         form = FORMATS[fmt]
         listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
         if items or listed:
-            _emit(form, items, destination, baseline_out, baseline, (len(targets), failed))
+            _emit(form, items, (destination, baseline_out, summary_out), baseline,
+                  (len(targets), failed))
             # recording a baseline is the job's purpose: it succeeds once written, and the
             # verdict is still shown
             if not update_baseline and any(not c.outcome.passed for c in items):
@@ -142,38 +148,51 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
     return items
 
 
-def _emit(form: OutputFormat, items: list[Checked], destination: OutputPath,
-          baseline_out: OutputPath | None, baseline: Path | None,
-          targets: tuple[int, list[Failed]]) -> None:
-    """Write the output (and the baseline, both or neither), then the verdicts on stderr.
-    ``targets``: how many were given and the failed ones, for a format that lists them."""
+def _emit(form: OutputFormat, items: list[Checked],
+          outputs: tuple[OutputPath, OutputPath | None, OutputPath | None],
+          baseline: Path | None, targets: tuple[int, list[Failed]]) -> None:
+    """Write the output, the baseline and the summary (all or none), then the verdicts on
+    stderr. ``outputs``: where the output, the baseline (or None) and the markdown summary
+    (or None) go; ``targets``: how many were given and the failed ones."""
     from mhaudit.gate.baseline import baseline_text
 
+    destination, baseline_out, summary_out = outputs
     assert form.checks is not None
     options = render_options(form, False, destination.is_stdout,
                              flagged_sweeps(form, [c.report for c in items]))
-    text = form.checks(items, options) if items else None
-    text = with_failed(form, text, *targets)
-    text = text or ""
-    refuse_imported_as_output(destination)
-    if baseline_out is not None:
-        refuse_imported_as_output(baseline_out)
-    if baseline_out is not None and items:  # both files are replaced, or neither
-        writes = [(baseline_out, baseline_text(items[0].data()))]
-        if destination.path is not None:
-            writes.insert(0, (destination, text))
-        write_texts_atomic(writes)
-        if destination.path is None:
-            write_output(text, destination)
-        say(f"wrote baseline {baseline}")
-    else:
+    text = with_failed(form, form.checks(items, options) if items else None, *targets) or ""
+    writes: list[tuple[OutputPath, str]] = [(destination, text)]
+    if baseline_out is not None and items:  # every file is replaced, or none
+        writes.append((baseline_out, baseline_text(items[0].data())))
+    if summary_out is not None:
+        markdown = FORMATS["markdown"]
+        assert markdown.checks is not None
+        summary = markdown.checks(items, PLAIN) if items else None
+        writes.append((summary_out, with_failed(markdown, summary, *targets) or ""))
+    for out, _ in writes:
+        refuse_imported_as_output(out)
+    write_texts_atomic(writes)  # the report stream is skipped here and printed below
+    if destination.path is None:
         write_output(text, destination)
+    if baseline_out is not None and items:
+        say(f"wrote baseline {baseline}")
     if form.step_summary is not None:
         _append_step_summary(form.step_summary(items, PLAIN))
     if not destination.is_stdout or not form.states_verdict:
         for c in items:
             prefix = f"{c.target}: " if len(items) > 1 else ""
             say(f"{prefix}{verdict(c.outcome)}")
+
+
+def _summary_path(summary: Path | None) -> OutputPath | None:
+    """``--summary FILE``: a file, never a stream (the output already has stdout)."""
+    if summary is None:
+        return None
+    out = output_path(summary)
+    if out.path is None or out.in_place:
+        raise ConfigError("--summary needs a file, not a stream",
+                          "Name a markdown file, e.g. --summary mhaudit-summary.md.")
+    return out
 
 
 def _refuse_same_file(output: OutputPath, baseline: OutputPath | None) -> None:

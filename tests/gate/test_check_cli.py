@@ -340,3 +340,31 @@ def test_two_passing_targets_pass_overall(models: dict[int, Path], tmp_path: Pat
     result = run(models[64], models[96], "--budget", budget(tmp_path, "max_params = 50000"))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[-1] == "PASS: 2 models: 2 passed, 0 failed"
+
+
+def test_summary_writes_the_markdown_beside_the_output_in_one_run(
+        models: dict[int, Path], tmp_path: Path) -> None:
+    summary, sarif = tmp_path / "summary.md", tmp_path / "gate.sarif"
+    limit = budget(tmp_path, "max_params = 20000")
+    result = run(models[96], "--budget", limit, "--format", "sarif", "--output", sarif,
+                 "--summary", summary)
+    assert result.exit_code == 1, result.output
+    assert json.loads(sarif.read_text(encoding="utf-8"))["version"] == "2.1.0"
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("## mhaudit budget: ") and "❌ failed" in text
+    assert "params_total" in text
+    assert text.splitlines()[-1].startswith("FAIL: 1 budget(s) checked, 1 exceeded")
+    assert not list(tmp_path.glob("*.tmp*")) and not list(tmp_path.glob(".*summary*"))
+
+
+@pytest.mark.parametrize("what", ["model", "budget", "stream"])
+def test_summary_never_overwrites_an_input(models: dict[int, Path], tmp_path: Path,
+                                           what: str) -> None:
+    limit = budget(tmp_path, "max_params = 50000")
+    target = {"model": models[64], "budget": limit, "stream": Path("-")}[what]
+    before = target.read_bytes() if what != "stream" else b""
+    result = run(models[64], "--budget", limit, "--summary", target)
+    assert result.exit_code == 2, result.output
+    assert "--summary" in result.output
+    if what != "stream":
+        assert target.read_bytes() == before
