@@ -20,6 +20,7 @@ from mhaudit.cli.common import (
     say,
     write_output,
 )
+from mhaudit.cli.configured import targets_or_configured
 from mhaudit.cli.inputs import (
     command_inputs,
     refuse_imported_as_output,
@@ -53,7 +54,7 @@ Examples:
 
 
 @click.command("check", epilog=EXAMPLES, short_help="Fail CI when models exceed a budget.")
-@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
+@click.argument("targets", nargs=-1, required=False, metavar="[TARGET]...")
 @click.option("--budget", "budget_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="TOML file with a [budget] table (default: the nearest "
               "pyproject.toml with [tool.mhaudit.budget]).")
@@ -78,7 +79,8 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
                   output: Path | None, summary: Path | None, **params: Any) -> None:
     """Fail (exit 1) when a TARGET is over its attention budget.
 
-    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
+    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json;
+    without one, the targets listed under [tool.mhaudit] in pyproject.toml.
     Exit codes: 0 within budget, 1 over budget or a failing flag, 2 bad
     configuration, 3 the model could not be loaded or traced, 4 a bug in mhaudit;
     with several targets the worst one wins.
@@ -86,6 +88,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
         require_torch()  # before anything that imports it: a broken torch is exit 3
+        targets = targets_or_configured(targets)
         if update_baseline and baseline is None:
             raise ConfigError("--update-baseline needs --baseline FILE",
                               "Name the JSON file to write, e.g. --baseline mhaudit-baseline.json.")
