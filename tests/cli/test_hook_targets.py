@@ -39,7 +39,7 @@ def test_hooks_declare_entry_language_files_and_no_file_names() -> None:
         assert hook["language"] == ("python" if hook_id.endswith("-isolated") else "system")
         assert hook["pass_filenames"] is False  # targets come from [tool.mhaudit]
         assert "args" not in hook
-        assert r"\.(py|toml|json)$" == hook["files"]
+        assert hook["files"] == r"\.(py|toml|json)$"
 
 
 # the textbook model is within 10M parameters, and its eager scores are a warning (MHA005)
