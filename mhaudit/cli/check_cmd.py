@@ -34,7 +34,7 @@ from mhaudit.cli.phase_options import (
 from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options, with_failed
 from mhaudit.errors import ConfigError
 from mhaudit.render.formats import FORMATS, OutputFormat, formats_with
-from mhaudit.render.gate import Checked, verdict
+from mhaudit.render.gate import Checked, overall_verdict, verdict
 from mhaudit.render.style import PLAIN
 
 if TYPE_CHECKING:
@@ -185,6 +185,8 @@ def _emit(form: OutputFormat, items: list[Checked],
         for c in items:
             prefix = f"{c.target}: " if len(items) > 1 else ""
             say(f"{prefix}{verdict(c.outcome)}")
+        if len(items) > 1:
+            say(overall_verdict(items))
 
 
 def _summary_path(summary: Path | None) -> OutputPath | None:

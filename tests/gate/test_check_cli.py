@@ -368,3 +368,12 @@ def test_summary_never_overwrites_an_input(models: dict[int, Path], tmp_path: Pa
     assert "--summary" in result.output
     if what != "stream":
         assert target.read_bytes() == before
+
+
+def test_several_targets_to_a_file_say_the_overall_verdict_on_stderr(
+        models: dict[int, Path], tmp_path: Path) -> None:
+    out = tmp_path / "gate.json"
+    result = run(models[64], models[96], "--budget", budget(tmp_path, "max_params = 20000"),
+                 "--format", "json", "--output", out)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].endswith("FAIL: 2 models: 1 passed, 1 failed")
