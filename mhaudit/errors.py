@@ -27,9 +27,20 @@ class MhauditError(Exception):
 
     def one_line(self) -> str:
         """The message and the tip on one line, as the CLI prints it."""
-        text = " ".join(self.message.split()).rstrip(".")
-        tip = " ".join(self.tip.split())
-        return f"{text}. {tip}" if tip else f"{text}."
+        return sentences(" ".join(self.message.split()), " ".join(self.tip.split()))
+
+
+def end_sentence(text: str) -> str:
+    """``text`` ending in exactly one stop (``?`` and ``!`` are kept)."""
+    line = text.strip().rstrip(". \t\n")
+    if not line:
+        return ""
+    return line if line.endswith(("?", "!", "?'", '?"', "?`")) else f"{line}."
+
+
+def sentences(*parts: str) -> str:
+    """Each non-empty part as a sentence, joined by one space: never ``?.`` or ``..``."""
+    return " ".join(s for s in (end_sentence(p) for p in parts) if s)
 
 
 def safe_text(value: object, convert: Callable[[object], str] = str) -> str:

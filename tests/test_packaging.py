@@ -49,9 +49,32 @@ def test_wheel_and_sdist_build_without_warnings_and_pass_twine(tmp_path: Path) -
         carried = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     for wanted in ("tests/conftest.py", "tests/data/sarif-schema-2.1.0.json",
                    "tests/golden/ci_pass_budget.json", "examples/textbook_mha.py",
-                   "docs/rules/MHA001.md", "constraints.txt"):
+                   "docs/rules/MHA001.md", "docs/zoo.jsonl", "examples/ci/mhaudit-gate.yml",
+                   "constraints.txt"):
         assert wanted in carried, wanted  # the sdist runs its own tests and examples
     assert not any("__pycache__" in name for name in carried)
+
+
+def test_manifest_carries_every_tracked_test_example_and_doc_file() -> None:
+    """The fast half of the sdist check: each file git tracks under tests/ (tests/data
+    included), examples/ and docs/ matches a ``recursive-include`` line of MANIFEST.in."""
+    import fnmatch
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an unpacked sdist)")
+    rules: dict[str, list[str]] = {}
+    for line in (ROOT / "MANIFEST.in").read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if words[:1] == ["recursive-include"]:
+            rules.setdefault(words[1], []).extend(words[2:])
+    assert {"tests", "examples", "docs"} <= set(rules)
+    listed = subprocess.run(["git", "ls-files", "tests", "examples", "docs"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert any(name.startswith("tests/data/") for name in listed)
+    missing = [name for name in listed
+               if not any(fnmatch.fnmatch(Path(name).name, pattern)
+                          for pattern in rules[name.split("/", 1)[0]])]
+    assert not missing, missing
 
 
 def test_version_lives_in_one_place() -> None:
@@ -113,6 +136,14 @@ def test_action_runs_the_gate_with_annotations_and_a_summary() -> None:
     script = "\n".join(step.get("run", "") for step in action["runs"]["steps"])
     assert 'pip install --quiet "${GITHUB_ACTION_PATH}[hf]"' in script
     assert "mhaudit check" in script and "GITHUB_STEP_SUMMARY" in script
+    # one audit: the summary comes from the same run (--summary), never a second one
+    invocations = [line for line in script.splitlines()
+                   if re.match(r"\s*(mhaudit|python -m mhaudit)\s", line)]
+    assert len(invocations) == 1 and "${targets[@]}" in invocations[0], invocations
+    assert '--summary "${RUNNER_TEMP' in script
+    # arguments travel as bash arrays, each quoted: never re-split on whitespace
+    assert re.search(r'mhaudit check "\$\{targets\[@\]\}" "\$\{common\[@\]\}" '
+                     r'"\$\{extra\[@\]\}"', script)
     bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True,
                           check=False)
     assert bash.returncode == 0, bash.stderr

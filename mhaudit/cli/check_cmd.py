@@ -21,6 +21,7 @@ from mhaudit.cli.common import (
     write_output,
 )
 from mhaudit.cli.complete import complete_target
+from mhaudit.cli.configured import targets_or_configured
 from mhaudit.cli.inputs import (
     command_inputs,
     refuse_imported_as_output,
@@ -34,7 +35,7 @@ from mhaudit.cli.phase_options import (
 from mhaudit.cli.targets import Failed, audit_each, flagged_sweeps, render_options, with_failed
 from mhaudit.errors import ConfigError
 from mhaudit.render.formats import FORMATS, OutputFormat, formats_with
-from mhaudit.render.gate import Checked, verdict
+from mhaudit.render.gate import Checked, overall_verdict, verdict
 from mhaudit.render.style import PLAIN
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ Examples:
 
 
 @click.command("check", epilog=EXAMPLES, short_help="Fail CI when models exceed a budget.")
-@click.argument("targets", nargs=-1, required=True, metavar="TARGET...",
+@click.argument("targets", nargs=-1, required=False, metavar="[TARGET]...",
                 shell_complete=complete_target)
 @click.option("--budget", "budget_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="TOML file with a [budget] table (default: the nearest "
@@ -72,12 +73,16 @@ Examples:
               show_default=True, help="Output format.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the output here (atomically; '-' for stdout) instead of stdout.")
+@click.option("--summary", "summary", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the markdown summary to this file (atomically, "
+              "with --output), so one run gives both.")
 def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: Path | None,
                   update_baseline: bool, allow_other_model: bool, fmt: str,
-                  output: Path | None, **params: Any) -> None:
+                  output: Path | None, summary: Path | None, **params: Any) -> None:
     """Fail (exit 1) when a TARGET is over its attention budget.
 
-    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json.
+    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json;
+    without one, the targets listed under [tool.mhaudit] in pyproject.toml.
     Exit codes: 0 within budget, 1 over budget or a failing flag, 2 bad
     configuration, 3 the model could not be loaded or traced, 4 a bug in mhaudit;
     with several targets the worst one wins.
@@ -85,6 +90,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
         require_torch()  # before anything that imports it: a broken torch is exit 3
+        targets = targets_or_configured(targets)
         if update_baseline and baseline is None:
             raise ConfigError("--update-baseline needs --baseline FILE",
                               "Name the JSON file to write, e.g. --baseline mhaudit-baseline.json.")
@@ -93,9 +99,11 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
                               "Run mhaudit check once per model, each with its own baseline.")
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
+        summary_out = _summary_path(summary)
         _refuse_same_file(destination, baseline_out)
         refuse_inputs_as_outputs(
-            [("--output", destination), ("--baseline", baseline_out)],
+            [("--output", destination), ("--baseline", baseline_out),
+             ("--summary", summary_out)],
             command_inputs(targets, budget=budget_path,
                            baseline=None if update_baseline else baseline))
         from mhaudit.gate.baseline import load_baseline_report
@@ -118,7 +126,8 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         form = FORMATS[fmt]
         listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
         if items or listed:
-            _emit(form, items, destination, baseline_out, baseline, (len(targets), failed))
+            _emit(form, items, (destination, baseline_out, summary_out), baseline,
+                  (len(targets), failed))
             # recording a baseline is the job's purpose: it succeeds once written, and the
             # verdict is still shown
             if not update_baseline and any(not c.outcome.passed for c in items):
@@ -144,38 +153,53 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
     return items
 
 
-def _emit(form: OutputFormat, items: list[Checked], destination: OutputPath,
-          baseline_out: OutputPath | None, baseline: Path | None,
-          targets: tuple[int, list[Failed]]) -> None:
-    """Write the output (and the baseline, both or neither), then the verdicts on stderr.
-    ``targets``: how many were given and the failed ones, for a format that lists them."""
+def _emit(form: OutputFormat, items: list[Checked],
+          outputs: tuple[OutputPath, OutputPath | None, OutputPath | None],
+          baseline: Path | None, targets: tuple[int, list[Failed]]) -> None:
+    """Write the output, the baseline and the summary (all or none), then the verdicts on
+    stderr. ``outputs``: where the output, the baseline (or None) and the markdown summary
+    (or None) go; ``targets``: how many were given and the failed ones."""
     from mhaudit.gate.baseline import baseline_text
 
+    destination, baseline_out, summary_out = outputs
     assert form.checks is not None
     options = render_options(form, False, destination.is_stdout,
                              flagged_sweeps(form, [c.report for c in items]))
-    text = form.checks(items, options) if items else None
-    text = with_failed(form, text, *targets)
-    text = text or ""
-    refuse_imported_as_output(destination)
-    if baseline_out is not None:
-        refuse_imported_as_output(baseline_out)
-    if baseline_out is not None and items:  # both files are replaced, or neither
-        writes = [(baseline_out, baseline_text(items[0].data()))]
-        if destination.path is not None:
-            writes.insert(0, (destination, text))
-        write_texts_atomic(writes)
-        if destination.path is None:
-            write_output(text, destination)
-        say(f"wrote baseline {baseline}")
-    else:
+    text = with_failed(form, form.checks(items, options) if items else None, *targets) or ""
+    writes: list[tuple[OutputPath, str]] = [(destination, text)]
+    if baseline_out is not None and items:  # every file is replaced, or none
+        writes.append((baseline_out, baseline_text(items[0].data())))
+    if summary_out is not None:
+        markdown = FORMATS["markdown"]
+        assert markdown.checks is not None
+        summary = markdown.checks(items, PLAIN) if items else None
+        writes.append((summary_out, with_failed(markdown, summary, *targets) or ""))
+    for out, _ in writes:
+        refuse_imported_as_output(out)
+    write_texts_atomic(writes)  # the report stream is skipped here and printed below
+    if destination.path is None:
         write_output(text, destination)
+    if baseline_out is not None and items:
+        say(f"wrote baseline {baseline}")
     if form.step_summary is not None:
         _append_step_summary(form.step_summary(items, PLAIN))
     if not destination.is_stdout or not form.states_verdict:
         for c in items:
             prefix = f"{c.target}: " if len(items) > 1 else ""
             say(f"{prefix}{verdict(c.outcome)}")
+        if len(items) > 1:
+            say(overall_verdict(items))
+
+
+def _summary_path(summary: Path | None) -> OutputPath | None:
+    """``--summary FILE``: a file, never a stream (the output already has stdout)."""
+    if summary is None:
+        return None
+    out = output_path(summary)
+    if out.path is None or out.in_place:
+        raise ConfigError("--summary needs a file, not a stream",
+                          "Name a markdown file, e.g. --summary mhaudit-summary.md.")
+    return out
 
 
 def _refuse_same_file(output: OutputPath, baseline: OutputPath | None) -> None:

@@ -196,7 +196,7 @@ def rule_config_from(params: dict[str, Any]) -> RuleConfig:
         if path.is_file():
             check_toml_depth(read_input_text(path, "settings file"), path)
     return load_config(
-        other_keys=("budget",),
+        other_keys=("budget", "targets"),
         select=list(params.pop("select")) or None,
         ignore=list(params.pop("ignore")) or None,
         severity=list(params.pop("severity")) or None,

@@ -30,6 +30,7 @@ from mhaudit.errors import (
     ConfigError,
     OutputClosed,
     first_line,
+    sentences,
 )
 from mhaudit.render.escape import encodable
 
@@ -159,10 +160,10 @@ def terminate_as_exception() -> Iterator[None]:
 
 
 def _usage_error(error: click.UsageError) -> NoReturn:
-    hint = f" Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
-    message = " ".join(error.format_message().split()).rstrip(".")
+    hint = f"Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
+    line = sentences(" ".join(error.format_message().split()), hint)
     with contextlib.suppress(Exception):  # a closed or full stderr loses the line, not the code
-        click.echo(f"mhaudit: error: {message}.{hint}", file=error_stream())
+        click.echo(f"mhaudit: error: {line}", file=error_stream())
     sys.exit(error.exit_code)
 
 

@@ -20,6 +20,7 @@ from mhaudit.cli.common import (
     write_output,
 )
 from mhaudit.cli.complete import complete_target
+from mhaudit.cli.configured import targets_or_configured
 from mhaudit.cli.inputs import (
     command_inputs,
     refuse_imported_as_output,
@@ -45,7 +46,7 @@ Examples:
 
 
 @click.command("report", epilog=EXAMPLES, short_help="Audit the attention blocks of models.")
-@click.argument("targets", nargs=-1, required=True, metavar="TARGET...",
+@click.argument("targets", nargs=-1, required=False, metavar="[TARGET]...",
                 shell_complete=complete_target)
 @model_options
 @phase_options
@@ -65,13 +66,15 @@ def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide
                    fail_on: str, repeats: int, **params: Any) -> None:
     """Audit the attention blocks of each TARGET.
 
-    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json. With
+    TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json;
+    without one, the targets listed under [tool.mhaudit] in pyproject.toml. With
     several targets every format starts with a summary across models (JSON: a list of
     reports) and the worst exit code wins.
     """
     verbose = params.pop("verbose")
     with errors_to_exit(verbose):
         require_torch()  # before anything that imports it: a broken torch is exit 3
+        targets = targets_or_configured(targets)
         destination = output_path(output)
         refuse_inputs_as_outputs([("--output", destination)], command_inputs(targets))
         rule_config = rule_config_from(params)

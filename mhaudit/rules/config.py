@@ -252,6 +252,14 @@ def find_pyproject(start: Path | None = None) -> Path | None:
     return None
 
 
+def read_tool_table(path: Path) -> Mapping[str, Any]:
+    """The ``[tool.mhaudit]`` table of ``path`` (a ConfigError when it is not a table)."""
+    table = _read_toml(path).get("tool", {}).get("mhaudit", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[tool.mhaudit] in {path} is not a table")
+    return table
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:
@@ -269,10 +277,7 @@ def load_config(
     config = RuleConfig()
     path = find_pyproject(start) if use_pyproject else None
     if path is not None:
-        table = _read_toml(path)["tool"]["mhaudit"]
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"[tool.mhaudit] in {path} is not a table")
-        config = config_from_table(table, str(path), other_keys)
+        config = config_from_table(read_tool_table(path), str(path), other_keys)
     return config.merged(select=select, ignore=ignore, severity=severity,
                          thresholds=thresholds, per_module_ignores=per_module_ignores)
 

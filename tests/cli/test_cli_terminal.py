@@ -111,7 +111,9 @@ def test_check_several_targets(tmp_path: Path) -> None:
     done = _run("check", TEXTBOOK, TEXTBOOK + ":make_large", "--budget", str(budget))
     assert done.exit_code == 1  # 16,640 fits 20k; 1,050,624 does not
     assert done.stdout.startswith("mhaudit: 2 models")
-    assert done.stdout.count("PASS:") == 1 and done.stdout.count("FAIL:") == 1
+    body, overall = done.stdout.rstrip().rsplit("\n", 1)
+    assert body.count("PASS:") == 1 and body.count("FAIL:") == 1
+    assert overall == "FAIL: 2 models: 1 passed, 1 failed"
     data = json.loads(_run("check", TEXTBOOK, TEXTBOOK + ":make_large", "--budget",
                            str(budget), "-f", "json").stdout)
     assert [d["budget"]["passed"] for d in data] == [True, False]

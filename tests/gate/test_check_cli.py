@@ -315,3 +315,65 @@ def test_update_baseline_exits_0_once_recorded_and_still_shows_the_verdict(
     assert over.exit_code == 0, over.output  # the job that records a baseline stays green
     assert base.is_file()
     assert "FAIL" in over.output and "params_total" in over.output  # the verdict is not hidden
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_several_targets_give_a_verdict_per_model_and_one_overall(
+        models: dict[int, Path], tmp_path: Path, fmt: str) -> None:
+    limit = budget(tmp_path, "max_params = 20000")  # d = 64 passes, d = 96 fails
+    result = run(models[64], models[96], "--budget", limit, "--format", fmt)
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "2 models: 1 passed, 1 failed" in out
+    lines = out.splitlines()
+    assert "FAIL: 2 models: 1 passed, 1 failed" in lines[-1]
+    if fmt == "table":
+        assert f"PASS {models[64]}" in lines and f"FAIL {models[96]}" in lines
+    else:
+        assert any("PASS" in x and models[64].name in x for x in lines if x.startswith("| "))
+        assert any("FAIL" in x and models[96].name in x for x in lines if x.startswith("| "))
+    # the FLOPs budget depends on the example input: each model's header names it
+    assert out.count("(input x 2×10×") == 2
+
+
+def test_two_passing_targets_pass_overall(models: dict[int, Path], tmp_path: Path) -> None:
+    result = run(models[64], models[96], "--budget", budget(tmp_path, "max_params = 50000"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "PASS: 2 models: 2 passed, 0 failed"
+
+
+def test_summary_writes_the_markdown_beside_the_output_in_one_run(
+        models: dict[int, Path], tmp_path: Path) -> None:
+    summary, sarif = tmp_path / "summary.md", tmp_path / "gate.sarif"
+    limit = budget(tmp_path, "max_params = 20000")
+    result = run(models[96], "--budget", limit, "--format", "sarif", "--output", sarif,
+                 "--summary", summary)
+    assert result.exit_code == 1, result.output
+    assert json.loads(sarif.read_text(encoding="utf-8"))["version"] == "2.1.0"
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("## mhaudit budget: ") and "❌ failed" in text
+    assert "params_total" in text
+    assert text.splitlines()[-1].startswith("FAIL: 1 budget(s) checked, 1 exceeded")
+    assert not list(tmp_path.glob("*.tmp*")) and not list(tmp_path.glob(".*summary*"))
+
+
+@pytest.mark.parametrize("what", ["model", "budget", "stream"])
+def test_summary_never_overwrites_an_input(models: dict[int, Path], tmp_path: Path,
+                                           what: str) -> None:
+    limit = budget(tmp_path, "max_params = 50000")
+    target = {"model": models[64], "budget": limit, "stream": Path("-")}[what]
+    before = target.read_bytes() if what != "stream" else b""
+    result = run(models[64], "--budget", limit, "--summary", target)
+    assert result.exit_code == 2, result.output
+    assert "--summary" in result.output
+    if what != "stream":
+        assert target.read_bytes() == before
+
+
+def test_several_targets_to_a_file_say_the_overall_verdict_on_stderr(
+        models: dict[int, Path], tmp_path: Path) -> None:
+    out = tmp_path / "gate.json"
+    result = run(models[64], models[96], "--budget", budget(tmp_path, "max_params = 20000"),
+                 "--format", "json", "--output", out)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].endswith("FAIL: 2 models: 1 passed, 1 failed")

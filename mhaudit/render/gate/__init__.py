@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from mhaudit.render.gate.checks import BUDGET_RULE, Checked, CheckRenderer
+from mhaudit.render.gate.checks import (
+    BUDGET_RULE,
+    Checked,
+    CheckRenderer,
+    model_verdicts,
+    overall_verdict,
+)
 from mhaudit.render.gate.outcome import (
     budget_message,
     budget_to_dict,
@@ -21,6 +27,8 @@ __all__ = [
     "budget_message",
     "budget_to_dict",
     "format_value",
+    "model_verdicts",
+    "overall_verdict",
     "render_github",
     "render_junit",
     "render_markdown",

@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from mhaudit.data import GateOutcome, Report, Severity, SourceLocation
+from mhaudit.render.escape import summary as _summary_text
 from mhaudit.render.gate import outcome as one
 from mhaudit.render.sarif import fingerprint, physical, sarif_log
 from mhaudit.render.style import PLAIN, RenderOptions
@@ -28,6 +29,15 @@ class Checked:
         """The JSON report with its ``budget`` section."""
         return {**self.report.to_dict(),
                 "budget": one.budget_to_dict(self.outcome, self.metrics)}
+
+    def folded(self) -> dict[str, str | None]:
+        """A repeated layer's block names: the first to its group label, the others to None."""
+        found: dict[str, str | None] = {}
+        for g in self.report.groups:
+            if g.count > 1:
+                found.update(dict.fromkeys(g.names[1:]))
+                found[g.names[0]] = f"{g.pattern} ({g.count} blocks)"
+        return found
 
     def locations(self) -> dict[str | None, SourceLocation]:
         """Block name (None: the model) to its source location."""
@@ -49,17 +59,53 @@ BUDGET_RULE = {
     "helpUri": "https://github.com/mhaudit/mhaudit#ci-model-budget-gate",
     "defaultConfiguration": {"level": "error"},
 }
+def escape_md(text: str) -> str:
+    """A target name in a markdown table cell."""
+    return _summary_text(text)
+
+
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
+def input_shapes(report: Report) -> str:
+    """The example inputs the FLOPs budget depends on: ``x 1×128×256`` (``;`` between)."""
+    parts = []
+    for name, spec in report.model.inputs.items():
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        dims = "×".join(str(d) for d in shape) if isinstance(shape, (list, tuple)) else "?"
+        parts.append(f"{name} {dims}")
+    return "; ".join(parts)
+
+
+def _title(prefix: str, c: Checked) -> str:
+    shapes = input_shapes(c.report)
+    return f"{prefix}{c.target}" + (f" (input {shapes})" if shapes else "")
+
+
+def model_verdicts(items: Sequence[Checked]) -> list[str]:
+    """One ``PASS a.py`` / ``FAIL b.py`` line per model, then the overall verdict."""
+    lines = [f"{'PASS' if c.outcome.passed else 'FAIL'} {c.target}" for c in items]
+    return [*lines, overall_verdict(items)]
+
+
+def overall_verdict(items: Sequence[Checked]) -> str:
+    """``FAIL: 2 models: 1 passed, 1 failed``: the worst verdict wins."""
+    failed = sum(not c.outcome.passed for c in items)
+    word = "FAIL" if failed else "PASS"
+    return f"{word}: {len(items)} models: {len(items) - failed} passed, {failed} failed"
+
+
 def checks_table(items: Sequence[Checked], options: RenderOptions) -> str:
-    """Each target's gate table; a summary across models first when there are several."""
+    """Each target's gate table; with several, a summary across models first and the
+    per-model verdicts and the overall one last."""
     from mhaudit.render.summary import summary_table  # the table format only
 
-    parts = [one.render_table(c.outcome, title=f"mhaudit check {c.target}") for c in items]
+    parts = [one.render_table(c.outcome, title=_title("mhaudit check ", c)) for c in items]
     if len(items) > 1:
-        table = summary_table([c.report for c in items])
+        table = summary_table([c.report for c in items],
+                              width=None if options.wide else options.width)
         parts.insert(0, f"mhaudit: {len(items)} models\n\n{table}\n")
+        parts.append("\n".join(model_verdicts(items)) + "\n")
     return "\n".join(parts)
 
 
@@ -71,17 +117,22 @@ def checks_json(items: Sequence[Checked], options: RenderOptions) -> str:
 
 def checks_github(items: Sequence[Checked], options: RenderOptions) -> str:
     """GitHub annotations for every breach and failing flag of every target."""
-    return "".join(one.render_github(c.outcome, c.locations()) for c in items)
+    return "".join(one.render_github(c.outcome, c.locations(), c.folded()) for c in items)
 
 
 def checks_markdown(items: Sequence[Checked], options: RenderOptions = PLAIN) -> str:
-    """The job summary: one section per target, a summary table first when there are several."""
+    """The job summary: one section per target; with several, a summary table first and
+    the per-model verdicts and the overall one last."""
     from mhaudit.render.summary import summary_table  # the markdown format only
 
-    parts = [one.render_markdown(c.outcome, title=f"mhaudit budget: {c.target}") for c in items]
+    parts = [one.render_markdown(c.outcome, title=_title("mhaudit budget: ", c)) for c in items]
     if len(items) > 1:
         parts.insert(0, f"## mhaudit: {len(items)} models\n\n"
                      f"{summary_table([c.report for c in items], 'github')}\n")
+        rows = [f"| {escape_md(c.target)} | {'✅ PASS' if c.outcome.passed else '❌ FAIL'} |"
+                for c in items]
+        parts.append("\n".join(["## Verdict", "", "| Model | Verdict |", "|---|---|", *rows,
+                                "", f"**{overall_verdict(items)}**"]) + "\n")
     return "\n".join(parts)
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity, SourceLocation
 from mhaudit.data.schema import finding_to_dict
+from mhaudit.errors import sentences
 from mhaudit.render import escape
 from mhaudit.units import metric_value
 
@@ -121,11 +123,14 @@ _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO
 
 
 def render_github(
-    outcome: GateOutcome, locations: Mapping[str | None, SourceLocation] | None = None
+    outcome: GateOutcome, locations: Mapping[str | None, SourceLocation] | None = None,
+    folded: Mapping[str, str | None] | None = None,
 ) -> str:
     """GitHub workflow commands: one annotation per breach and failing flag, then the verdict.
 
     ``locations`` maps a block name (None: the model) to its source, for ``file=``/``line=``.
+    ``folded`` maps a repeated layer's block name to its group's label (its first block)
+    or to None (the others), so that a group's flag is annotated once.
     """
     lines = [
         f"::{_COMMANDS[r.severity]} title={_escape_property(f'mhaudit budget {r.metric}')}"
@@ -133,8 +138,12 @@ def render_github(
         for r in _breaches(outcome)
     ]
     for flag in outcome.failing_findings:
+        label = (folded or {}).get(flag.block, flag.block) if flag.block is not None else None
+        if flag.block is not None and label is None:
+            continue
         title = _escape_property(f"mhaudit {flag.code} {flag.name}")
-        text = _flag_line(flag) + (f" Fix: {flag.fix}" if flag.fix else "")
+        line = _flag_line(replace(flag, block=label))
+        text = sentences(line, f"Fix: {flag.fix}") if flag.fix else line
         where = (locations or {}).get(flag.block) or (locations or {}).get(None)
         place = (f"file={_escape_property(where.path)},line={where.line},"
                  if where is not None else "")
