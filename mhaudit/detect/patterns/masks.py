@@ -228,8 +228,29 @@ def _resolve(value: object, node: object) -> object:
 
 
 def _is_blocking(value: object) -> bool:
-    """A fill value that removes a score: −inf or the dtype's most negative number."""
-    return isinstance(value, (int, float)) and value < -1e4
+    """A fill value that removes a score: −inf or the dtype's most negative number, as a
+    number or as a one-number tensor made from it (``scalar_tensor``, ``full``)."""
+    number = _scalar(value)
+    return number is not None and number < -1e4
+
+
+def _scalar(value: object) -> float | None:
+    """The number a fill value holds: itself, or what a scalar tensor was made from."""
+    for _ in range(4):
+        if isinstance(value, bool) or not isinstance(value, (int, float, fx.Node)):
+            return None
+        if not isinstance(value, fx.Node):
+            return float(value)
+        name = op_name(value)
+        if name == "scalar_tensor" and value.args:
+            value = value.args[0]
+        elif name == "full" and len(value.args) >= 2:
+            value = value.args[1]
+        elif name in MASK_PASS_OPS and value.args:
+            value = value.args[0]
+        else:
+            return None
+    return None
 
 
 @dataclass(frozen=True)
