@@ -19,6 +19,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves
 
+from mhaudit.memory.swap import Role, swapped_state
+
 
 def _fake_like(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype | None
                ) -> torch.Tensor:
@@ -36,35 +38,13 @@ def fake_state(model: nn.Module, mode: FakeTensorMode, dtype: torch.dtype | None
 
     Yields the parameter and buffer bytes and each original parameter's fake one by ``id``.
     """
-    swapped: list[tuple[dict[str, Any], str, Any]] = []
-    made: dict[int, Any] = {}
-    param_bytes = buffer_bytes = 0
-    try:
-        for module in model.modules():
-            for table, is_param in ((module._parameters, True), (module._buffers, False)):
-                for name, value in list(table.items()):
-                    if value is None:
-                        continue
-                    if id(value) not in made:
-                        fake = _fake_like(mode, value, dtype)
-                        if is_param:
-                            fake = nn.Parameter(fake, requires_grad=value.requires_grad)
-                            param_bytes += fake.numel() * fake.element_size()
-                        else:
-                            buffer_bytes += fake.numel() * fake.element_size()
-                        made[id(value)] = fake
-                    swapped.append((table, name, value))
-                    table[name] = made[id(value)]
-            for name, value in list(vars(module).items()):
-                if isinstance(value, torch.Tensor) and not name.startswith("_"):
-                    swapped.append((vars(module), name, value))
-                    vars(module)[name] = made.setdefault(id(value), _fake_like(mode, value,
-                                                                               value.dtype))
-        fakes = {key: value for key, value in made.items() if isinstance(value, nn.Parameter)}
-        yield param_bytes, buffer_bytes, fakes
-    finally:
-        for table, name, value in reversed(swapped):
-            table[name] = value
+    def make(t: torch.Tensor, role: Role) -> torch.Tensor:
+        return _fake_like(mode, t, t.dtype if role == "attr" else dtype)
+
+    with swapped_state(model, make) as swapped:
+        params = swapped.params.values()
+        yield (sum(p.numel() * p.element_size() for p in params),
+               sum(b.numel() * b.element_size() for b in swapped.buffers), swapped.params)
 
 
 def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype | None) -> Any:

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhaudit.memory.swap import Role, swapped_state
+
 
 def _real_like(t: torch.Tensor, dtype: torch.dtype, generator: torch.Generator,
                is_param: bool) -> torch.Tensor:
@@ -30,31 +32,17 @@ def real_state(model: nn.Module, dtype: torch.dtype) -> Iterator[bool]:
     ``dtype``); tied tensors stay tied. The originals are untouched and put back
     afterwards. Yields True when some state was on meta and its values were made up."""
     generator = torch.Generator().manual_seed(0)
-    swapped: list[tuple[dict[str, Any], str, Any]] = []
-    made: dict[int, Any] = {}
     invented = False
-    try:
-        for module in model.modules():
-            for table, is_param in ((module._parameters, True), (module._buffers, False)):
-                for name, value in list(table.items()):
-                    if value is None:
-                        continue
-                    if id(value) not in made:
-                        invented |= value.device.type == "meta"
-                        copy = _real_like(value, dtype, generator, is_param)
-                        made[id(value)] = (nn.Parameter(copy, requires_grad=value.requires_grad)
-                                           if is_param else copy)
-                    swapped.append((table, name, value))
-                    table[name] = made[id(value)]
-            for name, value in list(vars(module).items()):
-                if isinstance(value, torch.Tensor) and not name.startswith("_"):
-                    swapped.append((vars(module), name, value))
-                    vars(module)[name] = made.setdefault(
-                        id(value), _real_like(value, value.dtype, generator, False))
+
+    def make(t: torch.Tensor, role: Role) -> torch.Tensor:
+        nonlocal invented
+        if role != "attr":
+            invented |= t.device.type == "meta"
+            return _real_like(t, dtype, generator, role == "param")
+        return _real_like(t, t.dtype, generator, False)
+
+    with swapped_state(model, make):
         yield invented
-    finally:
-        for table, name, value in reversed(swapped):
-            table[name] = value
 
 
 def real_inputs(value: Any, dtype: torch.dtype, name: str = "") -> Any:
