@@ -118,9 +118,11 @@ def test_hand_report_github_lines() -> None:
     lines = render_github(hand_report()).splitlines()
     assert lines[0] == (
         "::warning file=models/tiny.py,line=12,title=mhaudit MHA005 materialized-attention-scores"
-        "::layers.0.attn: eager softmax(QKᵀ) materialises the 1×4×128×128 score matrix: 128 KiB "
+        "::layers.{0..1}.attn (2 blocks): eager softmax(QKᵀ) materialises the 1×4×128×128 "
+        "score matrix: 128 KiB "
         "(2 B per score). Fix: Call F.scaled_dot_product_attention(q, k, v, is_causal=True).")
-    assert lines[4].startswith("::warning file=models/tiny.py,line=88,title=mhaudit MHA007")
+    assert lines[2].startswith("::warning file=models/tiny.py,line=88,title=mhaudit MHA007")
+    assert lines[3] == "mhaudit: 5 finding(s), 3 annotation(s)"
 
 
 def test_library_class_falls_back_to_the_model_file(tmp_path: Path) -> None:
