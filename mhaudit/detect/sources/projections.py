@@ -11,7 +11,7 @@ from torch import fx
 
 from mhaudit.detect.sources.ranges import Range, bias_ranges, overlap
 from mhaudit.trace.einsum import EinsumError, expand_einsum
-from mhaudit.trace.graphs import numel, param_root, shape, val
+from mhaudit.trace.graphs import arg, numel, param_root, shape, val
 from mhaudit.trace.ops import (
     CONTEXT_PASS_OPS,
     EXPAND_OPS,
@@ -120,8 +120,7 @@ def _operands(node: fx.Node, name: str, params: dict[str, str]
               ) -> tuple[object, object, object] | None:
     """The activation, weight and bias arguments of projection op ``name`` at ``node``."""
     if name in ("linear", *POINTWISE_CONV_OPS):
-        x, w = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        x, w, bias = node.args[0], node.args[1], arg(node, 2, "bias")
         if name != "linear" and not _pointwise(node, w):
             return None
         return x, w, bias
@@ -144,18 +143,15 @@ def _pointwise(node: fx.Node, weight: object) -> bool:
         return False
     if any(k != 1 for k in shape(weight)[2:]):
         return False
-    given = list(node.args[3:6])  # stride, padding, dilation of conv1d / conv2d / conv3d
-    stride = given[0] if given else 1
-    padding = given[1] if len(given) > 1 else 0
-    transposed = op_name(node) == "convolution" and len(node.args) > 6 and bool(node.args[6])
-    return _all(stride, 1) and _all(padding, 0) and not transposed
+    transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
+    return (_all(arg(node, 3, "stride", 1), 1) and _all(arg(node, 4, "padding", 0), 0)
+            and not transposed)
 
 
 def _conv_groups(node: fx.Node) -> int:
     """``groups`` of ``conv1d/2d/3d(x, w, b, stride, padding, dilation, groups)`` or of
     ``convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)``."""
-    at = 8 if op_name(node) == "convolution" else 6
-    value = node.args[at] if len(node.args) > at else node.kwargs.get("groups", 1)
+    value = arg(node, 8 if op_name(node) == "convolution" else 6, "groups", 1)
     return value if isinstance(value, int) else 1
 
 
