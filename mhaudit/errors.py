@@ -31,11 +31,12 @@ class MhauditError(Exception):
 
 
 def end_sentence(text: str) -> str:
-    """``text`` ending in exactly one stop (``?`` and ``!`` are kept)."""
+    """``text`` ending in exactly one stop; a ``?`` or ``!`` is kept, also inside closing
+    quotes or brackets (click's ``(Did you mean '--gpu'?)``)."""
     line = text.strip().rstrip(". \t\n")
     if not line:
         return ""
-    return line if line.endswith(("?", "!", "?'", '?"', "?`")) else f"{line}."
+    return line if line.rstrip("'\"`)]").endswith(("?", "!")) else f"{line}."
 
 
 def sentences(*parts: str) -> str:

@@ -45,3 +45,10 @@ def test_a_misspelt_option_reads_did_you_mean_then_the_help_hint() -> None:
     line = result.output.strip().splitlines()[-1]
     assert "Did you mean" in line and "--help" in line
     assert not DOUBLED.search(line), line
+
+
+def test_a_question_inside_brackets_gets_no_extra_stop() -> None:
+    # click words a misspelt option as "No such option '--bogus'. (Did you mean …?)"
+    assert end_sentence("(Did you mean one of: '--gpu', '--verbose'?)") == (
+        "(Did you mean one of: '--gpu', '--verbose'?)")
+    assert end_sentence("(see above)") == "(see above)."
