@@ -2,7 +2,9 @@
 
 Each contender runs in its own fresh Python process. "process" is that process's wall
 time, start-up and imports included; "tool" is the time after importing torch, the
-transformers model file and its dependencies, which every contender pays alike.
+transformers model file and its dependencies, which every contender pays alike, and
+"tool CPU" the CPU seconds of that part (all threads), which a busy machine inflates far
+less than wall time.
 Peak memory is each process's own maximum resident set.
 
     python benchmarks/run.py            # both benchmarks
@@ -33,11 +35,12 @@ def load(path):
     return mod
 def done(started, **extra):
     extra["tool_s"] = time.perf_counter() - started
+    extra["tool_cpu_s"] = time.process_time() - started_cpu
     extra["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print("BENCH " + json.dumps(extra))
 import torch
 mod = load(sys.argv[1])  # torch, transformers and the model file: every contender pays this
-started = time.perf_counter()
+started, started_cpu = time.perf_counter(), time.process_time()
 """
 
 BUILD_ON_META = _PRELUDE + """

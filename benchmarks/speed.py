@@ -3,9 +3,11 @@
 Every contender runs in a fresh Python process, the contenders alternating, so a busy
 machine slows them alike. The floor imports torch and transformers, runs the model file
 and builds the model on meta; "work" is a contender's wall time above the floor (the
-median over repetitions). mhaudit runs as users run it, ``mhaudit report M --format json``;
-FlopCounterMode and MemTracker run one forward on fake tensors; fvcore needs real
-weights, so it builds the model on the CPU, and it is left out where those would not fit.
+median over repetitions), "CPU work" its CPU seconds (user and system, all threads) above
+the floor's, which a busy machine inflates far less. mhaudit runs as users run it,
+``mhaudit report M --format json``; FlopCounterMode and MemTracker run one forward on fake
+tensors; fvcore needs real weights, so it builds the model on the CPU, and it is left out
+where those would not fit.
 
     python benchmarks/speed.py              # every workload, 3 repetitions
     python benchmarks/speed.py --quick      # GPT-2 small and Llama-3-8B (4 layers), once
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -116,13 +119,19 @@ def _time_rss() -> list[str]:
     return ["/usr/bin/time", "-f", "RSS %M"] if Path("/usr/bin/time").exists() else []
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system, all threads) of every child process waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_once(tool: str, model: Path) -> dict[str, float]:
-    """Wall seconds and peak RSS of one fresh process running ``tool`` on ``model``."""
-    start = time.perf_counter()
+    """Wall and CPU seconds and peak RSS of one fresh process running ``tool`` on ``model``."""
+    start, cpu_start = time.perf_counter(), _children_cpu_s()
     proc = subprocess.run([*_time_rss(), *_command(tool, model)], capture_output=True,
                           text=True, check=False)
     wall = time.perf_counter() - start
-    result: dict[str, float] = {"wall_s": wall}
+    result: dict[str, float] = {"wall_s": wall, "cpu_s": _children_cpu_s() - cpu_start}
     if proc.returncode not in (0, 1):  # mhaudit exits 1 when a rule flags the model
         print(f"  {tool} on {model.name} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
         result["failed"] = 1.0
@@ -144,32 +153,38 @@ def measure(work: Workload, repeats: int) -> dict[str, dict[str, float]]:
         for tool in tools:
             runs[tool].append(run_once(tool, MODELS / work.file))
     return {tool: {"wall_s": statistics.median(r["wall_s"] for r in rs),
+                   "cpu_s": statistics.median(r["cpu_s"] for r in rs),
                    "peak_rss_bytes": max(r.get("peak_rss_bytes", 0) for r in rs)}
             for tool, rs in runs.items() if not any("failed" in r for r in rs)}
 
 
 def table(work: Workload, found: dict[str, dict[str, float]]) -> list[str]:
-    """The workload's rows: wall, work above the floor, peak RSS; then the ratios."""
-    floor = found["floor"]["wall_s"]
+    """The workload's rows: wall and CPU, each above the floor, and peak RSS; the ratios."""
+    floor = found["floor"]
     lines = [f"{work.title} ({work.file})",
-             f"  {'':<18} {'process':>9} {'work':>9} {'peak RSS':>10}"]
+             f"  {'':<18} {'process':>9} {'work':>9} {'CPU':>9} {'CPU work':>9} "
+             f"{'peak RSS':>10}"]
     for tool, r in found.items():
-        work_s = r["wall_s"] - floor
-        lines.append(f"  {tool:<18} {r['wall_s']:7.2f} s {work_s:7.2f} s "
+        lines.append(f"  {tool:<18} {r['wall_s']:7.2f} s {r['wall_s'] - floor['wall_s']:7.2f} s "
+                     f"{r['cpu_s']:7.2f} s {r['cpu_s'] - floor['cpu_s']:7.2f} s "
                      f"{r['peak_rss_bytes'] / 2**20:6.0f} MiB")
     left_out = [tool for tool in ("FlopCounterMode", "MemTracker") if tool not in found]
     if left_out:
         lines.append(f"  failed on fake tensors: {', '.join(left_out)}")
-    ours = found["mhaudit"]["wall_s"] - floor
+    ours = found["mhaudit"]
     ratios = []
     for peer in ("fvcore", "FlopCounterMode"):
         if peer in found:
-            theirs = found[peer]["wall_s"] - floor
-            work_ratio = f"{ours / theirs:.2f}" if theirs > 0 else "n/a"
-            whole = found["mhaudit"]["wall_s"] / found[peer]["wall_s"]
-            ratios.append(f"mhaudit/{peer}: work {work_ratio}, process {whole:.2f}")
+            theirs = found[peer]
+            shares = []
+            for key, label in (("wall_s", "work"), ("cpu_s", "CPU work")):
+                above = theirs[key] - floor[key]
+                share = (ours[key] - floor[key]) / above if above > 0 else None
+                shares.append(f"{label} {share:.2f}" if share is not None else f"{label} n/a")
+            whole = ours["wall_s"] / theirs["wall_s"]
+            ratios.append(f"mhaudit/{peer}: {', '.join(shares)}, process {whole:.2f}")
     if "fvcore" in found:
-        rss = found["mhaudit"]["peak_rss_bytes"] / found["fvcore"]["peak_rss_bytes"]
+        rss = ours["peak_rss_bytes"] / found["fvcore"]["peak_rss_bytes"]
         ratios.append(f"peak RSS mhaudit/fvcore {rss:.2f}")
     else:
         ratios.append("fvcore left out: it needs real weights, which do not fit")
