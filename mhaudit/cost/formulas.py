@@ -83,7 +83,8 @@ class OpCall:
 
 
 Formula = Callable[[OpCall], int]
-Parts = Callable[[OpCall], dict[str, int]]
+Parts = Callable[[OpCall, int], dict[str, int]]
+"""A formula's figure for one call, split over ``FAMILIES``, given the figure itself."""
 
 FAMILIES: tuple[str, ...] = ("matmul", "conv", "softmax", "norm", "elementwise", "other")
 """The families ``totals.flops_by_family`` reports: every matrix product (QKᵀ and PV inside
@@ -112,7 +113,7 @@ class FormulaEntry:
     def by_family(self, call: OpCall, flops: int) -> dict[str, int]:
         """``flops`` of this call over the reported ``FAMILIES``."""
         if self.parts is not None:
-            return self.parts(call)
+            return self.parts(call, flops)
         return {_REPORTED.get(self.family, self.family): flops}
 
 
@@ -240,12 +241,19 @@ register("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3
          family="conv")(_conv(True, "2·input_numel·out/groups·kernel; bias ignored. Exact."))
 
 
-def _sdpa_parts(call: OpCall) -> dict[str, int]:
-    """QKᵀ and probs·V as ``matmul``, the softmax over the scores as ``softmax``."""
+def _sdpa_split(call: OpCall) -> tuple[int, int]:
+    """QKᵀ and probs·V, and the softmax over the scores."""
     q, k, v = call.tensor(0, "query"), call.tensor(1, "key"), call.tensor(2, "value")
     bh, n_q, n_kv = math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2]
     products = attention_flops(bh, n_q, n_kv, q.shape[-1], v.shape[-1], with_softmax=False)
-    return {"matmul": products, "softmax": softmax_flops(bh * n_q * n_kv)}
+    return products, softmax_flops(bh * n_q * n_kv)
+
+
+def _sdpa_parts(call: OpCall, flops: int) -> dict[str, int]:
+    """QKᵀ and probs·V as ``matmul``, the softmax over the scores as ``softmax``."""
+    q, k = call.tensor(0, "query"), call.tensor(1, "key")
+    scores = softmax_flops(math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2])
+    return {"matmul": flops - scores, "softmax": scores}
 
 
 @register(*sorted(qualified(SDPA_OPS)), family="attention", parts=_sdpa_parts)
@@ -255,7 +263,7 @@ def _sdpa(call: OpCall) -> int:
     Counts all q heads (GQA repeats K/V, it does not shrink the work). Dense: an
     upper bound for causal masks; scale, mask add and dropout ignored.
     """
-    return sum(_sdpa_parts(call).values())
+    return sum(_sdpa_split(call))
 
 
 @register("aten._grouped_mm", "transformers.grouped_mm_fallback", family="matmul")
@@ -339,10 +347,9 @@ for _per, _names in _REDUCTIONS.items():
     register(*op_names("aten", _names), family="reduction")(_reduction(_per))
 
 
-def _max_min_parts(call: OpCall) -> dict[str, int]:
+def _max_min_parts(call: OpCall, flops: int) -> dict[str, int]:
     """``max``/``min`` of two tensors is elementwise (as ``maximum``/``minimum``); of one
     tensor, a reduction."""
-    flops = _max_min(call)
     binary = isinstance(call.arg(1, "other"), TensorArg)
     return {"elementwise" if binary else "other": flops}
 
