@@ -7,9 +7,10 @@ torch on first use, so importing the package stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mhaudit.data.schema import TOOL_VERSION as __version__
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.api import audit, audit_target
@@ -26,9 +27,4 @@ _LAZY = {
 __all__ = ["AuditOptions", "__version__", "audit", "audit_target", "check"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mhaudit' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -10,8 +10,9 @@ measurement on a real device in :mod:`mhaudit.measure`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.cost.builder import build_block
@@ -23,7 +24,4 @@ _LAZY = {"build_block": "mhaudit.cost.builder"}
 __all__ = ["build_block"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -9,8 +9,9 @@ projections; :mod:`~mhaudit.detect.patterns` reads one attention variant per mod
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.detect.blocks import detect
@@ -26,7 +27,4 @@ _LAZY = {
 __all__ = ["count", "detect"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -8,8 +8,9 @@ layers of an MoE graph (:func:`routed_experts`) and, as a cross-check, fvcore's 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.flops.fvcore_backend import fvcore_flops
@@ -26,7 +27,4 @@ _LAZY = {
 __all__ = ["fvcore_flops", "graph_flops", "routed_experts"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

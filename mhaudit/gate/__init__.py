@@ -7,8 +7,9 @@ gates in one call).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.gate.check import check
@@ -22,7 +23,4 @@ _LAZY = {
 __all__ = ["check"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

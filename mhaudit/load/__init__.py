@@ -6,8 +6,9 @@ example inputs, and where it came from), built on the meta device unless asked o
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.load.device import parse_device
@@ -26,7 +27,4 @@ _LAZY = {
 __all__ = ["LoadedModel", "infer_inputs", "load_target", "normalize_inputs", "parse_device"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

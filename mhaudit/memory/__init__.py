@@ -9,8 +9,9 @@ timeline folds to the full depth (:func:`fold`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mhaudit.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from mhaudit.memory.lifetimes import peak_activation_bytes
@@ -29,7 +30,4 @@ _LAZY = {
 __all__ = ["LiveStorages", "fake_forward_peak", "fold", "peak_activation_bytes"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -8,9 +8,10 @@ package and parsing plans stays cheap); ``parse_plan`` reads the ``--parallel`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mhaudit.data.parallel import ParallelCost, ParallelPlan, parallel_to_dict
+from mhaudit.lazy import lazy_attributes
 from mhaudit.parallel.plan import as_plan, check_plan, parse_plan, sweep_plans
 
 if TYPE_CHECKING:
@@ -20,9 +21,5 @@ __all__ = ["ParallelCost", "ParallelPlan", "as_plan", "check_plan", "parallel_to
            "parse_plan", "plan_costs", "sweep_costs", "sweep_plans"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("plan_costs", "sweep_costs"):
-        from mhaudit.parallel import costs
-
-        return getattr(costs, name)
-    raise AttributeError(f"module 'mhaudit.parallel' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {name: "mhaudit.parallel.costs"
+                                         for name in ("plan_costs", "sweep_costs")})
