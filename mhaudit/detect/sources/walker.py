@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import fx
 
 from mhaudit.detect.cores import is_activation_matmul
+from mhaudit.detect.patterns.score_bias import position_vector
 from mhaudit.detect.sources.barriers import is_barrier
 from mhaudit.detect.sources.features import backward_axis, carried, carried_width
 from mhaudit.detect.sources.projections import ProjectionOp, as_projection
@@ -329,11 +330,14 @@ def _cat_dim(node: fx.Node) -> int | None:
 def _added_bias(path: list[fx.Node], params: dict[str, str], proj: ProjectionOp) -> int:
     """Elements of parameters added along the path: biases applied after a fused split.
 
-    The projection's own bias add (``proj.node``, already in its bias count) is skipped.
+    The projection's own bias add (``proj.node``, already in its bias count) is skipped,
+    and so is a vector only this read of the projection sees (a score bias).
     """
     total = 0
-    for node in path:
+    for index, node in enumerate(path):
         if op_name(node) != "add" or node is proj.node:
+            continue
+        if index + 1 < len(path) and position_vector(node, path[index + 1], params):
             continue
         for operand in node.args:
             if isinstance(operand, fx.Node) and operand not in path and param_root(operand, params):
