@@ -123,13 +123,19 @@ class SourceWalker:
         return tuple(self._source(group) for group in grouped.values())
 
     def _source(self, group: list[_Part]) -> Source:
+        """One projection's parts: their widths add up, unless every part reads the same
+        features (chunks of the sequence stacked or joined again, as ProphetNet's
+        n-gram streams are): then they are one read."""
         proj = group[0][0]
-        width = sum(self._width(path, proj) for _, path, _, _ in group)
+        widths = [self._width(path, proj) for _, path, _, _ in group]
         dims = [dim for _, _, dim, _ in group]
         bias = sum(_added_bias(list(path), self.params, proj) for _, path, _, _ in group)
         spans = {read_range(path, proj.out_width) for _, path, _, _ in group}
         span = spans.pop() if len(spans) == 1 else None
-        cuts = frozenset().union(*(_cuts(path, proj) for _, path, _, _ in group))
+        each = {_cuts(path, proj) for _, path, _, _ in group}
+        same = span is not None and len(each) == 1 and 0 in dims
+        width = max(widths) if same else sum(widths)
+        cuts = frozenset().union(*each)
         return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
                       self._upstream(proj, 0), span, cuts, group[0][3])
 
