@@ -192,8 +192,24 @@ def attention_modules(model: nn.Module) -> list[str]:
     return found
 
 
-def block_problems(block: dict[str, Any], layouts: list[Expected]) -> list[str]:
-    """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits."""
+def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
+    """Query heads per KV head that each attention module declares for itself
+    (``num_key_value_groups``), by module name. Some layers set it in code, not in the
+    config (MiMo-V2-Flash's sliding layers have twice the config's KV heads)."""
+    found: dict[str, int] = {}
+    for name in names:
+        groups = getattr(model.get_submodule(name), "num_key_value_groups", None)
+        if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0:
+            found[name] = groups
+    return found
+
+
+def block_problems(block: dict[str, Any], layouts: list[Expected],
+                   groups: int | None = None) -> list[str]:
+    """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits.
+
+    ``groups``, the query heads per KV head its module declares, also fits its KV heads.
+    """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
     best: list[str] | None = None
     for e in layouts:
@@ -201,7 +217,8 @@ def block_problems(block: dict[str, Any], layouts: list[Expected]) -> list[str]:
         if h not in e.heads:
             problems.append(f"heads {h} (config {sorted(e.heads)})")
         want_kv = e.kv_heads if e.kv_heads is not None else h
-        if kv != want_kv and not (block.get("kind") == "cross" and kv == h):
+        declared = groups is not None and isinstance(kv, int) and kv * groups == h
+        if kv != want_kv and not declared and not (block.get("kind") == "cross" and kv == h):
             problems.append(f"kv heads {kv} (config {want_kv})")
         if e.head_dims and d not in e.head_dims:
             problems.append(f"head dim {d} (config {sorted(e.head_dims)})")

@@ -131,7 +131,6 @@ def test_shrink_reaches_prefixed_variants_per_layer_lists_and_dim_head() -> None
 
 def _layouts(model_type: str, **fields: object) -> list[Expected]:
     from transformers import CONFIG_MAPPING
-
     from zoo_harness.expect import expected_layouts
 
     return expected_layouts(CONFIG_MAPPING[model_type](**fields))
@@ -159,7 +158,6 @@ def test_expectation_reads_each_layer_of_a_heterogeneous_config() -> None:
 def test_linear_attention_layers_are_not_softmax_attention_modules() -> None:
     import torch
     from torch import nn
-
     from zoo_harness.expect import attention_modules
 
     class LinearAttention(nn.Module):
@@ -179,3 +177,12 @@ def test_linear_attention_layers_are_not_softmax_attention_modules() -> None:
 
     with torch.device("meta"):
         assert attention_modules(Model()) == ["layers.1"]
+
+
+def test_kv_heads_may_follow_the_groups_the_module_declares() -> None:
+    layout = Expected("", frozenset({4}), 2, frozenset({16}), frozenset({64}))
+    block = {"name": "layers.1.self_attn", "num_heads": 4, "num_kv_heads": 4,
+             "head_dim": 16, "d_model": 64, "kind": "self"}
+    assert block_problems(block, [layout]) == ["config: kv heads 4 (config 2)"]
+    assert block_problems(block, [layout], groups=1) == []  # the module: 1 query per KV head
+    assert block_problems(block, [layout], groups=2) == ["config: kv heads 4 (config 2)"]
