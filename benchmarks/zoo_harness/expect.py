@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from torch import nn
 
-from zoo_harness.tiny import HEAD_DIM_KEYS, HEAD_KEYS, KV_KEYS, LAYER_KEYS, WIDTH_KEYS
+from zoo_harness.tiny import (
+    HEAD_DIM_KEYS,
+    HEAD_KEYS,
+    KV_KEYS,
+    LAYER_KEYS,
+    PER_LAYER,
+    WIDTH_KEYS,
+    attention_variants,
+)
 
 LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims")
+DERIVED_WIDTH_KEYS = ("true_hidden_size",)
+"""Widths a config derives for its attention (MobileBERT's bottleneck: the attention runs
+on ``intra_bottleneck_size`` features, not on ``hidden_size``)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,8 @@ def _expected(path: str, config: Any) -> Expected | None:
     heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
     if not heads:
         return None
-    widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS for w in _ints(_get(config, key))}
+    widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS + DERIVED_WIDTH_KEYS
+              for w in _ints(_get(config, key))}
     depths = _ints(_get(config, "depths"))
     for base in list(widths):
         widths.update(base * 2 ** i for i in range(len(depths)))  # stages that double width
@@ -71,12 +84,65 @@ def _expected(path: str, config: Any) -> Expected | None:
         dims.add(nope[0] + rope[0])
     if not dims and len(heads) == 1:
         dims = {w // h for w in widths for h in heads if w % h == 0}
+    ratio = _ints(_get(config, "head_ratio"))
+    if ratio and len(heads) == 1:
+        heads = _softmax_heads(next(iter(heads)), ratio[0])
     return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths))
 
 
+def _softmax_heads(heads: int, ratio: int) -> set[int]:
+    """Softmax heads when 1/``ratio`` of the declared heads attend and the rest are
+    another mixer (ConvBERT's span-based dynamic convolution: its self-attention has
+    ``num_attention_heads // head_ratio`` heads, at least 1, of width ``hidden_size //
+    num_attention_heads``)."""
+    return {max(1, heads // ratio)}
+
+
+def _layer_configs(path: str, config: Any) -> list[tuple[str, Any]]:
+    """Each layer's config where layers override the config's fields (a heterogeneous
+    config: ``per_layer_config`` sets the KV heads or head dim of some layers, and the
+    global field cannot be read); else the config alone."""
+    if not _get(config, "is_heterogeneous"):
+        return [(path, config)]
+    view = _get(config, "per_layer_config")
+    try:
+        return [(f"{path}.per_layer_config[{i}]".lstrip("."), view[i]) for i in range(len(view))]
+    except Exception:  # a view that cannot build a layer's config
+        return [(path, config)]
+
+
+class _View:
+    """A config read with some fields replaced: a variant's prefixed fields (``swa_head_dim``
+    for ``head_dim``) or one layer's entries of per-layer lists."""
+
+    def __init__(self, config: Any, prefix: str = "", fields: dict[str, Any] | None = None):
+        self._config, self._prefix, self._fields = config, prefix, fields or {}
+
+    def __getattr__(self, key: str) -> Any:
+        if key in self._fields:
+            return self._fields[key]
+        if self._prefix and _get(self._config, self._prefix + key) is not None:
+            return _get(self._config, self._prefix + key)
+        return _get(self._config, key)
+
+
+def _variants(path: str, config: Any) -> list[tuple[str, Any]]:
+    """The config, its prefixed attention variants, and each layer of per-layer lists."""
+    found: list[tuple[str, Any]] = [(path, config)]
+    found += [(f"{path}.{p}*".lstrip("."), _View(config, p)) for p in attention_variants(config)]
+    lists = {key: _get(config, key + PER_LAYER) for key in HEAD_KEYS + KV_KEYS}
+    lists = {k: v for k, v in lists.items() if isinstance(v, list) and v}
+    depth = min((len(v) for v in lists.values()), default=0)
+    for i in range(depth):
+        fields = {k: v[i] for k, v in lists.items()}
+        found.append((f"{path}.layer {i}".lstrip("."), _View(config, fields=fields)))
+    return found
+
+
 def expected_layouts(config: Any) -> list[Expected]:
-    """One entry per (sub-)config that declares attention heads."""
-    found = (_expected(path, sub) for path, sub in sub_configs(config))
+    """One entry per (sub-)config (per layer config, per variant) that declares heads."""
+    found = (_expected(v, view) for path, sub in sub_configs(config)
+             for p, layer in _layer_configs(path, sub) for v, view in _variants(p, layer))
     return [e for e in found if e is not None]
 
 
@@ -88,12 +154,36 @@ def declared_layers(config: Any) -> int:
     return total
 
 
+def _linear_layers(config: Any) -> set[int]:
+    """Layers the config declares linear (softmax-free) attention for, by ``layer_types``."""
+    types = _get(config, "layer_types") if config is not None else None
+    if not isinstance(types, list):
+        return set()
+    return {i for i, kind in enumerate(types) if "linear" in str(kind)}
+
+
+def _layer_index(name: str) -> int | None:
+    """N of the first ``layers.N`` (or ``layer.N``, ``h.N``) in a module path."""
+    parts = name.split(".")
+    for before, part in pairwise(parts):
+        if before in ("layers", "layer", "h", "blocks") and part.isdigit():
+            return int(part)
+    return None
+
+
 def attention_modules(model: nn.Module) -> list[str]:
-    """Outermost modules whose class calls itself attention and that hold parameters."""
+    """Outermost modules whose class calls itself attention and that hold parameters.
+
+    Modules of layers the config declares linear attention for (a gated delta rule, a
+    lightning attention: no softmax over keys) are not softmax attention blocks.
+    """
     found: list[str] = []
+    linear = _linear_layers(getattr(model, "config", None))
     for name, module in model.named_modules():
         cls = type(module).__name__
         if "Attention" not in cls and "Attn" not in cls:
+            continue
+        if linear and _layer_index(name) in linear:
             continue
         if any(name.startswith(f"{outer}.") for outer in found if outer) or "" in found:
             continue
@@ -102,8 +192,24 @@ def attention_modules(model: nn.Module) -> list[str]:
     return found
 
 
-def block_problems(block: dict[str, Any], layouts: list[Expected]) -> list[str]:
-    """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits."""
+def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
+    """Query heads per KV head that each attention module declares for itself
+    (``num_key_value_groups``), by module name. Some layers set it in code, not in the
+    config (MiMo-V2-Flash's sliding layers have twice the config's KV heads)."""
+    found: dict[str, int] = {}
+    for name in names:
+        groups = getattr(model.get_submodule(name), "num_key_value_groups", None)
+        if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0:
+            found[name] = groups
+    return found
+
+
+def block_problems(block: dict[str, Any], layouts: list[Expected],
+                   groups: int | None = None) -> list[str]:
+    """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits.
+
+    ``groups``, the query heads per KV head its module declares, also fits its KV heads.
+    """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
     best: list[str] | None = None
     for e in layouts:
@@ -111,7 +217,8 @@ def block_problems(block: dict[str, Any], layouts: list[Expected]) -> list[str]:
         if h not in e.heads:
             problems.append(f"heads {h} (config {sorted(e.heads)})")
         want_kv = e.kv_heads if e.kv_heads is not None else h
-        if kv != want_kv and not (block.get("kind") == "cross" and kv == h):
+        declared = groups is not None and isinstance(kv, int) and kv * groups == h
+        if kv != want_kv and not declared and not (block.get("kind") == "cross" and kv == h):
             problems.append(f"kv heads {kv} (config {want_kv})")
         if e.head_dims and d not in e.head_dims:
             problems.append(f"head dim {d} (config {sorted(e.head_dims)})")

@@ -35,7 +35,7 @@ HEAD_KEYS = (
 KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
            "n_kv_heads")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head",
-                 "rotary_dim")
+                 "rotary_dim", "dim_head")
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim",
               "word_embed_proj_dim", "encoder_hidden_size")
 FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
@@ -93,6 +93,40 @@ def _shrink_depth(config: dict[str, Any]) -> None:
             by_layer = {int(k): v for k, v in value.items()}  # per-layer overrides
             config[key] = {str(new): by_layer[old] for new, old in enumerate(keep)
                            if old in by_layer}
+
+
+def attention_variants(config: Any) -> list[str]:
+    """Prefixes of attention fields declared again, head dim included, for some layers
+    (``swa_`` of ``swa_num_attention_heads``, ``swa_head_dim``: sliding layers with their
+    own heads)."""
+    keys = {str(k) for k in (config if isinstance(config, dict) else vars(config))}
+    found = {k[: -len(base)] for k in keys for base in HEAD_KEYS if k.endswith(f"_{base}")}
+    return sorted(p for p in found if f"{p}head_dim" in keys)
+
+
+PER_LAYER = "_per_layer"
+"""Suffix of a per-layer list of one attention field (``num_attention_heads_per_layer``)."""
+
+
+def _shrink_variants(config: dict[str, Any]) -> None:
+    """Prefixed copies of the attention fields and per-layer lists, shrunk alike."""
+    for prefix in attention_variants(config):
+        view = {base: config[prefix + base] for base in (*HEAD_KEYS, *KV_KEYS, *HEAD_DIM_KEYS)
+                if prefix + base in config}
+        _shrink_attention(view)
+        config.update({prefix + base: value for base, value in view.items()})
+    heads = next((config.get(k + PER_LAYER) for k in HEAD_KEYS
+                  if isinstance(config.get(k + PER_LAYER), list)), None)
+    for key in KV_KEYS:
+        values = config.get(key + PER_LAYER)
+        if isinstance(values, list) and isinstance(heads, list) and len(heads) == len(values):
+            config[key + PER_LAYER] = [
+                v if not _is_int(v) or v <= 1 else KV_HEADS if _is_int(h) and v < h else HEADS
+                for v, h in zip(values, heads, strict=True)]
+    for key in HEAD_KEYS:
+        values = config.get(key + PER_LAYER)
+        if isinstance(values, list):
+            config[key + PER_LAYER] = [min(v, HEADS) if _is_int(v) else v for v in values]
 
 
 def _shrink_attention(config: dict[str, Any]) -> None:
@@ -154,6 +188,7 @@ def shrink(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (a config's ``to_dict()``) with every (nested) config made tiny, in place."""
     _shrink_depth(config)
     _shrink_attention(config)
+    _shrink_variants(config)
     _shrink_sizes(config)
     _shrink_state_space(config)
     for value in config.values():

@@ -80,6 +80,8 @@ class Reference:
     params: int | None = None
     flops: int | None = None
     attention: list[str] = field(default_factory=list)
+    groups: dict[str, int] = field(default_factory=dict)
+    """Query heads per KV head each attention module declares, by name."""
     config: Any = None
     build_error: str = ""
     inputs_error: str = ""
@@ -117,7 +119,7 @@ def reference(config: Path) -> Reference:
 
     from mhaudit.errors import LoadError
     from mhaudit.load.hfconfig import load_hf_config
-    from zoo_harness.expect import attention_modules
+    from zoo_harness.expect import attention_modules, declared_groups
 
     ref = Reference()
     try:
@@ -134,6 +136,7 @@ def reference(config: Path) -> Reference:
     ref.config = getattr(model, "config", None)
     ref.params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     ref.attention = attention_modules(model)
+    ref.groups = declared_groups(model, ref.attention)
     _eager_experts(model)
     counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas())
     try:
@@ -153,7 +156,7 @@ def compare(report: dict[str, Any], ref: Reference) -> tuple[list[str], dict[str
     layouts = expected_layouts(ref.config) if ref.config is not None else []
     failed: list[str] = []
     for block in blocks:
-        problems = block_problems(block, layouts)
+        problems = block_problems(block, layouts, ref.groups.get(str(block.get("name"))))
         if problems:
             failed.append(f"layout {block.get('name')!r}: {'; '.join(problems)}")
     params = report.get("model", {}).get("params_total")

@@ -115,6 +115,10 @@ class Layout:
     """Elements per position of the latent that K and V are expanded from (multi-head
     latent attention: the K/V down-projection's output, rope key included); None when
     K and V are projected directly."""
+    score_bias_params: int = 0
+    """Elements of the learned parameters that bias the logits outside W_Q, W_K, W_V and
+    W_O (relative-position tables and embeddings, their projections, content and
+    position bias vectors); a table several blocks read counts in the first one."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,9 @@ class ParamBreakdown:
     """The formula with numbers, e.g. ``64·8·8 + 2·64·8·8 + 8·8·64 + 4·64``."""
     deviations: tuple[Deviation, ...]
     """Why ``total`` differs from ``textbook``; the params add up exactly."""
+    score_bias: int = 0
+    """Score-bias parameter elements (relative-position biases), outside q, k, v, o and
+    ``total``; see ``SCORE_BIAS_CONVENTION``."""
 
     @property
     def total(self) -> int:

@@ -14,6 +14,7 @@ from mhaudit.data.schema import (
     EXPERTS_CONVENTION,
     FLOPS_CONVENTION,
     SCHEMA_VERSION,
+    SCORE_BIAS_CONVENTION,
     TOOL_VERSION,
     block_to_dict,
     decode_to_dict,
@@ -92,7 +93,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "tool": {"name": "mhaudit", "version": TOOL_VERSION},
         "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
                         "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION,
-                        **report.conventions},
+                        "score_bias": SCORE_BIAS_CONVENTION, **report.conventions},
         "model": model_to_dict(report.model),
         "blocks": [block_to_dict(b) for b in report.blocks],
         "groups": [

@@ -27,6 +27,12 @@ EXPERTS_CONVENTION = (
     "routed experts are costed at top-k dispatch: tokens x k x one expert's FLOPs "
     "(routing is data-dependent; on meta tensors every token is assumed routed to k experts)"
 )
+SCORE_BIAS_CONVENTION = (
+    "learned score biases (relative-position tables and embeddings, their projections, "
+    "content and position bias vectors) are outside params q, k, v, o and total: each "
+    "block lists them in params.score_bias, a table shared by layers in the first block "
+    "that reads it; buffers such as ALiBi slopes hold no parameters"
+)
 CAUSAL_CONVENTION = (
     "flops.total is dense; causal_total counts unmasked query/key pairs only (a lower "
     "bound); causal_tiles_total counts every 128x128 tile holding one (a tile-skipping kernel)"
@@ -95,6 +101,7 @@ def _params_to_dict(par: ParamBreakdown) -> dict[str, Any]:
         "formula_text": par.formula_text,
         "biases": {"q": par.q_bias, "k": par.k_bias, "v": par.v_bias, "o": par.o_bias},
         "deviations": [{"reason": d.reason, "params": d.params} for d in par.deviations],
+        "score_bias": par.score_bias,
     }
 
 

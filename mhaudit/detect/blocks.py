@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import fx, nn
 
@@ -15,6 +15,7 @@ from mhaudit.detect.patterns.kv_cache import (
 )
 from mhaudit.detect.patterns.masks import core_mask
 from mhaudit.detect.patterns.reduction import reduced_copy
+from mhaudit.detect.patterns.score_bias import score_bias_names
 from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
 from mhaudit.detect.patterns.windows import chunk_count, same_sequence
@@ -22,7 +23,7 @@ from mhaudit.detect.sources.features import same_tokens_source
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
-from mhaudit.trace.graphs import shape, tokens
+from mhaudit.trace.graphs import numel, shape, tokens
 
 _ROLES = ("q", "k", "v")
 
@@ -53,7 +54,37 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
         groups[o.node if o is not None else core.output].append(
             _Draft(core, sources, o, outs or ((o,) if o else ())))
     layouts = [_layout(drafts, traced, model) for drafts in groups.values()]
+    layouts = _with_score_biases(layouts, list(groups.values()), traced, walker)
     return _unique_names([lay for lay in layouts if _readable(lay)])
+
+
+def _with_score_biases(layouts: list[Layout], groups: list[list[_Draft]],
+                       traced: TracedGraph, walker: SourceWalker) -> list[Layout]:
+    """Each layout with the elements of its score-bias parameters; a table that several
+    blocks read (T5's layer-0 bias, DeBERTa's shared relative embeddings) counts in the
+    first block that reads it."""
+    sizes = {n.name: numel(n) for n in traced.graph.nodes if n.op == "placeholder"}
+    seen: set[str] = set()
+    result = []
+    for layout, drafts in zip(layouts, groups, strict=True):
+        ops = [op for d in drafts for op in _own_projections(d)]
+        cores = [(d.core.q, d.core.k, d.core.masks) for d in drafts]
+        fresh = score_bias_names(cores, ops, traced.params, walker.cache) - seen
+        seen |= fresh
+        result.append(replace(layout, score_bias_params=sum(sizes.get(n, 0) for n in fresh)))
+    return result
+
+
+def _own_projections(draft: _Draft) -> list[ProjectionOp]:
+    """Every projection the draft's roles read (down-projections included) and its O."""
+    ops = list(draft.outputs)
+    pending = [s for parts in draft.sources.values() for s in parts]
+    while pending:
+        source = pending.pop()
+        if source.projection is not None:
+            ops.append(source.projection)
+        pending.extend(source.upstream)
+    return ops
 
 
 def _readable(layout: Layout) -> bool:
@@ -311,8 +342,6 @@ def _module_type(model: nn.Module, name: str) -> str:
 
 def _unique_names(layouts: list[Layout]) -> list[Layout]:
     """Blocks that share a module (one module running attention twice) get #2, #3, …"""
-    from dataclasses import replace
-
     counts: dict[str, int] = defaultdict(int)
     result = []
     for layout in layouts:

@@ -142,6 +142,7 @@ def count(layout: Layout) -> ParamBreakdown:
         formula=actual.total(),
         formula_text=formula_text(actual),
         deviations=tuple(deviations),
+        score_bias=layout.score_bias_params,
     )
 
 
@@ -216,6 +217,9 @@ def _notes(layout: Layout) -> list[Deviation]:
     if layout.padded_head_dim:
         notes.append(f"head dim {layout.head_dim} is zero-padded to {layout.padded_head_dim} "
                      "for the kernel (no parameters)")
+    if layout.score_bias_params:
+        notes.append(f"score biases: {layout.score_bias_params:,} learned parameters bias the "
+                     "logits (relative positions), outside W_Q/W_K/W_V/W_O and the total")
     if layout.windowed:
         notes.append(f"one attention over windows of {layout.windowed} tokens: the same "
                      "projections run once per window and are counted once")

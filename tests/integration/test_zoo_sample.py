@@ -116,3 +116,73 @@ def test_shrink_renumbers_per_layer_overrides_and_keeps_state_space_heads_whole(
     assert config["per_layer_config"] == {"1": "a"}  # layers 0 and 1 are kept
     mamba = shrink({"hidden_size": 2048, "expand": 2, "num_heads": 64, "head_dim": 64})
     assert mamba["num_heads"] * mamba["head_dim"] == mamba["hidden_size"] * mamba["expand"]
+
+
+def test_shrink_reaches_prefixed_variants_per_layer_lists_and_dim_head() -> None:
+    config = shrink({"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                     "swa_num_attention_heads": 64, "swa_num_key_value_heads": 16,
+                     "swa_head_dim": 128, "num_attention_heads_per_layer": [48, 64],
+                     "dim_head": 128})
+    assert (config["swa_num_attention_heads"], config["swa_num_key_value_heads"],
+            config["swa_head_dim"]) == (HEADS, KV_HEADS, 16)
+    assert config["num_attention_heads_per_layer"] == [HEADS, HEADS]
+    assert config["dim_head"] == 16
+
+
+def _layouts(model_type: str, **fields: object) -> list[Expected]:
+    from transformers import CONFIG_MAPPING
+    from zoo_harness.expect import expected_layouts
+
+    return expected_layouts(CONFIG_MAPPING[model_type](**fields))
+
+
+def test_expectation_reads_softmax_heads_bottleneck_widths_and_variants() -> None:
+    (convbert,) = _layouts("convbert", hidden_size=64, num_attention_heads=4, head_ratio=2)
+    assert (convbert.heads, convbert.head_dims) == ({2}, {16})  # half the heads convolve
+    (mobile,) = _layouts("mobilebert", hidden_size=64, num_attention_heads=4,
+                         intra_bottleneck_size=128, true_hidden_size=128)
+    assert 128 in mobile.widths and 32 in mobile.head_dims  # attention on the bottleneck
+    inkling = _layouts("inkling_text", swa_num_attention_heads=8, swa_head_dim=32)
+    assert any(e.heads == {8} and e.head_dims == {32} for e in inkling)
+
+
+def test_expectation_reads_each_layer_of_a_heterogeneous_config() -> None:
+    from zoo_harness.tiny import tiny_config
+
+    config = tiny_config("embedding_gemma2_text")
+    layouts = _layouts("embedding_gemma2_text", **{k: v for k, v in config.items()
+                                                   if k != "model_type"})
+    assert sorted(e.kv_heads or 0 for e in layouts) == [1, 2]  # sliding 2, full layers 1
+
+
+def test_linear_attention_layers_are_not_softmax_attention_modules() -> None:
+    import torch
+    from torch import nn
+    from zoo_harness.expect import attention_modules
+
+    class LinearAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(4, 12)
+
+    class SoftmaxAttention(LinearAttention):
+        pass
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = type("Config", (), {"layer_types": ["linear_attention",
+                                                              "full_attention"]})()
+            self.layers = nn.ModuleList([LinearAttention(), SoftmaxAttention()])
+
+    with torch.device("meta"):
+        assert attention_modules(Model()) == ["layers.1"]
+
+
+def test_kv_heads_may_follow_the_groups_the_module_declares() -> None:
+    layout = Expected("", frozenset({4}), 2, frozenset({16}), frozenset({64}))
+    block = {"name": "layers.1.self_attn", "num_heads": 4, "num_kv_heads": 4,
+             "head_dim": 16, "d_model": 64, "kind": "self"}
+    assert block_problems(block, [layout]) == ["config: kv heads 4 (config 2)"]
+    assert block_problems(block, [layout], groups=1) == []  # the module: 1 query per KV head
+    assert block_problems(block, [layout], groups=2) == ["config: kv heads 4 (config 2)"]

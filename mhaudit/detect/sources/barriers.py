@@ -2,7 +2,8 @@
 
 Attention cores, softmaxes, embeddings and norms over the residual stream sit before
 the projections. A norm of one head's features (QK-norm on a (B, n, h, d_k) tensor, or a
-per-head module's norm of one head's slice) sits after them and is walked through.
+per-head module's norm of one head's slice) or of a projection's whole output (QK-norm over
+h·d_k) sits after them and is walked through.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from torch import fx
 from mhaudit.trace.graphs import shape
 from mhaudit.trace.ops import (
     BARRIER_OPS,
-    FROZEN_NORM_OPS,
     HEAD_PICK_OPS,
     NORM_OPS,
     PROJECTION_OPS,
@@ -34,8 +34,8 @@ def is_barrier(node: fx.Node) -> bool:
     if name not in BARRIER_OPS:
         return False
     if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
-        if name in FROZEN_NORM_OPS and _projected(node.args[0]):
-            return False  # Linear + BatchNorm: a per-feature affine map of the projection
+        if _projected(node.args[0]):
+            return False  # Linear + BatchNorm, QK-norm over h·d_k: a norm of the projection
         return len(shape(node.args[0])) < 4 and not _one_head(node.args[0])
     return True
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import fx
 
 from mhaudit.detect.cores import is_activation_matmul
+from mhaudit.detect.patterns.score_bias import position_vector
 from mhaudit.detect.sources.barriers import is_barrier
 from mhaudit.detect.sources.features import backward_axis, carried, carried_width
 from mhaudit.detect.sources.projections import ProjectionOp, as_projection
@@ -122,13 +123,19 @@ class SourceWalker:
         return tuple(self._source(group) for group in grouped.values())
 
     def _source(self, group: list[_Part]) -> Source:
+        """One projection's parts: their widths add up, unless every part reads the same
+        features (chunks of the sequence stacked or joined again, as ProphetNet's
+        n-gram streams are): then they are one read."""
         proj = group[0][0]
-        width = sum(self._width(path, proj) for _, path, _, _ in group)
+        widths = [self._width(path, proj) for _, path, _, _ in group]
         dims = [dim for _, _, dim, _ in group]
         bias = sum(_added_bias(list(path), self.params, proj) for _, path, _, _ in group)
         spans = {read_range(path, proj.out_width) for _, path, _, _ in group}
         span = spans.pop() if len(spans) == 1 else None
-        cuts = frozenset().union(*(_cuts(path, proj) for _, path, _, _ in group))
+        each = {_cuts(path, proj) for _, path, _, _ in group}
+        same = span is not None and len(each) == 1 and 0 in dims
+        width = max(widths) if same else sum(widths)
+        cuts = frozenset().union(*each)
         return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
                       self._upstream(proj, 0), span, cuts, group[0][3])
 
@@ -329,11 +336,14 @@ def _cat_dim(node: fx.Node) -> int | None:
 def _added_bias(path: list[fx.Node], params: dict[str, str], proj: ProjectionOp) -> int:
     """Elements of parameters added along the path: biases applied after a fused split.
 
-    The projection's own bias add (``proj.node``, already in its bias count) is skipped.
+    The projection's own bias add (``proj.node``, already in its bias count) is skipped,
+    and so is a vector only this read of the projection sees (a score bias).
     """
     total = 0
-    for node in path:
+    for index, node in enumerate(path):
         if op_name(node) != "add" or node is proj.node:
+            continue
+        if index + 1 < len(path) and position_vector(node, path[index + 1], params):
             continue
         for operand in node.args:
             if isinstance(operand, fx.Node) and operand not in path and param_root(operand, params):

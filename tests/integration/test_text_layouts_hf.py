@@ -1,0 +1,42 @@
+"""Text layouts of real transformers models: ESMC's QK-norm over Q's whole width and
+ProphetNet's n-gram predict streams keep the config's heads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhaudit.api import audit
+
+tf = pytest.importorskip("transformers")
+
+
+def test_esmc_layer_norm_over_all_query_features() -> None:
+    config = tf.EsmcConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                           num_hidden_layers=1, vocab_size=64)
+    with torch.device("meta"):
+        report = audit(tf.EsmcModel(config).eval(), (torch.zeros(1, 8, dtype=torch.long),))
+    (block,) = report.blocks
+    lay = block.layout
+    assert (lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.d_model, lay.kind) == (
+        4, 4, 16, 64, "self")
+    assert block.params.total == 4 * 64 * 64  # no biases; q_norm/k_norm stay the norms'
+
+
+def test_prophetnet_predict_streams_keep_the_decoder_heads() -> None:
+    config = tf.ProphetNetConfig(
+        hidden_size=64, num_encoder_attention_heads=4, num_decoder_attention_heads=4,
+        num_encoder_layers=1, num_decoder_layers=1, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        vocab_size=64, ngram=2, num_buckets=32, max_position_embeddings=64)
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    with torch.device("meta"):
+        model = tf.ProphetNetModel(config).eval()
+        report = audit(model, {"input_ids": ids, "decoder_input_ids": ids})
+    assert [b.layout.num_heads for b in report.blocks] == [4] * len(report.blocks)
+    names = [b.layout.name for b in report.blocks]
+    assert "decoder.layers.0.self_attn#2" in names  # the predict streams' attention
+    by_name = {b.layout.name: b for b in report.blocks}
+    # The relative-position projection (64 → 32 buckets · 4 heads) is a score bias, counted
+    # in the main stream's block; the predict streams read the same weight.
+    assert by_name["decoder.layers.0.self_attn"].params.score_bias == 64 * 128 + 128
+    assert by_name["decoder.layers.0.self_attn#2"].params.score_bias == 0
