@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode, redispatch_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from mhaudit.trace import fake_kernels
 from mhaudit.trace.ops import WHOLE_OPS
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
 
@@ -68,7 +69,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
             self.guesses += 1
             dtype = args[0].dtype
             return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
-        out = func(*args, **kwargs)
+        out = fake_kernels.call(func, args, kwargs)
         if func in _IGNORED or self.paused:
             return out
         self.add(func, tuple(args), dict(kwargs), out)

@@ -1,0 +1,51 @@
+"""Grouped-mm experts at fp32 are recorded on fake tensors, as their CPU kernel runs them."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mhaudit.api import audit
+from mhaudit.trace.export import trace
+from mhaudit.trace.recorder import record
+
+EXPERTS, TOKENS, WIDTH, HIDDEN = 4, 16, 8, 16
+
+
+class GroupedExperts(nn.Module):
+    """Tokens sorted by expert, each group through its expert's weight, as MoE layers do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(EXPERTS, WIDTH, HIDDEN))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offs = torch.arange(1, EXPERTS + 1, dtype=torch.int32, device=x.device) * (
+            TOKENS // EXPERTS)
+        return torch._grouped_mm(x, self.weight, offs=offs)
+
+
+def _grouped_mm_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [n for n in graph.nodes if n.target is torch.ops.aten._grouped_mm.default]
+
+
+def test_fp32_grouped_mm_is_recorded_with_its_real_shape_and_dtype() -> None:
+    model, x = GroupedExperts(), torch.randn(TOKENS, WIDTH)
+    recorded = record(model, (x,), {}, fake=True)
+    (node,) = _grouped_mm_nodes(recorded.graph)
+    assert recorded.method == "dispatch-fake"
+    assert tuple(node.meta["val"].shape) == (TOKENS, HIDDEN)
+    assert node.meta["val"].dtype == torch.float32
+    # The casts to bf16 that let the fake kernel run are not in the record.
+    assert not [n for n in recorded.graph.nodes
+                if n.target is torch.ops.aten._to_copy.default]
+
+
+def test_the_first_rung_answers_fp32_grouped_mm() -> None:
+    model, x = GroupedExperts(), torch.randn(TOKENS, WIDTH)
+    assert trace(model, (x,), {}).method == "dispatch-record"
+    # Each expert multiplies its 4 tokens by its 8x16 weight: 4 experts · 2·4·8·16 = 4,096
+    # (FlopCounterMode counts no grouped mm, so the figure is the hand arithmetic).
+    report = audit(model, (x,))
+    assert report.totals.flops_by_family["matmul"] == EXPERTS * 2 * (TOKENS // EXPERTS) * (
+        WIDTH * HIDDEN)
