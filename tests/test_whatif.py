@@ -248,6 +248,7 @@ def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("mhaudit.options.AuditOptions", AuditOptions)
     done = invoke(whatif_command, "model.py", "--block", "layers.0.attn", "--seq-len", "64")
     assert done.exit_code == 0, done.output
+    assert callable(seen.pop("on_stage"))  # the status line's stage callback
     assert seen == {"target": "model.py", "seq_len": 64}
     shaped = invoke(whatif_command, "model.py", "--input-shape", "2x64x80")
     assert shaped.exit_code == 0, shaped.output

@@ -24,6 +24,7 @@ from mhaudit.cli.common import (
 )
 from mhaudit.cli.complete import complete_target
 from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
+from mhaudit.cli.progress import Status, status_label
 from mhaudit.cli.terminal import terminal_width
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
@@ -96,7 +97,8 @@ def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> La
         given["input_shape"] = shape
     if shapes:
         given["input_shapes"] = shapes
-    report = audit_quietly(target, AuditOptions(**given))
+    with Status(status_label(target, 0, 1)) as status:
+        report = audit_quietly(target, AuditOptions(**given, on_stage=status.stage))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
     changes = {k: opts[k] for k in ("implementation", "causal") if opts[k] is not None}
