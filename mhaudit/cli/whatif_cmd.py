@@ -58,7 +58,8 @@ def _seq_lens(value: str | None) -> tuple[int, ...]:
 def _at_lengths(spec: LayoutSpec, lens: tuple[int, ...]) -> list[LayoutSpec]:
     """The spec at each further length of ``--seq-len`` (its own first)."""
     return [spec] + [dataclasses.replace(
-        spec, seq_len=n, seq_len_kv=None if spec.kind == "self" else spec.seq_len_kv)
+        spec, seq_len=n, seq_len_kv=None if spec.kind == "self" else spec.seq_len_kv,
+        model_inputs=() if n != spec.seq_len else spec.model_inputs)
         for n in lens[1:]]
 
 
@@ -101,8 +102,13 @@ def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> La
         report = audit_quietly(target, AuditOptions(**given, on_stage=status.stage))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
-    changes = {k: opts[k] for k in ("implementation", "causal") if opts[k] is not None}
-    return dataclasses.replace(spec, **changes) if changes else spec
+    changes: dict[str, Any] = {k: opts[k] for k in ("implementation", "causal")
+                               if opts[k] is not None}
+    changes["model_inputs"] = tuple(
+        (name, tuple(value["shape"]), str(value.get("dtype", "")))
+        for name, value in report.model.inputs.items()
+        if isinstance(value, dict) and "shape" in value)
+    return dataclasses.replace(spec, **changes)
 
 
 def _spec(opts: dict[str, Any]) -> LayoutSpec:
