@@ -42,6 +42,7 @@ from mhaudit.load.target import (
 )
 from mhaudit.memory.peak import fake_forward_peak
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
+from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
 
@@ -69,7 +70,8 @@ def audit(
         opts.batch_size, opts.seq_len, opts.input_shape, opts.input_shapes)
     loaded = LoadedModel(model, args, kwargs, source or type(model).__name__,
                          inputs_inferred=inferred)
-    with hub_offline(), captured_logs(), time_limit(opts.timeout), process_guard(loaded.source):
+    with listening(opts.on_stage), hub_offline(), captured_logs(), time_limit(opts.timeout), \
+            process_guard(loaded.source):
         return audit_loaded(loaded, opts)
 
 
@@ -86,8 +88,9 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
         raise ConfigError(f"audit_target() needs a target string, not {target!r}",
                           "Pass e.g. \"model.py\", \"model.py:NAME\" or \"config.json\".")
     opts = resolve_options(options, overrides)
-    with preserved_state(model_folder(target)), hub_offline(), captured_logs(), \
-            time_limit(opts.timeout), process_guard(target):
+    with listening(opts.on_stage), preserved_state(model_folder(target)), hub_offline(), \
+            captured_logs(), time_limit(opts.timeout), process_guard(target):
+        stage("loading")
         loaded = load_target(
             target,
             device=opts.device,
@@ -117,11 +120,14 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
 
 def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     with contextlib.ExitStack() as folding:
+        stage("tracing")
         with contained("forward() while tracing", loaded.source, trace=True), printed_to_log():
             traced, plans = folding.enter_context(
                 traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold))
         stop_timer()
+        stage("detecting")
         layouts = expand_layouts(detect(traced, loaded.module), plans)
+        stage("costing")
         peak = _fake_peak(loaded, plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
@@ -137,12 +143,15 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
     if opts.flops_backend == FlopsBackend.FVCORE:
         report = with_fvcore(report, loaded)
     if opts.device != "meta":
+        stage("measuring")
         report = with_measurement(report, loaded, opts)
     if opts.train or opts.decode:
         from mhaudit.phases.attach import with_phases  # imported only for the steps
 
+        stage("phases")
         report = with_phases(report, loaded, traced, opts, plans)
     if opts.verify:
+        stage("measuring")
         report = with_verification(report, loaded)
     return report
 

@@ -14,6 +14,7 @@ from mhaudit.data.parallel import ParallelPlan
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
 from mhaudit.parallel.plan import as_plan, parse_plan
+from mhaudit.progress import OnStage
 from mhaudit.rules import RuleConfig
 
 MAX_SIZE = 2**40
@@ -125,6 +126,9 @@ class AuditOptions:
     """Timed forwards when measuring on cpu or cuda."""
     progress: Progress | None = None
     """Called with (done, total) while measuring."""
+    on_stage: OnStage | None = None
+    """Called with each stage's name as the audit enters it (``loading``, ``building``,
+    ``tracing``, ``detecting``, ``costing``, ``phases``, ``measuring``)."""
     timeout: float | None = None
     """Seconds building and tracing may take before the audit gives up (None: no limit)."""
     train: bool = False
@@ -229,6 +233,8 @@ def check_options(opts: AuditOptions) -> None:
         raise ConfigError("rule_config must be a RuleConfig", "Build one with RuleConfig(...).")
     if opts.progress is not None and not callable(opts.progress):
         raise ConfigError("progress must be callable with (done, total)", "Pass a function.")
+    if opts.on_stage is not None and not callable(opts.on_stage):
+        raise ConfigError("on_stage must be callable with a stage name", "Pass a function.")
     _check_parallel(opts)
     if opts.flops_backend == FlopsBackend.FVCORE and opts.device == "meta":
         raise ConfigError("the fvcore backend runs real compute and cannot use meta tensors",

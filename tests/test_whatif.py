@@ -239,7 +239,7 @@ def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def audit_target(target: str, options: AuditOptions) -> Report:
         seen["target"] = target
-        model = types.SimpleNamespace(dtype="torch.bfloat16")
+        model = types.SimpleNamespace(dtype="torch.bfloat16", inputs={})
         return types.SimpleNamespace(blocks=(block,), model=model)  # type: ignore[return-value]
 
     api = types.ModuleType("mhaudit.api")
@@ -248,6 +248,7 @@ def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("mhaudit.options.AuditOptions", AuditOptions)
     done = invoke(whatif_command, "model.py", "--block", "layers.0.attn", "--seq-len", "64")
     assert done.exit_code == 0, done.output
+    assert callable(seen.pop("on_stage"))  # the status line's stage callback
     assert seen == {"target": "model.py", "seq_len": 64}
     shaped = invoke(whatif_command, "model.py", "--input-shape", "2x64x80")
     assert shaped.exit_code == 0, shaped.output
@@ -293,3 +294,23 @@ def test_report_and_whatif_give_one_time_for_one_block() -> None:
     assert block.target is not None
     assert row.est_time_s == block.target.roofline.time_s
     assert row.backend == block.target.kernel
+
+
+def test_model_mode_header_names_the_input_as_report_does() -> None:
+    from mhaudit.cli import main
+
+    model = str(Path(__file__).resolve().parents[1] / "examples" / "llama_gqa.py")
+    env = {"COLUMNS": "200", "NO_COLOR": "1"}
+    report = CliRunner().invoke(main, ["report", model], env=env).stdout
+    named = report.splitlines()[1].split("inputs: ")[1]
+    assert named == "idx 1×128 int64"
+    done = CliRunner().invoke(main, ["whatif", model, "-n", "128,512"], env=env)
+    assert done.exit_code == 0, done.output
+    heads = [line for line in done.stdout.splitlines() if line.startswith("what-if for")]
+    assert heads[0].startswith("what-if for layers.0.self_attn: d_model 256, width h·d_k 256; "
+                               f"input: {named}; block b 1 × n 128, ")
+    assert "input: b 1 × n 512," in heads[1] and named not in heads[1]  # not audited there
+    data = json.loads(CliRunner().invoke(main, ["whatif", model, "-f", "json"], env=env).stdout)
+    assert data["spec"]["model_inputs"] == [["idx", [1, 128], "int64"]]
+    spec = CliRunner().invoke(main, ["whatif", "--d-model", "256", "--heads", "4"], env=env)
+    assert "input: b 1 × n 2048," in spec.stdout

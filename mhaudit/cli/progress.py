@@ -12,11 +12,18 @@ FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 BAR = 24
 
 
-class Status:
-    """``auditing model.py ⠹ 3.2 s``, then a bar while measuring: ``[######......] 3/10``.
+def status_label(target: str, index: int, count: int) -> str:
+    """``mhaudit: model.py``, or ``mhaudit [2/3] model.py`` among several targets."""
+    return f"mhaudit [{index + 1}/{count}] {target}" if count > 1 else f"mhaudit: {target}"
 
-    Draws only when the stream is a terminal; otherwise it prints one line when a
-    measurement ends, so that logs still say what happened.
+
+class Status:
+    """``mhaudit [1/2] model.py: tracing ⠹ 3.2 s``, then a bar while measuring:
+    ``[######......] 3/10``.
+
+    The audit names its stages through :meth:`stage`. Draws only when the stream is a
+    terminal; otherwise it prints one line when a measurement ends, so that logs still
+    say what happened.
     """
 
     def __init__(self, label: str, stream: TextIO | None = None, interval: float = 0.1):
@@ -25,6 +32,7 @@ class Status:
         self.interactive = self.stream.isatty()
         self.interval = interval
         self._progress: tuple[int, int] | None = None
+        self._stage = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.perf_counter()
@@ -39,7 +47,14 @@ class Status:
             bar = "#" * filled + "." * (BAR - filled)
             return f"{self.label}: measuring [{bar}] {done}/{total} {elapsed:.1f} s"
         frame = FRAMES[int(elapsed / self.interval) % len(FRAMES)]
-        return f"{self.label} {frame} {elapsed:.1f} s"
+        now = f": {self._stage}" if self._stage else ""
+        return f"{self.label}{now} {frame} {elapsed:.1f} s"
+
+    def stage(self, name: str) -> None:
+        """The stage callback: the audit entered stage ``name``."""
+        self._stage = name
+        if self.interactive:
+            self._draw()
 
     def measured(self, done: int, total: int) -> None:
         """The measurement callback ``(done, total)``."""

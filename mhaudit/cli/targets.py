@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from mhaudit.cli.common import (
 )
 from mhaudit.cli.guard import report_stream
 from mhaudit.cli.inputs import target_files
-from mhaudit.cli.progress import Status
+from mhaudit.cli.progress import Status, status_label
 from mhaudit.cli.terminal import terminal_width, use_color
 from mhaudit.contain.state import clean_state
 from mhaudit.render.formats import OutputFormat
@@ -62,8 +62,9 @@ def audit_each(
         try:
             folders = [Path(os.path.realpath(p)).parent for p in target_files(target)]
             with errors_to_exit(verbose), clean_state(folders), \
-                    Status(f"mhaudit: {target}") as status:
-                report = audit_quietly(target, make_options(status.measured))
+                    Status(status_label(target, index, len(targets))) as status:
+                options = replace(make_options(status.measured), on_stage=status.stage)
+                report = audit_quietly(target, options)
             warn_unused_shape_options(report)
             done.append((target, report))
         except SystemExit as exc:

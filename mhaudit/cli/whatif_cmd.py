@@ -24,6 +24,7 @@ from mhaudit.cli.common import (
 )
 from mhaudit.cli.complete import complete_target
 from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
+from mhaudit.cli.progress import Status, status_label
 from mhaudit.cli.terminal import terminal_width
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
 from mhaudit.data import AttentionBlock
@@ -57,7 +58,8 @@ def _seq_lens(value: str | None) -> tuple[int, ...]:
 def _at_lengths(spec: LayoutSpec, lens: tuple[int, ...]) -> list[LayoutSpec]:
     """The spec at each further length of ``--seq-len`` (its own first)."""
     return [spec] + [dataclasses.replace(
-        spec, seq_len=n, seq_len_kv=None if spec.kind == "self" else spec.seq_len_kv)
+        spec, seq_len=n, seq_len_kv=None if spec.kind == "self" else spec.seq_len_kv,
+        model_inputs=() if n != spec.seq_len else spec.model_inputs)
         for n in lens[1:]]
 
 
@@ -96,11 +98,17 @@ def _model_spec(target: str, block_name: str | None, opts: dict[str, Any]) -> La
         given["input_shape"] = shape
     if shapes:
         given["input_shapes"] = shapes
-    report = audit_quietly(target, AuditOptions(**given))
+    with Status(status_label(target, 0, 1)) as status:
+        report = audit_quietly(target, AuditOptions(**given, on_stage=status.stage))
     block = _pick_block(tuple(report.blocks), block_name, target)
     spec = spec_from_block(block, opts["dtype"] or canonical_dtype(str(report.model.dtype)))
-    changes = {k: opts[k] for k in ("implementation", "causal") if opts[k] is not None}
-    return dataclasses.replace(spec, **changes) if changes else spec
+    changes: dict[str, Any] = {k: opts[k] for k in ("implementation", "causal")
+                               if opts[k] is not None}
+    changes["model_inputs"] = tuple(
+        (name, tuple(value["shape"]), str(value.get("dtype", "")))
+        for name, value in report.model.inputs.items()
+        if isinstance(value, dict) and "shape" in value)
+    return dataclasses.replace(spec, **changes)
 
 
 def _spec(opts: dict[str, Any]) -> LayoutSpec:

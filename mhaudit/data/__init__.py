@@ -31,7 +31,9 @@ from mhaudit.data.phases import (
     BlockDecode,
     BlockTraining,
     DecodeCost,
+    DecodePoint,
     MemoryBreakdown,
+    TimelinePoint,
     TrainingCost,
 )
 from mhaudit.data.report import Report
@@ -50,6 +52,7 @@ __all__ = [
     "CollectiveBytes",
     "Coverage",
     "DecodeCost",
+    "DecodePoint",
     "Deviation",
     "DeviceBytes",
     "ExpertLayer",
@@ -71,6 +74,7 @@ __all__ = [
     "Severity",
     "SourceLocation",
     "TargetEstimate",
+    "TimelinePoint",
     "Timing",
     "Totals",
     "TrainingCost",

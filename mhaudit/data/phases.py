@@ -45,6 +45,17 @@ class BlockTraining:
 
 
 @dataclass(frozen=True)
+class TimelinePoint:
+    """Live bytes at one point of a training step, in time order."""
+
+    step: str
+    """``forward``, ``backward`` or ``optimizer``."""
+    live_bytes: int
+    """Every byte alive there: weights, grads, optimizer states, activations, temporaries,
+    buffers (as ``breakdown`` counts them at the peak)."""
+
+
+@dataclass(frozen=True)
 class TrainingCost:
     """One optimizer step (forward, backward, update), measured on fake tensors."""
 
@@ -90,6 +101,12 @@ class TrainingCost:
     host_state_bytes: int = 0
     """Optimizer states torch keeps on the host for the target's CUDA parameters (Adam's
     ``step`` counters), not in ``peak_bytes``; a CPU run keeps them with the rest."""
+    timeline: tuple[TimelinePoint, ...] = ()
+    """Live bytes over the step, folded to the full depth and thinned to a few hundred
+    points (each the highest of the ops it stands for); the optimizer update is one point,
+    its peak. Empty when the step was not tracked op by op."""
+    timeline_peak_index: int | None = None
+    """The point of ``timeline`` at ``peak_bytes``; None without a timeline."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,23 @@ class BlockDecode:
     """Cached K/V (or latent) bytes read at the context, window-capped."""
     time_s: float
     """Roofline time of the block's share: its weights, cache reads and FLOPs."""
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    """The decode step at one more context: the same closed forms, another cache length."""
+
+    context: int
+    """Tokens in the cache."""
+    flops_per_step: int
+    kv_read_bytes: int
+    """Cache bytes read at this context (window-capped, cross caches included)."""
+    bytes_per_step: int
+    """Weights once, the cache read at this context and written for the new tokens."""
+    time_per_step_s: float
+    """Roofline time on the target."""
+    bound: str
+    """``compute`` or ``memory``."""
 
 
 @dataclass(frozen=True)
@@ -148,3 +182,7 @@ class DecodeCost:
     figures are a step's arithmetic, not a generation step anyone runs."""
     parallel: ParallelCost | None = None
     """Per-device cost of the step under ``--parallel``; None without a plan."""
+    by_context: tuple[DecodePoint, ...] = ()
+    """The step at several contexts up to the model's longest (its config's
+    ``max_position_embeddings``, else 16× ``context``), computed from the same formulas,
+    not traced; empty when not applicable."""

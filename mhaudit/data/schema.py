@@ -214,6 +214,8 @@ def training_to_dict(t: TrainingCost) -> dict[str, Any]:
         "convention": t.convention,
         "attention_kernel": t.attention_kernel,
         "host_state_bytes": t.host_state_bytes,
+        "timeline": [{"step": p.step, "live_bytes": p.live_bytes} for p in t.timeline],
+        "timeline_peak_index": t.timeline_peak_index,
     }
     if t.parallel is not None:
         data["parallel"] = parallel_to_dict(t.parallel)
@@ -245,6 +247,12 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
         "convention": d.convention,
         "flops_per_step_non_absorbed": d.flops_per_step_non_absorbed,
         "applicable": d.applicable,
+        "by_context": [
+            {"context": p.context, "flops_per_step": p.flops_per_step,
+             "kv_read_bytes": p.kv_read_bytes, "bytes_per_step": p.bytes_per_step,
+             "time_per_step_s": p.time_per_step_s, "bound": p.bound}
+            for p in d.by_context
+        ],
     }
     if d.parallel is not None:
         data["parallel"] = parallel_to_dict(d.parallel)

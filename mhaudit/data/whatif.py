@@ -31,6 +31,9 @@ class LayoutSpec:
     """Whether Q, K, V and O carry biases."""
     name: str = "spec"
     """Where the spec came from: ``spec`` or the block's module name."""
+    model_inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()
+    """The audited model's tensor inputs (name, shape, dtype) the block's shape came from;
+    empty for a spec, or at a sequence length the model was not audited at."""
 
     @property
     def inner_width(self) -> int:

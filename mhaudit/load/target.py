@@ -23,6 +23,7 @@ from mhaudit.contain.files import check_input_file
 from mhaudit.errors import LoadError, type_name
 from mhaudit.load.device import parse_device
 from mhaudit.load.inputs import Shapes, with_shapes
+from mhaudit.progress import stage
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ def load_target(
     with preserved_state(model_folder(target)), quiet_stdout():
         module = _import_target(path_part)  # outside the device context: libraries it
         with device_context(device):  # imports keep their import-time tensors real
+            stage("building")
             model = _build(module, attr, target)
             args, kwargs, inferred = _inputs(module, model, batch_size, seq_len, input_shape,
                                              input_shapes, target)
@@ -342,6 +344,7 @@ def _load_hf_config(
         raise _missing("config file", path)
     check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
     with quiet_stdout(), device_context(device):
+        stage("building")
         model, args, kwargs = load_hf_config(path, batch_size, seq_len,
                                              input_shape=input_shape, input_shapes=input_shapes)
     return LoadedModel(model, args, kwargs, target, True)

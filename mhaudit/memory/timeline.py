@@ -87,11 +87,14 @@ def _released(log: StepLog, fwd: Segment, forward_end: int) -> list[Segment]:
     return [Segment(tick, tick, (v[0], v[1], v[2]), 0) for tick, v in sorted(freed.items())]
 
 
-def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
-    """The peak and FLOPs of the full model from a run with fewer layers."""
-    levels = log.levels()
-    bounds = log.boundaries()
-    inserts: list[tuple[int, Segment, int]] = []  # (boundary where copies go, segment, n)
+Insert = tuple[int, Segment, int]
+"""(boundary where the copies go, the segment copied, copies)."""
+
+
+def _inserts(log: StepLog, bounds: Sequence[Vec], repeats: Sequence[Repeat],
+             forward_end: int) -> list[Insert]:
+    """Where the copies of each repeated layer's segments go, in timeline order."""
+    inserts: list[Insert] = []
     for rep in repeats:
         if rep.extra <= 0:
             continue
@@ -105,14 +108,26 @@ def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
         if fwd is not None:
             inserts.extend((r.end, r, rep.extra) for r in _released(log, fwd, forward_end))
     inserts.sort(key=lambda item: item[0])
+    return inserts
+
+
+def _shift(inserts: Sequence[Insert], tick: int) -> Vec:
+    """What the copies add to the live bytes after op ``tick``."""
+    total: Vec = (0, 0, 0)
+    for at, seg, n in inserts:
+        if tick >= at:
+            total = _add(total, seg.delta, n)
+    return total
+
+
+def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
+    """The peak and FLOPs of the full model from a run with fewer layers."""
+    levels = log.levels()
+    bounds = log.boundaries()
+    inserts = _inserts(log, bounds, repeats, forward_end)
 
     def shift(tick: int) -> Vec:
-        """What the copies add to the live bytes after op ``tick``."""
-        total: Vec = (0, 0, 0)
-        for at, seg, n in inserts:
-            if tick >= at:
-                total = _add(total, seg.delta, n)
-        return total
+        return _shift(inserts, tick)
 
     best: tuple[int, Vec, str] | None = None
 
@@ -137,3 +152,39 @@ def fold(log: StepLog, repeats: Sequence[Repeat], forward_end: int) -> Folded:
     end = _add(levels[-1], shift(len(levels))) if levels else (0, 0, 0)
     return Folded(peak, sum(log.tick_flops) + extra, end,
                   sum(log.tick_flops[:forward_end]) + forward_extra)
+
+
+def live_over_step(log: StepLog, repeats: Sequence[Repeat], forward_end: int
+                   ) -> list[tuple[str, int]]:
+    """The folded timeline of the full model: (phase, live bytes) after each of its ops,
+    every copy of a repeated layer's segments in its place, the same points :func:`fold`
+    takes its peak from."""
+    levels = log.levels()
+    bounds = log.boundaries()
+    inserts = _inserts(log, bounds, repeats, forward_end)
+    out: list[tuple[str, int]] = []
+    pending = list(inserts)
+    for tick in range(len(levels) + 1):
+        while pending and pending[0][0] == tick:
+            at, seg, n = pending.pop(0)
+            base = sum(_add(bounds[at], _shift(inserts, at - 1)))
+            phase = "forward" if seg.start < forward_end else "backward"
+            inner = [sum(_sub(levels[t], bounds[seg.start])) for t in range(seg.start, seg.end)]
+            step = sum(seg.delta)
+            out += [(phase, base + k * step + x) for k in range(n) for x in inner]
+        if tick < len(levels):
+            phase = "forward" if tick < forward_end else "backward"
+            out.append((phase, sum(_add(levels[tick], _shift(inserts, tick)))))
+    return out
+
+
+def thinned(points: Sequence[tuple[str, int]], most: int) -> list[tuple[str, int]]:
+    """At most ``most`` points: consecutive runs, each kept as its highest point (so the
+    peak survives), in order."""
+    if len(points) <= most:
+        return list(points)
+    out = []
+    for i in range(most):
+        run = points[i * len(points) // most:(i + 1) * len(points) // most]
+        out.append(max(run, key=lambda p: p[1]))
+    return out

@@ -10,6 +10,7 @@ from mhaudit.cost.latent import LATENT_DECODE_CONVENTION
 from mhaudit.data import ParallelCost, ParallelPlan, Report
 from mhaudit.load.target import LoadedModel
 from mhaudit.phases.decode import decode_for_report
+from mhaudit.phases.decode_context import by_context, longest_context
 from mhaudit.phases.step_weights import expert_groups, gathered_parameters, step_weight_bytes
 from mhaudit.phases.training import training_step
 from mhaudit.trace.export import TracedGraph
@@ -60,6 +61,8 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
                                     _decode_batch(report), e)
         experts = expert_groups(report.experts, loaded.module, e, plans)
         decode = decode_for_report(report, weights, e, profile, opts.context, experts)
+        decode = replace(decode, by_context=by_context(
+            report, decode, weights, e, profile, experts, longest_context(loaded.module)))
         if opts.parallel is not None:
             decode = replace(decode, parallel=_per_device(
                 report, loaded, opts, "decode", decode=decode))

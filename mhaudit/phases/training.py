@@ -29,6 +29,7 @@ from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.options import check_phase_options
 from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import optimizer_step
+from mhaudit.phases.step_timeline import step_timeline
 from mhaudit.trace.fold import find_lists
 
 COPIES = 3
@@ -204,12 +205,14 @@ def training_step(
     during, update = _peaks(folded, opt, run.input_bytes, full_param_bytes, full_buffer_bytes)
     breakdown, phase = (update, "optimizer") if update.total > during.total else (
         during, folded.peak.phase)
-    batch = _batch(blocks, args, kwargs)
-    memory = profile.memory_bytes
+    batch, memory = _batch(blocks, args, kwargs), profile.memory_bytes
     max_batch = _max_batch(during, update, batch, memory)
     extra = sum(r.extra for r in repeats)
     convention = _convention(precision, run.loss, optimizer, len(layers), extra,
                              checkpointing, opt.host_state_bytes, kernel)
+    fixed = during.total - sum(folded.peak.live)  # alive all along: weights, states, inputs
+    timeline, peak_at = step_timeline(run.log, repeats, run.forward_end, fixed, update.total,
+                                      phase == "optimizer")
     return TrainingCost(
         optimizer=optimizer, precision=precision, checkpointing=checkpointing, loss=run.loss,
         peak_bytes=breakdown.total, peak_phase=phase, breakdown=breakdown, flops=folded.flops,
@@ -217,6 +220,7 @@ def training_step(
         fits=breakdown.total <= memory, max_batch_size=max_batch, batch_size=batch,
         folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
         attention_kernel=kernel, host_state_bytes=opt.host_state_bytes,
+        timeline=timeline, timeline_peak_index=peak_at,
     )
 
 

@@ -6,7 +6,7 @@ import json
 
 from mhaudit import units
 from mhaudit.data.schema import whatif_to_dict
-from mhaudit.data.whatif import WhatIf, WhatIfRow
+from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 from mhaudit.render.escape import plain
 from mhaudit.render.fit import column_groups, simple_table, text_width
 from mhaudit.render.style import PLAIN, RenderOptions, wrap
@@ -70,6 +70,14 @@ def _notes(result: WhatIf, measured: bool) -> list[str]:
     return notes
 
 
+def model_inputs(spec: LayoutSpec) -> str:
+    """``input_ids 1×128 int64; block `` before the block's own shape, as ``report``'s header
+    names them (nothing for a spec)."""
+    named = ", ".join(plain(f"{name} {'×'.join(map(str, shape))} {dtype}".rstrip())
+                      for name, shape, dtype in spec.model_inputs)
+    return f"{named}; block " if named else ""
+
+
 def render_whatif_table(result: WhatIf, options: RenderOptions = PLAIN) -> str:
     """The what-if table with a header line and a note per column, fitted to
     ``options.width``: a table too wide is split into parts that repeat h, h_kv and d_k."""
@@ -77,7 +85,8 @@ def render_whatif_table(result: WhatIf, options: RenderOptions = PLAIN) -> str:
     measured = any(r.measured_ms is not None for r in result.rows)
     headers = [*HEADERS, *(["measured"] if measured else []), "flags"]
     head = (f"what-if for {plain(spec.name) or '(root)'}: d_model {spec.d_model}, width h·d_k "
-            f"{spec.inner_width}; input: b {spec.batch_size} × n {spec.seq_len}"
+            f"{spec.inner_width}; input: {model_inputs(spec)}b {spec.batch_size} × n "
+            f"{spec.seq_len}"
             f"{'' if spec.seq_len_kv in (None, spec.seq_len) else f' (n_kv {spec.seq_len_kv})'}"
             f", {spec.dtype}, {spec.implementation}, on {result.gpu}")
     rows = [_cells(r, measured) for r in result.rows]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -23,8 +25,9 @@ def _hooks() -> dict[str, dict[str, object]]:
         (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))}
 
 
-def _repo(tmp_path: Path, tool: str) -> Path:
-    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+def _repo(tmp_path: Path, tool: str, model: str = MODEL) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "model.py").write_text(model, encoding="utf-8")
     (tmp_path / "pyproject.toml").write_text(tool, encoding="utf-8")
     return tmp_path
 
@@ -71,15 +74,45 @@ def test_configured_targets_must_be_a_list_of_strings(
     assert result.exit_code == 2 and "must be a non-empty list" in result.output
 
 
+def _pre_commit() -> str:
+    found = shutil.which("pre-commit", path=str(Path(sys.executable).parent)) or shutil.which(
+        "pre-commit")
+    if found is None:
+        pytest.skip("pre-commit is not installed here (the dev extra installs it)")
+    return found
+
+
+def _hook_env(tmp_path: Path) -> dict[str, str]:
+    """The environment pre-commit runs a system hook in: this interpreter's mhaudit first
+    on PATH, its own cache."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return {**os.environ, "PATH": path, "PRE_COMMIT_HOME": str(tmp_path / "cache")}
+
+
+def test_pre_commit_validates_the_hook_manifest(tmp_path: Path) -> None:
+    done = subprocess.run([_pre_commit(), "validate-manifest",
+                           str(ROOT / ".pre-commit-hooks.yaml")], capture_output=True,
+                          text=True, timeout=120, check=False, env=_hook_env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# mhaudit-check: the textbook model within its budget; mhaudit-report fails on warnings,
+# so it audits a model with none (the small Llama)
 @pytest.mark.slow
-def test_pre_commit_try_repo_runs_the_system_hook(tmp_path: Path) -> None:
-    pre_commit = shutil.which("pre-commit") or shutil.which(
-        "pre-commit", path=str(Path(sys.executable).parent))
-    if pre_commit is None:
-        pytest.skip("pre-commit is not installed here")
-    repo = _repo(tmp_path, CONFIGURED)
+@pytest.mark.parametrize(("hook_id", "example"), [
+    ("mhaudit-check", "textbook_mha.py"), ("mhaudit-report", "llama_gqa.py")])
+def test_pre_commit_try_repo_runs_the_system_hook(tmp_path: Path, hook_id: str,
+                                                  example: str) -> None:
+    pre_commit = _pre_commit()
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed here (pre-commit runs hooks in a git repository)")
+    repo = _repo(tmp_path / "repo", CONFIGURED,
+                 (ROOT / "examples" / example).read_text(encoding="utf-8"))
     for args in (["init", "-q"], ["add", "."]):
         subprocess.run(["git", *args], cwd=repo, check=True)
-    done = subprocess.run([pre_commit, "try-repo", str(ROOT), "mhaudit-check", "--all-files"],
-                          cwd=repo, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run([pre_commit, "try-repo", str(ROOT), hook_id, "--all-files"],
+                          cwd=repo, capture_output=True, text=True, timeout=600, check=False,
+                          env=_hook_env(tmp_path))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert re.search(r"mhaudit attention (budget|report)\.+Passed", out), out

@@ -74,7 +74,7 @@ def test_whatif_json_keeps_the_fields_of_each_dataclass() -> None:
     render = FORMATS["json"].whatif
     assert render is not None
     data = json.loads(render(result, RenderOptions()))
-    assert data["spec"] == dataclasses.asdict(spec)
+    assert data["spec"] == json.loads(json.dumps(dataclasses.asdict(spec)))
     assert data["by_heads"] == json.loads(json.dumps([dataclasses.asdict(r)
                                                       for r in result.by_heads]))
     assert [(r["heads"], r["kv_heads"]) for r in data["rows"]] == [(8, 8), (8, 4), (16, 16)]

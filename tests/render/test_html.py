@@ -292,6 +292,9 @@ def test_every_section_is_there_and_no_two_labels_overlap(phased: Report,
     sections = {"hand": ("findings", "costs", "whatif-0", "details", "units"),
                 "phases": ("costs", "phases", "parallel", "details", "units"),
                 "folded": ("costs", "phases", "details", "units")}
+    for title in ("Live memory over the training step", "Decode bytes per step vs context",
+                  "Decode time per step vs context"):
+        assert f"<title>{title}" in pages["phases"], title  # measured with the rest
     for name, html in pages.items():
         measured = _measure(chromium, html, tmp_path / name)
         assert measured["overlaps"] == [], name
@@ -314,3 +317,34 @@ def test_new_renderers_do_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_training_timeline_marks_its_peak_and_decode_runs_over_context(phased: Report) -> None:
+    t, d = phased.training, phased.decode
+    assert t is not None and d is not None and t.timeline_peak_index is not None
+    charts = _svgs(render(phased, "html"))
+    timeline = charts[f"Live memory over the training step (peak {nbytes(t.peak_bytes)})"]
+    assert f"peak {nbytes(t.peak_bytes)} ({t.peak_phase})" in timeline
+    assert timeline.count("<polyline") >= 2  # forward and backward, the update a point
+    for step in ("forward", "backward", "optimizer"):
+        assert f">{step}</text>" in timeline
+    page = render(phased, "html")
+    assert len(d.by_context) >= 5 and d.context in [p.context for p in d.by_context]
+    table = page[page.index("<th>context</th>"):]
+    for point in d.by_context:
+        assert f"<td>{point.context:,}</td><td>{nbytes(point.kv_read_bytes)}</td>" in table
+    assert '<tr class="current"><td>128</td>' in table
+    for title in ("Decode bytes per step vs context", "Decode time per step vs context"):
+        assert "context 128" in charts[title]
+    assert "not traced" in page
+
+
+def test_no_timeline_or_context_curve_without_their_data(phased: Report) -> None:
+    assert phased.training is not None and phased.decode is not None
+    bare = dataclasses.replace(
+        phased, training=dataclasses.replace(phased.training, timeline=(),
+                                             timeline_peak_index=None),
+        decode=dataclasses.replace(phased.decode, by_context=()))
+    page = render(bare, "html")
+    assert "Live memory over the training step" not in page
+    assert "vs context" not in page and "Training step: peak" in page

@@ -6,6 +6,7 @@ from __future__ import annotations
 from mhaudit import units
 from mhaudit.data import DecodeCost, ParallelCost, Report, TrainingCost
 from mhaudit.render.escape import html as escape
+from mhaudit.render.html.phase_curves import decode_context_block, timeline_caption, timeline_chart
 from mhaudit.render.html.svg import PALETTE, bar_chart, stacked_bar_chart
 from mhaudit.render.phases import phase_lines
 
@@ -70,9 +71,14 @@ def phases_section(report: Report, h2: str, anchor: str) -> list[str]:
     figures = []
     if report.training is not None:
         figures.append(training_figure(report.training))
+        timeline = timeline_chart(report.training)
+        if timeline is not None:
+            figures.append(_figure(timeline, timeline_caption(report.training)))
     if report.decode is not None:
         figures.append(decode_figure(report.decode))
     out.append('<div class="charts">' + "\n".join(figures) + "</div>")
+    if report.decode is not None and report.decode.applicable:
+        out.append(decode_context_block(report.decode))
     return out
 
 

@@ -66,12 +66,43 @@ def _rule_record(row: Sequence[str], width: int) -> str:
     return "\n".join([title, *body])
 
 
+TALLEST_ROW = 3
+"""Lines a table row may wrap to; a taller one turns the table into one record per row."""
+
+
 def _table(rows: Sequence[Sequence[str]], width: int) -> list[str]:
-    """An indented table, the first row its header, the last column wrapped to ``width``."""
-    fixed = sum(max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]) - 1)) + 2
-    limits: list[int | None] = [None] * (len(rows[0]) - 1) + [max(24, width - fixed)]
-    text = tabulate(rows[1:], headers=rows[0], maxcolwidths=limits, disable_numparse=True)
+    """An indented table, the first row its header, the last column wrapped to ``width``;
+    one record per row when a row would wrap to more than :data:`TALLEST_ROW` lines or the
+    table would overflow ``width``."""
+    # tabulate pads each header by 2 and puts 2 spaces between columns; 2 more indent it
+    fixed = sum(max(len(rows[0][i]) + 2, *(len(row[i]) for row in rows[1:])) + 2
+                for i in range(len(rows[0]) - 1)) + 2
+    room = width - fixed
+    wrapped = [textwrap.wrap(row[-1], width=max(1, room), break_on_hyphens=False)
+               for row in rows[1:]]
+    if room < 16 or any(len(lines) > TALLEST_ROW for lines in wrapped):
+        return _records(rows, width)
+    text = tabulate(rows[1:], headers=rows[0], maxcolwidths=[None] * (len(rows[0]) - 1) + [room],
+                    disable_numparse=True)
     return ["  " + line.rstrip() for line in text.splitlines()]
+
+
+def _records(rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """Each row as a record: its first field and the labelled short ones on one line, the
+    last field wrapped under them."""
+    header, out = rows[0], []
+    for row in rows[1:]:
+        labelled = "  ".join(f"{name}: {value}" for name, value in
+                             zip(header[1:-1], row[1:-1], strict=True))
+        head = f"  {row[0]}  {labelled}" if len(row[0]) + len(labelled) + 4 <= width else (
+            f"  {row[0]}")
+        out.append(head)
+        if head == f"  {row[0]}" and labelled:
+            out += textwrap.wrap(labelled, width=width, initial_indent="      ",
+                                 subsequent_indent="      ", break_on_hyphens=False)
+        out += textwrap.wrap(row[-1], width=width, initial_indent="      ",
+                             subsequent_indent="      ", break_on_hyphens=False)
+    return out
 
 
 def _numbers(rule: Rule, width: int) -> list[str]:
