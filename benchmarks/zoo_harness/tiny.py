@@ -21,6 +21,10 @@ EXPERTS_PER_TOKEN = 2
 AUDIO_POSITIONS = 32
 """Encoder positions of Whisper-style audio models (the input is twice as many frames)."""
 MIN_VOCAB = 256
+FILTERS = 8
+"""Channels of the first conv stage of audio tokenizers (``num_filters``), which double at
+each downsampling: VibeVoice's default 32 over six stages ends at 2,048 channels, eight
+ConvNeXt blocks deep, twice (acoustic and semantic), 0.7 B parameters in the "tiny" model."""
 
 LAYER_KEYS = (
     "num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
@@ -162,7 +166,8 @@ def _shrink_sizes(config: dict[str, Any]) -> None:
     for keys, size in ((FFN_KEYS, FFN), (SMALL_FFN_KEYS, FFN // 4),
                        (POSITION_KEYS, POSITIONS), (EXPERT_KEYS, EXPERTS),
                        (TOP_K_KEYS, EXPERTS_PER_TOKEN), (("image_size",), IMAGE),
-                       (("patch_size",), PATCH), (("max_source_positions",), AUDIO_POSITIONS)):
+                       (("patch_size",), PATCH), (("max_source_positions",), AUDIO_POSITIONS),
+                       (("num_filters",), FILTERS)):
         for key in keys:
             if _is_int(config.get(key)) and config[key] > size:
                 config[key] = size

@@ -42,16 +42,23 @@ def is_library(path: str | Path) -> bool:
 
 
 def class_location(cls: type, root: Path | None = None) -> SourceLocation | None:
-    """The file and ``class`` line of ``cls`` when it is user code inside ``root``."""
+    """The file and ``class`` line of ``cls`` when it is user code inside ``root``.
+
+    The file is checked first: finding a class's line parses its whole module, which is
+    wasted on a library class (a transformers attention) that is never pointed at.
+    """
     try:
         path = inspect.getsourcefile(cls)
-        _, line = inspect.getsourcelines(cls)
     except (OSError, TypeError):
         return None
     if path is None or is_library(path):
         return None
     shown, inside = relative_path(path, root)
     if not inside:
+        return None
+    try:
+        _, line = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
         return None
     return SourceLocation(shown, max(1, line), cls.__qualname__)
 
@@ -119,11 +126,15 @@ def block_locations(
 ) -> list[SourceLocation | None]:
     """For each block name, its module's class location inside ``root``, else ``fallback``."""
     out: list[SourceLocation | None] = []
+    by_class: dict[type, SourceLocation | None] = {}  # twelve layers share one class
     for name in names:
         try:
             module = model.get_submodule(name) if name else model
         except AttributeError:
             out.append(fallback)
             continue
-        out.append(class_location(type(module), root) or fallback)
+        cls = type(module)
+        if cls not in by_class:
+            by_class[cls] = class_location(cls, root)
+        out.append(by_class[cls] or fallback)
     return out
