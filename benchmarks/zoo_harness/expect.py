@@ -11,6 +11,9 @@ from torch import nn
 from zoo_harness.tiny import HEAD_DIM_KEYS, HEAD_KEYS, KV_KEYS, LAYER_KEYS, WIDTH_KEYS
 
 LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims")
+STAGE_HEAD_DIM_KEYS = ("key_dim",)
+"""Per-stage head dims of convolutional-stage models (LeViT's key_dim, independent of
+hidden_sizes / heads)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,10 @@ class Expected:
     head_dims: frozenset[int]
     """Declared or derived (width / heads) head dims; empty when it cannot be derived."""
     widths: frozenset[int]
+    declared: bool = True
+    """False for a config that declares a width but no heads: its attention picks its own
+    heads (one over the whole width, or CLIP's width // 64), and the config alone does
+    not say the model has attention."""
 
 
 def _get(config: Any, key: str) -> Any:
@@ -54,11 +61,22 @@ def sub_configs(config: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from sub_configs(value, f"{path}.{key}" if path else key)
 
 
+def _undeclared(path: str, widths: set[int]) -> Expected | None:
+    """The layouts a config without heads allows: one head over a declared width (separable
+    and additive attention), or heads of 64 (CLIP-style towers, ``nn.MultiheadAttention(d,
+    d // 64)``, as BridgeTower's vision resblocks build them)."""
+    if not widths:
+        return None
+    heads = {1} | {w // 64 for w in widths if w % 64 == 0}
+    dims = {w // h for w in widths for h in heads if w % h == 0}
+    return Expected(path, frozenset(heads), None, frozenset(dims), frozenset(widths), False)
+
+
 def _expected(path: str, config: Any) -> Expected | None:
     heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
-    if not heads:
-        return None
     widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS for w in _ints(_get(config, key))}
+    if not heads:
+        return _undeclared(path, widths)
     depths = _ints(_get(config, "depths"))
     for base in list(widths):
         widths.update(base * 2 ** i for i in range(len(depths)))  # stages that double width
@@ -66,6 +84,11 @@ def _expected(path: str, config: Any) -> Expected | None:
     if _get(config, "multi_query") is True:
         kv = 1
     dims = {d for key in HEAD_DIM_KEYS for d in _ints(_get(config, key))}
+    stage_dims = {d for key in STAGE_HEAD_DIM_KEYS for d in _ints(_get(config, key))}
+    if stage_dims and len(heads) > 1:
+        # Blocks between stages (LeViT's subsampling attention) run width // head dim heads.
+        heads.update(w // d for w in widths for d in stage_dims if w % d == 0)
+    dims |= stage_dims
     nope, rope = _ints(_get(config, "qk_nope_head_dim")), _ints(_get(config, "qk_rope_head_dim"))
     if nope and rope:
         dims.add(nope[0] + rope[0])
@@ -75,7 +98,8 @@ def _expected(path: str, config: Any) -> Expected | None:
 
 
 def expected_layouts(config: Any) -> list[Expected]:
-    """One entry per (sub-)config that declares attention heads."""
+    """One entry per (sub-)config that declares attention heads or a width (see
+    :attr:`Expected.declared`)."""
     found = (_expected(path, sub) for path, sub in sub_configs(config))
     return [e for e in found if e is not None]
 
