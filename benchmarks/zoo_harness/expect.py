@@ -10,7 +10,13 @@ from torch import nn
 
 from zoo_harness.tiny import HEAD_DIM_KEYS, HEAD_KEYS, KV_KEYS, LAYER_KEYS, WIDTH_KEYS
 
-LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims")
+LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims",
+                   "encoder_hidden_dim")
+"""Widths beside WIDTH_KEYS; RT-DETR's AIFI encoder attends at encoder_hidden_dim."""
+NOT_DOT_PRODUCT = ("Deformable",)
+"""Classes called attention that compute no QKᵀ: deformable attention's weights are a
+linear map of the query, softmaxed over sampling points whose values are sampled at
+learned offsets (``grid_sample``); they are no attention block."""
 STAGE_HEAD_DIM_KEYS = ("key_dim",)
 """Per-stage head dims of convolutional-stage models (LeViT's key_dim, independent of
 hidden_sizes / heads)."""
@@ -117,7 +123,8 @@ def attention_modules(model: nn.Module) -> list[str]:
     found: list[str] = []
     for name, module in model.named_modules():
         cls = type(module).__name__
-        if "Attention" not in cls and "Attn" not in cls:
+        if ("Attention" not in cls and "Attn" not in cls) or any(
+                word in cls for word in NOT_DOT_PRODUCT):
             continue
         if any(name.startswith(f"{outer}.") for outer in found if outer) or "" in found:
             continue

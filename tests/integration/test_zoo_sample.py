@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from zoo_harness.expect import Expected, block_problems, expected_layouts
+from zoo_harness.expect import Expected, attention_modules, block_problems, expected_layouts
 from zoo_harness.sweep import run_all
 from zoo_harness.tiny import HEADS, KV_HEADS, LAYERS, shrink, shrink_vocab
 from zoo_harness.worker import preload, run_one
@@ -145,3 +145,22 @@ def test_stage_key_dims_are_head_dims_and_stage_widths_over_them_are_heads() -> 
     block = {"name": "a", "num_heads": 8, "num_kv_heads": 8, "head_dim": 16, "d_model": 64,
              "kind": "self"}
     assert block_problems(block, [layout]) == []  # 128 // 16 heads between stages
+
+
+def test_deformable_attention_is_no_attention_module_and_encoder_width_counts() -> None:
+    from torch import nn
+    from transformers import PretrainedConfig
+
+    class MultiscaleDeformableAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention_weights = nn.Linear(8, 4)
+
+    class SelfAttention(MultiscaleDeformableAttention):
+        pass
+
+    model = nn.ModuleDict({"cross": MultiscaleDeformableAttention(), "self": SelfAttention()})
+    assert attention_modules(model) == ["self"]
+    config = PretrainedConfig(d_model=64, encoder_hidden_dim=256, encoder_attention_heads=4)
+    (layout,) = expected_layouts(config)
+    assert {64, 256} <= layout.widths and 64 in layout.head_dims
