@@ -19,10 +19,19 @@ from zoo_harness.tiny import (
     attention_variants,
 )
 
-LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims")
+LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims",
+                   "encoder_hidden_dim")
+"""Widths beside WIDTH_KEYS; RT-DETR's AIFI encoder attends at encoder_hidden_dim."""
 DERIVED_WIDTH_KEYS = ("true_hidden_size",)
 """Widths a config derives for its attention (MobileBERT's bottleneck: the attention runs
 on ``intra_bottleneck_size`` features, not on ``hidden_size``)."""
+NOT_DOT_PRODUCT = ("Deformable",)
+"""Classes called attention that compute no QKᵀ: deformable attention's weights are a
+linear map of the query, softmaxed over sampling points whose values are sampled at
+learned offsets (``grid_sample``); they are no attention block."""
+STAGE_HEAD_DIM_KEYS = ("key_dim",)
+"""Per-stage head dims of convolutional-stage models (LeViT's key_dim, independent of
+hidden_sizes / heads)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,10 @@ class Expected:
     head_dims: frozenset[int]
     """Declared or derived (width / heads) head dims; empty when it cannot be derived."""
     widths: frozenset[int]
+    declared: bool = True
+    """False for a config that declares a width but no heads: its attention picks its own
+    heads (one over the whole width, or CLIP's width // 64), and the config alone does
+    not say the model has attention."""
 
 
 def _get(config: Any, key: str) -> Any:
@@ -66,12 +79,23 @@ def sub_configs(config: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from sub_configs(value, f"{path}.{key}" if path else key)
 
 
+def _undeclared(path: str, widths: set[int]) -> Expected | None:
+    """The layouts a config without heads allows: one head over a declared width (separable
+    and additive attention), or heads of 64 (CLIP-style towers, ``nn.MultiheadAttention(d,
+    d // 64)``, as BridgeTower's vision resblocks build them)."""
+    if not widths:
+        return None
+    heads = {1} | {w // 64 for w in widths if w % 64 == 0}
+    dims = {w // h for w in widths for h in heads if w % h == 0}
+    return Expected(path, frozenset(heads), None, frozenset(dims), frozenset(widths), False)
+
+
 def _expected(path: str, config: Any) -> Expected | None:
     heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
-    if not heads:
-        return None
     widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS + DERIVED_WIDTH_KEYS
               for w in _ints(_get(config, key))}
+    if not heads:
+        return _undeclared(path, widths)
     depths = _ints(_get(config, "depths"))
     for base in list(widths):
         widths.update(base * 2 ** i for i in range(len(depths)))  # stages that double width
@@ -79,6 +103,11 @@ def _expected(path: str, config: Any) -> Expected | None:
     if _get(config, "multi_query") is True:
         kv = 1
     dims = {d for key in HEAD_DIM_KEYS for d in _ints(_get(config, key))}
+    stage_dims = {d for key in STAGE_HEAD_DIM_KEYS for d in _ints(_get(config, key))}
+    if stage_dims and len(heads) > 1:
+        # Blocks between stages (LeViT's subsampling attention) run width // head dim heads.
+        heads.update(w // d for w in widths for d in stage_dims if w % d == 0)
+    dims |= stage_dims
     nope, rope = _ints(_get(config, "qk_nope_head_dim")), _ints(_get(config, "qk_rope_head_dim"))
     if nope and rope:
         dims.add(nope[0] + rope[0])
@@ -140,7 +169,8 @@ def _variants(path: str, config: Any) -> list[tuple[str, Any]]:
 
 
 def expected_layouts(config: Any) -> list[Expected]:
-    """One entry per (sub-)config (per layer config, per variant) that declares heads."""
+    """One entry per (sub-)config (per layer config, per variant) that declares attention
+    heads or a width (see :attr:`Expected.declared`)."""
     found = (_expected(v, view) for path, sub in sub_configs(config)
              for p, layer in _layer_configs(path, sub) for v, view in _variants(p, layer))
     return [e for e in found if e is not None]
@@ -181,7 +211,8 @@ def attention_modules(model: nn.Module) -> list[str]:
     linear = _linear_layers(getattr(model, "config", None))
     for name, module in model.named_modules():
         cls = type(module).__name__
-        if "Attention" not in cls and "Attn" not in cls:
+        if ("Attention" not in cls and "Attn" not in cls) or any(
+                word in cls for word in NOT_DOT_PRODUCT):
             continue
         if linear and _layer_index(name) in linear:
             continue

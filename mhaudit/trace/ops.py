@@ -242,7 +242,11 @@ HEAD_MIX_OPS = frozenset({"linear", "matmul", "einsum", "conv2d", "convolution",
 
 WEIGHT_ARG_OPS = frozenset({"linear", "addmm"})
 """Projections whose arguments fix which operand is the weight."""
-CONTEXT_PASS_OPS = VIEW_OPS | frozenset({"cat", "stack", "mul", "div", "getitem"})
+CONTEXT_ACTIVATION_OPS = frozenset({"hardswish", "relu", "gelu", "silu"})
+"""Pointwise activations a block may apply to its context before the output projection
+(LeViT's Hardswish)."""
+CONTEXT_PASS_OPS = VIEW_OPS | CONTEXT_ACTIVATION_OPS | frozenset(
+    {"cat", "stack", "mul", "div", "getitem"})
 """Ops a walk forward from a core's context to its output projection follows."""
 HEAD_LAYOUT_OPS = NORM_OPS | frozenset({"add", "sub"})
 """Sums and norms that stay inside a block while the context is still split into heads."""

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from zoo_harness.expect import Expected, block_problems
+from zoo_harness.expect import Expected, attention_modules, block_problems, expected_layouts
 from zoo_harness.sweep import run_all
 from zoo_harness.tiny import HEADS, KV_HEADS, LAYERS, shrink, shrink_vocab
 from zoo_harness.worker import preload, run_one
@@ -186,3 +186,51 @@ def test_kv_heads_may_follow_the_groups_the_module_declares() -> None:
     assert block_problems(block, [layout]) == ["config: kv heads 4 (config 2)"]
     assert block_problems(block, [layout], groups=1) == []  # the module: 1 query per KV head
     assert block_problems(block, [layout], groups=2) == ["config: kv heads 4 (config 2)"]
+
+
+def test_a_config_without_heads_allows_one_head_or_heads_of_64_and_expects_no_attention(
+) -> None:
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(hidden_size=128)
+    (layout,) = expected_layouts(config)
+    assert not layout.declared
+    one = {"name": "a", "num_heads": 1, "num_kv_heads": 1, "head_dim": 128, "d_model": 128,
+           "kind": "self"}
+    assert block_problems(one, [layout]) == []
+    assert block_problems({**one, "num_heads": 2, "num_kv_heads": 2, "head_dim": 64},
+                          [layout]) == []  # 128 // 64 heads of 64
+    assert block_problems({**one, "num_heads": 4, "num_kv_heads": 4, "head_dim": 32},
+                          [layout]) == ["config: heads 4 (config [1, 2])",
+                                        "config: head dim 32 (config [64, 128])"]
+
+
+def test_stage_key_dims_are_head_dims_and_stage_widths_over_them_are_heads() -> None:
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(hidden_sizes=[64, 128], num_attention_heads=[2, 4],
+                              key_dim=[16, 16])
+    (layout,) = expected_layouts(config)
+    assert 16 in layout.head_dims
+    block = {"name": "a", "num_heads": 8, "num_kv_heads": 8, "head_dim": 16, "d_model": 64,
+             "kind": "self"}
+    assert block_problems(block, [layout]) == []  # 128 // 16 heads between stages
+
+
+def test_deformable_attention_is_no_attention_module_and_encoder_width_counts() -> None:
+    from torch import nn
+    from transformers import PretrainedConfig
+
+    class MultiscaleDeformableAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention_weights = nn.Linear(8, 4)
+
+    class SelfAttention(MultiscaleDeformableAttention):
+        pass
+
+    model = nn.ModuleDict({"cross": MultiscaleDeformableAttention(), "self": SelfAttention()})
+    assert attention_modules(model) == ["self"]
+    config = PretrainedConfig(d_model=64, encoder_hidden_dim=256, encoder_attention_heads=4)
+    (layout,) = expected_layouts(config)
+    assert {64, 256} <= layout.widths and 64 in layout.head_dims

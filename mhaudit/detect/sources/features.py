@@ -112,6 +112,10 @@ def _fwd_keep(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
 
 
 def _fwd_removed(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    if step.name == "getitem" and op_name(step.source) in REDUCE_OPS:
+        # The values of a reduction that also returns indices (``max(dim=…)``).
+        return _fwd_reduce(_Step(step.source, step.source, step.name, step.before, step.after),
+                           axes)
     d = _removed_dim(step.node, step.source, step.before)
     return None if d is None else frozenset(a - (a > d) for a in axes if a != d)
 
@@ -285,6 +289,18 @@ def _bwd_select(step: _Step, axis: int) -> int | None:
     return axis + (d is not None and axis >= d)
 
 
+def _bwd_reduce(step: _Step, axis: int) -> int | None:
+    """A reduction over some axes without keepdim: output axis i is the i-th kept one."""
+    dims = arg(step.node, 1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    rank = len(step.before)
+    if not dims or bool(arg(step.node, 2, "keepdim", False)) or not rank:
+        return None
+    gone = {d % rank for d in dims if isinstance(d, int)}
+    kept = [a for a in range(rank) if a not in gone]
+    return kept[axis] if axis < len(kept) else None
+
+
 def _bwd_view_as_real(step: _Step, axis: int) -> int | None:
     return min(axis, len(step.before) - 1) if len(step.after) == len(step.before) + 1 else None
 
@@ -303,6 +319,7 @@ _BACKWARD: dict[str, _AxisHandler] = {
     "select": _bwd_select,
     "view_as_real": _bwd_view_as_real,
     "view_as_complex": _bwd_view_as_complex,
+    **dict.fromkeys(REDUCE_OPS, _bwd_reduce),
 }
 """Ops with their own rule for which input axis an output axis reads."""
 
@@ -331,8 +348,10 @@ def backward_axis(node: fx.Node, source: fx.Node, axis: int | None) -> int | Non
     if name == "unbind":  # a multi-output op: its own value is a list, not a tensor
         return _bwd_unbind(_Step(node, source, name, shape(source), after), axis) if shape(
             source) else axis
-    if not after:
-        return axis
+    if not after:  # a multi-output op (``max(dim=…)``: values and indices)
+        multi = _bwd_reduce(_Step(node, source, name, shape(source), after), axis) if (
+            name in REDUCE_OPS and shape(source)) else None
+        return axis if multi is None else multi
     step = _Step(node, source, name, shape(source) or after, after)
     handler = _BACKWARD.get(name)
     mapped = handler(step, axis) if handler is not None else None

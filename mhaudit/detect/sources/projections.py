@@ -227,9 +227,21 @@ def find_output_projection(
 ) -> ProjectionOp | None:
     """Walk forward from a core's context tensor to the projection that consumes it."""
     def follow(user: fx.Node) -> bool:
-        return op_name(user) in CONTEXT_PASS_OPS or _in_head_layout_add(user)
+        return op_name(user) in CONTEXT_PASS_OPS or _in_head_layout_add(user) or _token_pool(user)
 
     return next(projections_after(output, params, cache, follow), None)
+
+
+def _token_pool(node: fx.Node) -> bool:
+    """A mean or max over positions that keeps the feature axis (an attention-pooling
+    head averages its query tokens before the output projection)."""
+    if op_name(node) not in {"mean", "amax"} or not node.args:
+        return False
+    before, dims = shape(node.args[0]), arg(node, 1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    rank = len(before)
+    return bool(rank and dims) and all(
+        isinstance(d, int) and d % rank != rank - 1 for d in dims)
 
 
 def _in_head_layout_add(node: fx.Node) -> bool:

@@ -20,8 +20,8 @@ from mhaudit.trace.graphs import (
     shape,
     tensor_inputs,
 )
-from mhaudit.trace.ops import EXPAND_OPS, FACTOR_CHAIN_OPS, FRESH_OPS, op_name
-from mhaudit.trace.walks import Walk
+from mhaudit.trace.ops import EXPAND_OPS, FACTOR_CHAIN_OPS, FRESH_OPS, PARAM_VIEW_OPS, op_name
+from mhaudit.trace.walks import Walk, chain
 
 _MAX_VISITS = 400
 _MAX_DEPTH = 200
@@ -144,20 +144,33 @@ class SourceWalker:
         return carried if carried is not None else _numel_width(path[0], list(path), proj.rows)
 
     def _fallback(self, operand: fx.Node) -> Source:
-        """The deepest user input ``operand`` derives from (no projection on the way)."""
+        """The deepest user input ``operand`` derives from (no projection on the way);
+        without one, the learned parameter it views (a learned query token)."""
         best: list[fx.Node] = [operand]
+        learned = self._learned(operand, [])
         walk = Walk([(operand, [operand])], _MAX_VISITS, key=_first)
         for node, path in walk:
             if node.op == "placeholder" or is_barrier(node):
                 if node.name in self.user_inputs and len(path) > len(best):
                     best = path
                 continue
-            walk.push((child, [*path, child]) for child in reversed(list(tensor_inputs(node)))
+            children = list(tensor_inputs(node))
+            for child in children:
+                learned = learned or self._learned(child, path)
+            walk.push((child, [*path, child]) for child in reversed(children)
                       if param_root(child, self.params) is None and child.op != "get_attr")
+        if len(best) == 1 and learned:
+            best = learned
         root = best[-1]
         dims = shape(root)
         rows = numel(root) // dims[-1] if dims and dims[-1] else 1
         return Source(None, root, _numel_width(operand, best, rows))
+
+    def _learned(self, node: fx.Node, path: list[fx.Node]) -> list[fx.Node]:
+        """``path`` on through the views from ``node`` to the parameter it views, if any."""
+        if param_root(node, self.params) is None:
+            return []
+        return [*path, *chain(node, PARAM_VIEW_OPS, _MAX_CHAIN_VISITS)]
 
     def _upstream(self, proj: ProjectionOp, depth: int) -> tuple[Source, ...]:
         """The down-projection of a low-rank factorised projection, if ``proj`` has one.
@@ -236,6 +249,10 @@ class _Walk:
 
     def _compute(self, node: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
         proj = self.w.projection(node)
+        if proj is not None and _along_sequence(proj, axis):
+            deeper = self._child(node, proj.activation, axis, depth)
+            if deeper and all(_maps_positions_of(proj, p[0]) for p in deeper):
+                return deeper  # the feature projection the positions map reads
         if proj is not None:
             return ((proj, (node,), 0, 0),)
         if node.op == "placeholder" or is_barrier(node):
@@ -315,6 +332,27 @@ class _Walk:
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
+
+
+def _along_sequence(proj: ProjectionOp, axis: int | None) -> bool:
+    """The operand's head-dim axis is not among the projection's output features: the
+    weight maps another axis (Linformer's learned n→k map of the keys' positions, when a
+    feature projection of the same block lies below it; channel attention's QKV, whose
+    tokens are the head dim, when none does)."""
+    rank = len(shape(proj.node))
+    if axis is None or not rank or proj.activation is proj.node:
+        return False
+    features = {a % rank for a in proj.feature_axes} or {rank - 1}
+    return axis % rank not in features
+
+
+def _maps_positions_of(positions: ProjectionOp, features: ProjectionOp) -> bool:
+    """``positions`` maps the positions ``features`` projected: it reads as many inputs
+    as ``features`` has rows per sequence, inside the same block."""
+    dims = shape(features.node)
+    parent = innermost_module(positions.matmul).rpartition(".")[0]
+    inside = not parent or innermost_module(features.matmul).startswith(parent + ".")
+    return inside and len(dims) >= 2 and dims[-2] == positions.in_width
 
 
 def _first(item: tuple[fx.Node, object]) -> fx.Node:
