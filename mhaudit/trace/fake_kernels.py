@@ -1,10 +1,10 @@
-"""Ops whose fake-tensor kernel refuses inputs their CPU kernel takes, run at a dtype it takes.
+"""mhaudit's fake-tensor mode: torch's, with shape functions that take what CPU kernels take.
 
 torch's shape function for ``aten._grouped_mm`` holds every input to the CUDA kernel's
-bf16 rule, while the CPU kernel multiplies fp32 and fp16 too; transformers' grouped-mm
-experts call it at the model's dtype on CPU. Under fake tensors such a call runs on bf16
-copies and its output is cast back, so its shape, dtype and place in the record are the
-real call's (the copies are made below the recorder and are not recorded).
+bf16 rule, while the CPU kernel multiplies fp32 and fp16 too, and transformers'
+grouped-mm experts call it at the model's dtype on CPU. In :class:`FakeMode` such a call
+runs on bf16 copies and its output is cast back, inside the fake mode: a recorder, a
+FLOP counter or a memory tracker above it sees the one call, at its real shapes and dtype.
 """
 
 from __future__ import annotations
@@ -12,34 +12,39 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 _GROUPED_MM = torch.ops.aten._grouped_mm.default
+_TO_COPY = torch.ops.aten._to_copy.default
 
 
-def _refused_dtype(func: Any, args: tuple[Any, ...]) -> torch.dtype | None:
-    """The dtype of a ``_grouped_mm`` call on fake or meta tensors that their kernel would
-    refuse, else None."""
+def _refused(func: Any, args: tuple[Any, ...]) -> bool:
+    """A ``_grouped_mm`` of floating tensors that are not both bf16."""
     if func is not _GROUPED_MM or len(args) < 2:
-        return None
+        return False
     a, b = args[0], args[1]
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return None
-    if a.dtype == b.dtype == torch.bfloat16 or not a.dtype.is_floating_point:
-        return None
-    shapes_only = a.is_meta or detect_fake_mode(args) is not None
-    return a.dtype if shapes_only else None
+        return False
+    return a.dtype.is_floating_point and not a.dtype == b.dtype == torch.bfloat16
 
 
-def call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``func(*args, **kwargs)``, with a refused fake ``_grouped_mm`` run in bf16 and cast back."""
-    dtype = _refused_dtype(func, args)
-    if dtype is None:
-        return func(*args, **kwargs)
-    out_dtype = kwargs.get("out_dtype") or dtype
-    cast = [t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.is_floating_point()
-            else t for t in args]
-    rest = {k: v for k, v in kwargs.items() if k != "out_dtype"}
-    if isinstance(rest.get("bias"), torch.Tensor):
-        rest["bias"] = rest["bias"].to(torch.bfloat16)
-    return func(*cast, **rest).to(out_dtype)
+class FakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
+    """``FakeTensorMode`` that runs a refused ``_grouped_mm`` on bf16 copies."""
+
+    def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if not _refused(func, tuple(args)):
+            return super().dispatch(func, types, args, kwargs)
+
+        def cast(value: Any, dtype: torch.dtype) -> Any:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return super(FakeMode, self).dispatch(_TO_COPY, types, (value,),
+                                                      {"dtype": dtype})
+            return value
+
+        out_dtype = kwargs.pop("out_dtype", None) or args[0].dtype
+        if "bias" in kwargs:
+            kwargs["bias"] = cast(kwargs["bias"], torch.bfloat16)
+        out = super().dispatch(func, types, tuple(cast(a, torch.bfloat16) for a in args),
+                               kwargs)
+        return cast(out, out_dtype)

@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode, redispatch_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from mhaudit.trace import fake_kernels
+from mhaudit.trace.fake_kernels import FakeMode
 from mhaudit.trace.ops import WHOLE_OPS
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
 
@@ -69,7 +69,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
             self.guesses += 1
             dtype = args[0].dtype
             return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
-        out = fake_kernels.call(func, args, kwargs)
+        out = func(*args, **kwargs)
         if func in _IGNORED or self.paused:
             return out
         self.add(func, tuple(args), dict(kwargs), out)
@@ -188,9 +188,7 @@ def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, f
             recorder.bind(leaf, node)
     modes: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if fake:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        modes = FakeTensorMode(allow_non_fake_inputs=True)
+        modes = FakeMode(allow_non_fake_inputs=True)
     with torch.no_grad(), modes, _module_stack(model, stack), recorder, _Composites(recorder):
         result = model(*args, **kwargs)
     outputs = [recorder.node_of(t) for t in output_tensors(result)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -49,3 +51,29 @@ def test_the_first_rung_answers_fp32_grouped_mm() -> None:
     report = audit(model, (x,))
     assert report.totals.flops_by_family["matmul"] == EXPERTS * 2 * (TOKENS // EXPERTS) * (
         WIDTH * HIDDEN)
+
+
+def test_modes_above_the_fake_mode_see_the_one_call() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mhaudit.trace.fake_kernels import FakeMode
+
+    class Seen(TorchDispatchMode):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[Any] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    seen = Seen()
+    with FakeMode():
+        x, weight = torch.randn(TOKENS, WIDTH), torch.randn(EXPERTS, WIDTH, HIDDEN)
+        offs = torch.full((EXPERTS,), TOKENS // EXPERTS, dtype=torch.int32).cumsum(0,
+                                                                                dtype=torch.int32)
+        with seen:
+            out = torch._grouped_mm(x, weight, offs=offs)
+    assert seen.ops == [torch.ops.aten._grouped_mm.default]
+    assert (tuple(out.shape), out.dtype) == ((TOKENS, HIDDEN), torch.float32)
