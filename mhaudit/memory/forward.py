@@ -58,7 +58,7 @@ def _layers(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
                 yield (f"{name}.{child_name}" if name else child_name), child
 
 
-class ForwardCounter(LiveStorages):
+class ForwardCounter(LiveStorages):  # type: ignore[no-untyped-call]
     """The live-storage counter, with the live bytes after each new storage and layer spans."""
 
     def __init__(self) -> None:
