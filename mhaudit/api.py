@@ -40,11 +40,13 @@ from mhaudit.load.target import (
     model_folder,
     model_inputs,
 )
-from mhaudit.memory.peak import fake_forward_peak
+from mhaudit.memory.peak import fake_forward_peak, peak_of
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
+from mhaudit.trace.recorder import RecordedGraph
+from mhaudit.trace.traced import TracedGraph
 
 
 def audit(
@@ -128,7 +130,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
         stage("detecting")
         layouts = expand_layouts(detect(traced, loaded.module), plans)
         stage("costing")
-        peak = _fake_peak(loaded, plans)
+        peak = _fake_peak(loaded, traced, plans)
     profile = get_profile(opts.gpu)
     dtype = canonical_dtype(opts.dtype)
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
@@ -165,9 +167,13 @@ def with_verification(report: Report, loaded: LoadedModel) -> Report:
     return replace(report, verification=checked)
 
 
-def _fake_peak(loaded: LoadedModel, plans: tuple[FoldedList, ...]) -> int | None:
-    """The activation peak of the eager forward on fake tensors; None when it cannot run
-    there (the graph's lifetime estimate is used instead)."""
+def _fake_peak(loaded: LoadedModel, traced: TracedGraph, plans: tuple[FoldedList, ...]
+               ) -> int | None:
+    """The activation peak of the eager forward on fake tensors (counted while the record
+    ran, or in a forward of its own); None when it cannot run there (the graph's lifetime
+    estimate is used instead)."""
+    if isinstance(traced, RecordedGraph) and traced.storages is not None:
+        return peak_of(traced.storages, plans).activation_bytes
     try:
         return fake_forward_peak(loaded.module, loaded.args, loaded.kwargs, plans).activation_bytes
     except Exception:  # any failure of user code on fake tensors: fall back to the graph

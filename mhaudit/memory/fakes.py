@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from mhaudit.memory.swap import Role, swapped_state
 
@@ -47,15 +47,23 @@ def fake_state(model: nn.Module, mode: FakeTensorMode, dtype: torch.dtype | None
                sum(b.numel() * b.element_size() for b in swapped.buffers), swapped.params)
 
 
-def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype | None) -> Any:
-    """Inputs with every tensor replaced by a fake CPU one (floats at ``dtype``)."""
-    if isinstance(value, torch.Tensor):
-        return _fake_like(mode, value, dtype)
-    if isinstance(value, dict):
-        return {k: fake_inputs(v, mode, dtype) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(fake_inputs(v, mode, dtype) for v in value)
-    return value
+def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype | None,
+                made: dict[int, torch.Tensor] | None = None) -> Any:
+    """Inputs with every tensor replaced by a fake CPU one (floats at ``dtype``), in
+    containers of their own types (dicts, lists, tuples, named tuples, model outputs).
+
+    With ``made`` (fakes by the ``id`` of the tensor they stand for), a tensor given
+    twice (``(x, x, x)`` as query, key and value) gets one fake; without, each place
+    gets its own, as inputs made one by one for a reference step are.
+    """
+    def fake(t: torch.Tensor) -> torch.Tensor:
+        if made is None:
+            return _fake_like(mode, t, dtype)
+        if id(t) not in made:
+            made[id(t)] = _fake_like(mode, t, dtype)
+        return made[id(t)]
+
+    return tree_map_only(torch.Tensor, fake, value)
 
 
 @dataclass(frozen=True)
@@ -98,8 +106,8 @@ def fake_forward(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
     model.eval()
     try:
         with fake_state(model, mode, dtype):
-            yield FakeForward(model, mode, fake_inputs(args, mode, dtype),
-                              fake_inputs(dict(kwargs), mode, dtype))
+            f_args, f_kwargs = fake_inputs((args, dict(kwargs)), mode, dtype, {})
+            yield FakeForward(model, mode, f_args, f_kwargs)
     finally:
         quiet.setLevel(level)
         model.train(was_training)

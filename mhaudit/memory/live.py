@@ -6,7 +6,8 @@ phase and the module that made them; a weak reference notes the tick at which th
 storage is freed and takes its bytes off the live count. Live bytes after op ``t`` are
 the storages born at or before ``t`` and freed after it, which is how torch's
 MemTracker counts them (no allocator rounding). The inference peak reads the running
-count (``live``, ``peak``); the training step reads the log.
+count (through :class:`~mhaudit.memory.forward.ForwardCounter`); the training step
+reads the log.
 """
 
 from __future__ import annotations
@@ -122,8 +123,7 @@ def _storage(tensor: torch.Tensor) -> Any:
 class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Record op output storages, their deaths and, with ``op_flops``, op FLOPs.
 
-    ``live`` is the bytes alive now; ``peak`` the largest ``live + extra`` any new storage
-    reached, where ``extra`` is what the caller adds for work not run (folded layers).
+    ``live`` is the bytes alive now; ``peak`` the largest ``live`` any new storage reached.
     """
 
     def __init__(self, op_flops: OpFlops | None = None) -> None:
@@ -133,10 +133,6 @@ class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.owner: str | None = None
         self.live = 0
         self.peak = 0
-        self.extra = 0
-        """Bytes the folded-away layer copies would hold by now (leftovers × copies)."""
-        self.window_peak = 0
-        """Peak of ``live`` since the current layer began."""
         self._op_flops = op_flops
         self._live: dict[int, int] = {}
         self._known: set[int] = set()
@@ -179,8 +175,7 @@ class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
             size, tick, self.phase, tuple(int(s) for s in tensor.shape), self.owner))
         self._live[key] = index
         self.live += size
-        self.window_peak = max(self.window_peak, self.live)
-        self.peak = max(self.peak, self.live + self.extra)
+        self.peak = max(self.peak, self.live)
         self._refs.append(weakref.ref(storage, self._freed(key, index)))
 
     def storage_index(self, tensor: torch.Tensor) -> int | None:

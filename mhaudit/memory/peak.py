@@ -1,28 +1,29 @@
-"""The inference peak of live activations, from running the forward on fake tensors.
+"""The inference peak of live activations, from a forward run on fake tensors.
 
 The forward runs as Python runs it, under ``FakeTensorMode``: no memory is allocated and
 no arithmetic done, but every op's output storage is created and freed when Python drops
-its last reference. The live-storage counter (:class:`~mhaudit.memory.live.LiveStorages`)
+its last reference. The live-storage counter (:class:`~mhaudit.memory.forward.ForwardCounter`)
 adds each new storage's bytes to a live count and takes them off when the storage is
-freed, so tensors live as long as the eager code keeps them (locals
-until the module returns, caches until the end), which is what an allocator sees. Torch's
-``MemTracker`` counts the same way; this is the lean version of it.
+freed, so tensors live as long as the eager code keeps them (locals until the module
+returns, caches until the end), which is what an allocator sees. Torch's ``MemTracker``
+counts the same way; this is the lean version of it.
 
-With folded layer lists only the representatives run: the bytes each layer leaves alive
-(its cache entries, outputs kept for later) are added once per layer it stands for.
+The first rung of the tracer counts the same storages while it records the graph, so
+the peak is read from that run (:func:`peak_of`); :func:`fake_forward_peak` runs the
+forward for the other rungs. With folded layer lists only the representatives run: the
+bytes each layer leaves alive (its cache entries, outputs kept for later) are added once
+per layer it stands for.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from mhaudit.memory.fakes import fake_forward
-from mhaudit.memory.live import LiveStorages
+from mhaudit.memory.forward import ForwardCounter, ForwardStorages
 from mhaudit.trace.fold import FoldedList
 
 
@@ -37,46 +38,40 @@ class PeakEstimate:
     """Bytes still alive when the forward returned (outputs, caches)."""
 
 
-@contextlib.contextmanager
-def _layer_leftovers(model: nn.Module, plans: tuple[FoldedList, ...], mode: LiveStorages
-                     ) -> Iterator[None]:
-    """Add, after each representative layer, what it left alive times its other copies."""
-    handles = []
+def _copies(plans: tuple[FoldedList, ...]) -> dict[str, int]:
+    """Each representative layer's path, to the copies of it that did not run."""
+    found: dict[str, int] = {}
     for plan in plans:
-        layers = model.get_submodule(plan.path) if plan.path else model
-        for position, members in enumerate(plan.members):
-            copies = len(members) - 1
-            if copies < 1 or position >= len(layers):  # type: ignore[arg-type]
-                continue
-            layer = layers[position]  # type: ignore[index]
-            before: list[tuple[int, int, int]] = []
+        for index, members in zip(plan.kept, plan.members, strict=True):
+            if len(members) > 1:
+                name = plan.name_of(index)
+                found[f"{plan.path}.{name}" if plan.path else name] = len(members) - 1
+    return found
 
-            def pre(_m: nn.Module, _a: Any, before: list[tuple[int, int, int]] = before
-                    ) -> None:
-                before.append((mode.live, mode.serial, mode.window_peak))
-                mode.window_peak = mode.live
 
-            def post(_m: nn.Module, _a: Any, out: Any,
-                     before: list[tuple[int, int, int]] = before, copies: int = copies
-                     ) -> None:
-                if not before:
-                    return
-                live, serial, outer_peak = before.pop()
-                # what one layer leaves alive besides its output (which replaces its input
-                # in the next layer): cache entries, tensors kept for later
-                left = max(0, mode.live - live - mode.new_bytes(out, serial))
-                # the last copy runs with every earlier copy's leftovers alive
-                mode.peak = max(mode.peak, mode.window_peak + mode.extra + copies * left)
-                mode.extra += copies * left
-                mode.window_peak = max(outer_peak, mode.window_peak)
+def peak_of(storages: ForwardStorages, plans: tuple[FoldedList, ...] = ()) -> PeakEstimate:
+    """The activation peak of a counted forward, with ``plans``' folded layers added back.
 
-            handles.append(layer.register_forward_pre_hook(pre))
-            handles.append(layer.register_forward_hook(post))
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    Each representative leaves alive, besides its output (which replaces its input in the
+    next layer), its cache entries and tensors kept for later; the copies that did not
+    run would have left as much each, from the moment it returned on. The last copy runs
+    with every earlier copy's leftovers alive.
+    """
+    copies = _copies(plans)
+    levels = storages.levels
+    peak = extra = seen = 0
+    for span in storages.spans:
+        n = copies.get(span.path, 0)
+        if n < 1:
+            continue
+        peak = max(peak, max(levels[seen:span.end], default=0) + extra)
+        seen = max(seen, span.end)
+        window = max(span.live_start_bytes, max(levels[span.start:span.end], default=0))
+        left = max(0, span.live_end_bytes - span.live_start_bytes - span.output_bytes)
+        peak = max(peak, window + extra + n * left)
+        extra += n * left
+    peak = max(peak, max(levels[seen:], default=0) + extra)
+    return PeakEstimate(peak, storages.retained_bytes + extra)
 
 
 def fake_forward_peak(
@@ -92,9 +87,9 @@ def fake_forward_peak(
     """
     # fake CPU state and inputs: a meta-built model runs the kernels a real run does
     with fake_forward(model, args, kwargs) as forward:
-        mode = LiveStorages()
-        mode.known(forward.tensors())
-        out = forward(mode, _layer_leftovers(model, plans, mode))
-        retained = mode.live + mode.extra
+        counter = ForwardCounter()
+        counter.known(forward.tensors())
+        out = forward(counter, counter.layers(model))
+        storages = counter.result()
         del out
-    return PeakEstimate(mode.peak, retained)
+    return peak_of(storages, plans)

@@ -3,7 +3,9 @@
 The model's parameters, buffers and tensor attributes are swapped for fake CPU
 tensors at the training precision (nothing is allocated, no arithmetic runs) and
 put back afterwards. Layer lists can be shortened to a few members, the rest being
-copied later from the timeline (:mod:`mhaudit.memory.timeline`).
+copied later from the timeline (:mod:`mhaudit.memory.timeline`). Integer index
+arithmetic that only sizes feed runs on real values (:mod:`mhaudit.phases.indices`), so
+the model takes the path a real run takes where it reads them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from mhaudit.errors import TraceError, first_line
 from mhaudit.memory.fakes import fake_inputs, fake_state
 from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
 from mhaudit.phases.backward_flops import op_flops
+from mhaudit.phases.indices import RealIndices
 
 PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
     "fp32": (torch.float32, None),
@@ -191,7 +194,7 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     dtype, autocast = PRECISIONS[precision]
     if recompute:
         kwargs = without_cache(model, kwargs)
-    mode = FakeTensorMode()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # real index arithmetic meets fakes
     tracker = LiveStorages(op_flops)
     was_training = model.training
     with fake_state(model, mode, dtype) as (param_bytes, buffer_bytes, fakes):
@@ -204,7 +207,7 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         try:
             fused = FusedAttention() if fused_attention else contextlib.nullcontext()
             marks = layer_marks(tracker, layers, blocks, recompute, fused_attention)
-            with mode, tracker, marks, fused:
+            with mode, RealIndices(), tracker, marks, fused:
                 cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
                         else contextlib.nullcontext())
                 with cast:

@@ -8,13 +8,21 @@ last resort on a real device, over a real forward. The composites of ``WHOLE_OPS
 recorded whole, as export keeps them, also when a ``torch.nn.functional`` function calls
 them (SDPA inside ``multi_head_attention_forward``); other composite ops arrive decomposed
 (``reshape`` as ``clone`` + ``_unsafe_view``), which detection reads too.
+
+Over fake tensors the same run counts the storages each op makes and Python frees
+(:mod:`mhaudit.memory.forward`), so it also answers the inference peak; the graph then
+holds stand-ins for the values (:mod:`mhaudit.trace.stand_ins`), which keep no storage
+alive.
 """
 
 from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator
+import sys
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
 
@@ -24,8 +32,10 @@ from torch.overrides import TorchFunctionMode, redispatch_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from mhaudit.trace.fake_kernels import FakeMode
+from mhaudit.memory.fakes import FakeForward, fake_forward
+from mhaudit.memory.forward import ForwardCounter, ForwardStorages
 from mhaudit.trace.ops import WHOLE_OPS
+from mhaudit.trace.stand_ins import StandIns
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
 
 _IGNORED = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.prim.device.default})
@@ -34,28 +44,42 @@ _IGNORED = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.prim
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
     """Appends one node per dispatched op; tensors are matched to nodes by identity."""
 
-    def __init__(self, graph: fx.Graph, stack: list[tuple[str, str]], guess: bool) -> None:
+    def __init__(self, graph: fx.Graph, stack: list[tuple[str, str]], guess: bool,
+                 values: StandIns | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.graph = graph
         self.guess = guess
         """Read data-dependent scalars (``.item()``, ``bool(t)``) as 0: fake tensors hold none."""
         self.guesses = 0
         self.stack = stack
-        self.nodes: dict[int, tuple[torch.Tensor, fx.Node]] = {}
+        self.values = values
+        """Where node values wait for the end of the forward (None: held as they are)."""
+        self.nodes: dict[int, tuple[weakref.ref[torch.Tensor], fx.Node]] = {}
         self.constants = 0
+        self.fast_path_checks = 0
+        """Times a module's forward asked whether its tensors are overridden (see
+        :func:`_fast_path_checks`)."""
         self.paused = 0
         """Above zero while a composite op recorded whole runs its pieces."""
 
     def bind(self, tensor: torch.Tensor, node: fx.Node) -> None:
-        """``tensor`` is now what ``node`` computes (kept alive so ids stay unique)."""
-        self.nodes[id(tensor)] = (tensor, node)
-        node.meta["val"] = tensor
+        """``tensor`` is now what ``node`` computes (held weakly: Python frees it as the
+        eager code would; a dead tensor's id is matched to nothing)."""
+        self.nodes[id(tensor)] = (weakref.ref(tensor), node)
+        self.value(node, tensor)
+
+    def value(self, node: fx.Node, value: Any) -> None:
+        """``node``'s ``meta["val"]``, now or, with stand-ins, once the forward is done."""
+        if self.values is None:
+            node.meta["val"] = value
+        else:
+            self.values.note(node, value)
 
     def node_of(self, value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
         held = self.nodes.get(id(value))
-        if held is not None and held[0] is value:
+        if held is not None and held[0]() is value:
             return held[1]
         self.constants += 1  # a tensor made outside any op we saw (a literal, a constant)
         node = self.graph.create_node("get_attr", f"_constant_{self.constants}")
@@ -85,12 +109,37 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         if isinstance(out, torch.Tensor):
             self.bind(out, node)
         elif isinstance(out, (list, tuple)):
-            node.meta["val"] = out
+            self.value(node, out)
             for index, item in enumerate(out):
                 if isinstance(item, torch.Tensor):
                     pick = self.graph.call_function(operator.getitem, (node, index))
                     pick.meta["nn_module_stack"] = node.meta["nn_module_stack"]
                     self.bind(item, pick)
+
+
+@contextlib.contextmanager
+def _fast_path_checks(recorder: _Recorder) -> Iterator[None]:
+    """Count the calls a module's ``forward`` makes to ``torch.overrides.has_torch_function``.
+
+    Torch's fused fast paths (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``)
+    ask it to choose between one fused kernel and its pieces. Under the record's function
+    mode the answer is yes, so the record runs the pieces where the model alone runs the
+    kernel: the graph is the one export sees, but the storages are not the model's own.
+    """
+    asked = torch.overrides.has_torch_function
+
+    def ask(args: Iterable[Any]) -> bool:
+        caller = sys._getframe(1)
+        if caller.f_code.co_name == "forward" and isinstance(caller.f_locals.get("self"),
+                                                             nn.Module):
+            recorder.fast_path_checks += 1
+        return bool(asked(args))
+
+    torch.overrides.has_torch_function = ask
+    try:
+        yield
+    finally:
+        torch.overrides.has_torch_function = asked
 
 
 def _composite_function(func: Any) -> bool:
@@ -161,16 +210,37 @@ def _module_stack(model: nn.Module, stack: list[tuple[str, str]]) -> Iterator[No
         post.remove()
 
 
+@dataclass(frozen=True)
+class RecordedGraph(TracedGraph):
+    """A graph from the record, with what the storages of its forward did."""
+
+    storages: ForwardStorages | None = None
+    """The fake forward's storages, counted while it was recorded (None for a real forward,
+    one that read data-dependent values as 0, or one that chose a fast path by whether its
+    tensors are overridden: their storages are not the model's own)."""
+
+
 def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, fake: bool,
-           guess: bool = False, method: str = "") -> TracedGraph:
+           guess: bool = False, method: str = "") -> RecordedGraph:
     """Run ``model`` once (over fake tensors when ``fake``) and return the recorded graph.
 
-    With ``guess`` (a model on meta, which can never run for real), data-dependent
-    scalars read as 0 instead of failing; the method says how many were read.
+    A fake forward runs on fake CPU copies of the model's state and inputs, whatever
+    device they were built on (the kernels a real run picks), and counts its storages as
+    it goes: one run answers the graph and the inference peak. With ``guess`` (a model on
+    meta, which can never run for real), data-dependent scalars read as 0 instead of
+    failing; the method says how many were read.
     """
-    graph = fx.Graph()
-    stack: list[tuple[str, str]] = []
-    recorder = _Recorder(graph, stack, guess=fake and guess)
+    if not fake:
+        return _record(model, args, kwargs, None, False, method or "dispatch-real")
+    with fake_forward(model, args, kwargs) as forward:
+        return _record(model, forward.args, forward.kwargs, forward, guess,
+                       method or "dispatch-fake")
+
+
+def _placeholders(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  recorder: _Recorder) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
+    """Placeholders for the parameters, buffers and input tensors; their names by kind."""
+    graph = recorder.graph
     params: dict[str, str] = {}
     buffers: dict[str, str] = {}
     for kind, table, items in (("p", params, model.named_parameters()),
@@ -186,15 +256,34 @@ def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, f
             node = graph.placeholder(f"input_{index}")
             inputs.append(node.name)
             recorder.bind(leaf, node)
-    modes: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if fake:
-        modes = FakeMode(allow_non_fake_inputs=True)
-    with torch.no_grad(), modes, _module_stack(model, stack), recorder, _Composites(recorder):
-        result = model(*args, **kwargs)
-    outputs = [recorder.node_of(t) for t in output_tensors(result)]
-    graph.output(tuple(outputs))
-    method = method or ("dispatch-fake" if fake else "dispatch-real")
+    return params, buffers, tuple(inputs)
+
+
+def _record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+            forward: FakeForward | None, guess: bool, method: str) -> RecordedGraph:
+    """Record one forward: a real one, or ``forward`` (fake) with its storages counted."""
+    counter = ForwardCounter() if forward is not None else None
+    stack: list[tuple[str, str]] = []
+    recorder = _Recorder(fx.Graph(), stack, guess,
+                         StandIns(counter.storage_index) if counter is not None else None)
+    params, buffers, inputs = _placeholders(model, args, kwargs, recorder)
+    watch = (_module_stack(model, stack), _fast_path_checks(recorder), recorder,
+             _Composites(recorder))
+    if forward is None or counter is None:
+        with contextlib.ExitStack() as scope:
+            for context in (torch.no_grad(), *watch):
+                scope.enter_context(context)
+            result = model(*args, **kwargs)
+    else:
+        counter.known(forward.tensors())
+        result = forward(counter, counter.layers(model), *watch)
+    recorder.graph.output(tuple(recorder.node_of(t) for t in output_tensors(result)))
+    counted = counter is not None and not recorder.guesses and not recorder.fast_path_checks
+    storages = counter.result() if counter is not None and counted else None
+    del result
+    if recorder.values is not None:
+        recorder.values.fill()
     if recorder.guesses:
         method += f" ({recorder.guesses} data-dependent value(s) read as 0)"
-    return TracedGraph(graph=graph, method=method,
-                       params=params, buffers=buffers, user_inputs=tuple(inputs))
+    return RecordedGraph(graph=recorder.graph, method=method, params=params, buffers=buffers,
+                         user_inputs=inputs, storages=storages)

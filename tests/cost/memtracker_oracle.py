@@ -8,6 +8,7 @@ from typing import Any
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from mhaudit.phases.indices import RealIndices
 from mhaudit.verify.step import memtracker_step
 
 
@@ -16,12 +17,14 @@ def memtracker_peak(build: Callable[[], nn.Module], inputs: Callable[[], dict[st
                     framework_checkpointing: bool = False) -> dict[str, int]:
     """Peak of a steady-state AdamW step (foreach) under MemTracker, by category and total.
 
-    The model and its inputs are made under FakeTensorMode; a first step makes the
+    The model and its inputs are made under FakeTensorMode, with size-fed index
+    arithmetic on real values as in a real step (``RealIndices``: with the cache off,
+    transformers reads the position ids to tell packed sequences); a first step makes the
     optimizer states, the second is tracked. ``layers`` names a ModuleList whose
     layers are checkpointed; ``framework_checkpointing`` checkpoints as transformers does
     (``gradient_checkpointing_enable()``, which also turns the KV cache off in training).
     """
-    with FakeTensorMode():
+    with FakeTensorMode(allow_non_fake_inputs=True), RealIndices():
         model = build()
         recomputed = list(model.get_submodule(layers)) if layers is not None else []
         return memtracker_step(model, (), inputs(),
