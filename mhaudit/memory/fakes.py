@@ -19,6 +19,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map_only
 
+from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.memory.swap import Role, swapped_state
 
 
@@ -98,7 +99,7 @@ def fake_forward(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
     ``dtype``; None keeps their own), ready for a no_grad inference forward; its state and
     mode are put back afterwards. Fake-tensor warnings are silenced: an op without a fake
     kernel raises, and the caller reports it."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = FakeMode(allow_non_fake_inputs=True)
     was_training = model.training
     quiet = logging.getLogger("torch._subclasses.fake_tensor")
     level = quiet.level

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelPlan
+from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.parallel.commcount import CommBytesMode
 from mhaudit.parallel.roles import COLWISE, TpModule
 from mhaudit.parallel.world import fake_world
@@ -146,7 +146,7 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
         # FSDP2's hooks warn about module outputs that are views or need no gradient
         warnings.simplefilter("ignore", UserWarning)
         _apply(twin, mesh, modules, units, plan, precision)
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with FakeMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")
             opt = _optimizer(twin, optimizer)
             fargs, fkwargs = _fake_inputs(args), _fake_inputs(dict(kwargs))

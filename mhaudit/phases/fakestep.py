@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import checkpoint
 
 from mhaudit.errors import TraceError, first_line
+from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.memory.fakes import fake_inputs, fake_state
 from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
 from mhaudit.phases.backward_flops import op_flops
@@ -194,7 +194,7 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     dtype, autocast = PRECISIONS[precision]
     if recompute:
         kwargs = without_cache(model, kwargs)
-    mode = FakeTensorMode(allow_non_fake_inputs=True)  # real index arithmetic meets fakes
+    mode = FakeMode(allow_non_fake_inputs=True)  # real index arithmetic meets fakes
     tracker = LiveStorages(op_flops)
     was_training = model.training
     with fake_state(model, mode, dtype) as (param_bytes, buffer_bytes, fakes):

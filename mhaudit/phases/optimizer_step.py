@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 
+from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.memory.live import LiveStorages
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None] = {
@@ -67,7 +67,7 @@ def optimizer_step(params: Sequence[nn.Parameter], optimizer: str, dtype: torch.
     build = OPTIMIZERS[optimizer]
     if build is None or not params:
         return OptimizerRun(0, grad_bytes, 0)
-    mode = FakeTensorMode()
+    mode = FakeMode()
     with mode:
         fakes = [nn.Parameter(torch.empty(tuple(p.shape), dtype=dtype, device="cpu"))
                  for p in params]

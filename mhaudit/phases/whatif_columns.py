@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from mhaudit.cost.block import block_memory
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import Layout
 from mhaudit.measure.reference import reference_block
+from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.memory.live import MAX_FAKE_NUMEL, LiveStorages, is_scores_of
 from mhaudit.phases.decode import block_step
 
@@ -44,7 +44,7 @@ def saved_scores_bytes(layout: Layout, dtype: str) -> int | None:
         return None
     tdtype = getattr(torch, canonical_dtype(dtype))
     tracker = LiveStorages()
-    with FakeTensorMode():
+    with FakeMode():
         def leaf(*shape: int) -> torch.Tensor:
             return torch.empty(*shape, dtype=tdtype).requires_grad_()
 
