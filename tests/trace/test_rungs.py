@@ -21,6 +21,10 @@ from mhaudit.trace.export import TRACER_ENV
 tf = pytest.importorskip("transformers")
 
 Build = Callable[[], nn.Module]
+COMPILE_BRANCHES = frozenset({"mixtral"})
+"""Models whose forward takes another branch under torch.export: transformers' grouped-mm
+experts sort and count tokens with other ops when ``is_compiling()`` (the record runs the
+eager program, as the CPU forward does)."""
 Inputs = Callable[[], Any]
 VOCAB = 97
 
@@ -103,6 +107,11 @@ def test_record_and_export_give_the_same_report(name: str, build: Build, inputs:
         assert recorded == exported  # neither rung traces it: both fail alike
         return
     assert not exported[0].startswith("dispatch-record")
+    if name in COMPILE_BRANCHES:
+        # Export runs the forward's is_compiling() branch; FLOPs outside the products differ.
+        for data in (recorded[1], exported[1]):
+            totals = data["totals"]
+            del totals["flops"], totals["flops_by_family"]["other"]
     assert recorded[1] == exported[1]
 
 
