@@ -35,6 +35,7 @@ from mhaudit.data.phases import (
     TrainingCost,
 )
 from mhaudit.data.report import Report
+from mhaudit.data.tracing import DataDependence, RealForward
 from mhaudit.data.verify import Agreement, Unchecked, Verification
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
@@ -49,6 +50,7 @@ __all__ = [
     "BudgetResult",
     "CollectiveBytes",
     "Coverage",
+    "DataDependence",
     "DecodeCost",
     "Deviation",
     "DeviceBytes",
@@ -65,6 +67,7 @@ __all__ = [
     "ParallelPlan",
     "ParamBreakdown",
     "Projection",
+    "RealForward",
     "Report",
     "Roofline",
     "ScalingPoint",
