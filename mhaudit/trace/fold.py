@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from mhaudit.errors import TraceError
 from mhaudit.trace.export import trace
+from mhaudit.trace.real import Built, CpuTwin
 from mhaudit.trace.traced import TracedGraph
 
 MIN_LAYERS = 4
@@ -241,19 +243,46 @@ def _folded(model: nn.Module, watch: _Watch) -> Iterator[tuple[FoldedList, ...]]
 
 @contextlib.contextmanager
 def traced_folded(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True,
+    twin: CpuTwin | None = None,
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
-    forward sees (it indexes its own layer list by position, or a repeated layer reshapes
-    what it passes on); yields the plans used."""
+    forward sees (it indexes its own layer list by position, a repeated layer reshapes
+    what it passes on, or the folded forward fails where the whole one may not: a block
+    that concatenates every layer's output); yields the plans used. ``twin`` (the model
+    built on CPU, for a real forward) is folded the same way."""
     if fold:
         watch = _Watch()
         with _folded(model, watch) as plans:
-            traced = trace(model, args, kwargs)
-            if not watch.spoiled:
+            try:
+                traced: TracedGraph | None = trace(model, args, kwargs,
+                                                   _folded_twin(twin, plans))
+            except TraceError:
+                traced = None  # traced again unfolded, which raises if it fails too
+            if traced is not None and not watch.spoiled:
                 yield traced, plans
                 return
-    yield trace(model, args, kwargs), ()
+    yield trace(model, args, kwargs, twin), ()
+
+
+def _key(plans: tuple[FoldedList, ...]) -> list[tuple[str, tuple[int, ...], tuple[Any, ...]]]:
+    return [(p.path, p.kept, p.members) for p in plans]
+
+
+def _folded_twin(twin: CpuTwin | None, plans: tuple[FoldedList, ...]) -> CpuTwin | None:
+    """``twin`` with its layer lists shortened to the same representatives as the model's."""
+    if twin is None or not plans:
+        return twin
+
+    @contextlib.contextmanager
+    def build() -> Iterator[Built]:
+        with twin.build() as (model, args, kwargs), _folded(model, _Watch()) as own:
+            if _key(own) != _key(plans):
+                raise TraceError("the CPU build folds its layers otherwise than the model",
+                                 "Trace with --no-fold.")
+            yield model, args, kwargs
+
+    return replace(twin, build=build)
 
 
 def _child_pattern(path: str) -> re.Pattern[str]:
