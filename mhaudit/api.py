@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import torch
 from torch import nn
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
@@ -46,7 +45,7 @@ from mhaudit.memory.peak import fake_forward_peak
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
-from mhaudit.trace.real import Built, CpuTwin, weights_bytes
+from mhaudit.trace.real import Built, CpuTwin, seeded, weights_bytes
 
 
 def audit(
@@ -110,12 +109,11 @@ def cpu_twin(target: str, loaded: LoadedModel, opts: AuditOptions) -> CpuTwin | 
 
     @contextlib.contextmanager
     def build() -> Iterator[Built]:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)  # the same weights on every run
+        with seeded():  # the same weights, and the same draws in forward, on every run
             twin = load_target(target, device="cpu", batch_size=opts.batch_size,
                                seq_len=opts.seq_len, input_shape=opts.input_shape,
                                input_shapes=opts.input_shapes)
-        yield twin.module, twin.args, twin.kwargs
+            yield twin.module, twin.args, twin.kwargs
 
     return CpuTwin(build, weights_bytes(loaded.module))
 

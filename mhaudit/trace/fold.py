@@ -248,15 +248,17 @@ def traced_folded(
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
     forward sees (it indexes its own layer list by position, a repeated layer reshapes
-    what it passes on, or the folded forward fails where the whole one may not: a block
-    that concatenates every layer's output); yields the plans used. ``twin`` (the model
+    what it passes on, or the folded record fails for another reason than a value read
+    from the data: a block that concatenates every layer's output); yields the plans
+    used. ``twin`` (the model
     built on CPU, for a real forward) is folded the same way."""
     if fold:
         watch = _Watch()
         with _folded(model, watch) as plans:
             try:
                 traced: TracedGraph | None = trace(model, args, kwargs,
-                                                   _folded_twin(twin, plans))
+                                                   _folded_twin(twin, plans),
+                                                   stop_on_record_error=bool(plans))
             except TraceError:
                 traced = None  # traced again unfolded, which raises if it fails too
             if traced is not None and not watch.spoiled:

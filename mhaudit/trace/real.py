@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from mhaudit.data.tracing import RealForward
@@ -26,6 +27,11 @@ from mhaudit.trace.traced import TracedGraph
 
 REAL_FORWARD_MAX_BYTES = 2 * 1024**3
 """The most parameter and buffer bytes built on CPU for a real forward."""
+
+SEED = 0
+"""The random seed the CPU build is made and run under: its weights, the draws its forward
+makes (a sampled duration), and so every routing or length they decide, are the same on
+every run, and in any reference built and run under the same seed."""
 
 MEMORY_SHARE = 4
 """A real forward may use weights of at most 1/MEMORY_SHARE of the available memory (the
@@ -43,6 +49,14 @@ class CpuTwin:
     """Builds the CPU model and its inputs for the duration of the ``with`` block."""
     weights_bytes: int
     """Parameter and buffer bytes of the model it builds."""
+
+
+@contextlib.contextmanager
+def seeded() -> Iterator[None]:
+    """Run a build under :data:`SEED`, leaving the caller's random state as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        yield
 
 
 def weights_bytes(model: nn.Module) -> int:
