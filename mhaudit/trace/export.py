@@ -167,12 +167,12 @@ def _quiet() -> Iterator[None]:
 
 
 def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-          twin: CpuTwin | None = None, stop_on_record_error: bool = False) -> TracedGraph:
+          twin: CpuTwin | None = None, first_rung_only: bool = False) -> TracedGraph:
     """Run the tracer ladder; raise TraceError naming each rung's first cause.
 
     ``twin`` builds the same model on CPU for a real forward when the model is on meta.
-    ``stop_on_record_error`` stops at the first record when it fails for another reason than a
-    value read from the data (a folded trace, which is then traced unfolded).
+    ``first_rung_only`` tries only the ladder's first rung (a folded model, which is
+    traced whole when that fails).
     A graph from a forward that did not run (see :func:`mhaudit.trace.ran.require_ran`)
     is refused, whichever rung produced it.
     """
@@ -191,10 +191,10 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                     traced = tracer(subject)
                 except Exception as exc:
                     failures.append((name, exc))
-                    if name == "dispatch-record" and isinstance(exc, DATA_DEPENDENT):
-                        pending.sort(key=lambda rung: rung[0] != "dispatch-real")
-                    elif name == "dispatch-record" and stop_on_record_error:
+                    if first_rung_only:
                         pending.clear()
+                    elif name == "dispatch-record" and isinstance(exc, DATA_DEPENDENT):
+                        pending.sort(key=lambda rung: rung[0] != "dispatch-real")
                 else:
                     require_ran(model, traced)
                     return _with_causes(traced, failures, subject)

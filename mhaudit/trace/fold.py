@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 from mhaudit.errors import TraceError
 from mhaudit.trace.export import trace
-from mhaudit.trace.real import Built, CpuTwin
+from mhaudit.trace.real import CpuTwin
 from mhaudit.trace.traced import TracedGraph
 
 MIN_LAYERS = 4
@@ -247,44 +247,23 @@ def traced_folded(
     twin: CpuTwin | None = None,
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
-    forward sees (it indexes its own layer list by position, a repeated layer reshapes
-    what it passes on, or the folded record fails for another reason than a value read
-    from the data: a block that concatenates every layer's output); yields the plans
-    used. ``twin`` (the model
-    built on CPU, for a real forward) is folded the same way."""
+    forward sees: it indexes its own layer list by position, a repeated layer reshapes
+    what it passes on, or the folded record fails (a block that concatenates every
+    layer's output; a value read from the data, which the layers left out would change).
+    Only the first record traces folded; the rest of the ladder, the real forward of
+    ``twin`` included, runs on the whole model. Yields the plans used."""
     if fold:
         watch = _Watch()
         with _folded(model, watch) as plans:
             try:
-                traced: TracedGraph | None = trace(model, args, kwargs,
-                                                   _folded_twin(twin, plans),
-                                                   stop_on_record_error=bool(plans))
+                traced: TracedGraph | None = trace(model, args, kwargs, twin,
+                                                   first_rung_only=bool(plans))
             except TraceError:
                 traced = None  # traced again unfolded, which raises if it fails too
             if traced is not None and not watch.spoiled:
                 yield traced, plans
                 return
     yield trace(model, args, kwargs, twin), ()
-
-
-def _key(plans: tuple[FoldedList, ...]) -> list[tuple[str, tuple[int, ...], tuple[Any, ...]]]:
-    return [(p.path, p.kept, p.members) for p in plans]
-
-
-def _folded_twin(twin: CpuTwin | None, plans: tuple[FoldedList, ...]) -> CpuTwin | None:
-    """``twin`` with its layer lists shortened to the same representatives as the model's."""
-    if twin is None or not plans:
-        return twin
-
-    @contextlib.contextmanager
-    def build() -> Iterator[Built]:
-        with twin.build() as (model, args, kwargs), _folded(model, _Watch()) as own:
-            if _key(own) != _key(plans):
-                raise TraceError("the CPU build folds its layers otherwise than the model",
-                                 "Trace with --no-fold.")
-            yield model, args, kwargs
-
-    return replace(twin, build=build)
 
 
 def _child_pattern(path: str) -> re.Pattern[str]:

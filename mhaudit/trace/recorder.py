@@ -39,7 +39,7 @@ def _nonzero_bound(tensor: torch.Tensor) -> torch.Tensor:
 
 def _masked_select_bound(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``masked_select`` at its largest size: every element of the broadcast input."""
-    size = torch.broadcast_shapes(tensor.shape, mask.shape).numel()
+    size = torch.broadcast_shapes(tensor.shape, mask.shape).numel()  # type: ignore[no-untyped-call]
     return tensor.new_zeros(size)  # (numel,)
 
 
