@@ -22,6 +22,7 @@ from torch import nn
 
 from mhaudit.data.tracing import RealForward
 from mhaudit.errors import TraceError
+from mhaudit.load.target import model_tensors
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph
 
@@ -62,7 +63,7 @@ def seeded() -> Iterator[None]:
 def weights_bytes(model: nn.Module) -> int:
     """Bytes of every distinct parameter and buffer (meta tensors count at their dtype)."""
     seen: dict[int, int] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
+    for tensor in model_tensors(model):  # no recursion: a 3000-deep stack is walked too
         seen[id(tensor)] = tensor.numel() * tensor.element_size()
     return sum(seen.values())
 
@@ -85,7 +86,7 @@ def forward_limit() -> int:
 
 
 def _on_meta(model: nn.Module) -> bool:
-    return any(t.device.type == "meta" for t in (*model.parameters(), *model.buffers()))
+    return any(t.device.type == "meta" for t in model_tensors(model))
 
 
 def plan_real_forward(model: nn.Module, twin: CpuTwin | None) -> RealForward:
