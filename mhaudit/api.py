@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -45,6 +46,7 @@ from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
+from mhaudit.trace.real import Built, CpuTwin, seeded, weights_bytes
 from mhaudit.trace.recorder import RecordedGraph
 from mhaudit.trace.traced import TracedGraph
 
@@ -101,14 +103,33 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
             input_shape=opts.input_shape,
             input_shapes=opts.input_shapes,
         )
-        return audit_loaded(loaded, opts)
+        return audit_loaded(loaded, opts, cpu_twin(target, loaded, opts))
 
 
-def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
-    """Trace, detect, count, cost and check one loaded model."""
+def cpu_twin(target: str, loaded: LoadedModel, opts: AuditOptions) -> CpuTwin | None:
+    """How to build ``target`` again on CPU at the same size, for a real forward where a
+    value read from the data decides a shape; None when the model already runs for real."""
+    if opts.device != "meta":
+        return None
+
+    @contextlib.contextmanager
+    def build() -> Iterator[Built]:
+        with seeded():  # the same weights, and the same draws in forward, on every run
+            twin = load_target(target, device="cpu", batch_size=opts.batch_size,
+                               seq_len=opts.seq_len, input_shape=opts.input_shape,
+                               input_shapes=opts.input_shapes)
+            yield twin.module, twin.args, twin.kwargs
+
+    return CpuTwin(build, weights_bytes(loaded.module))
+
+
+def audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None = None
+                 ) -> Report:
+    """Trace, detect, count, cost and check one loaded model; ``twin`` builds it on CPU
+    for a real forward (:mod:`mhaudit.trace.real`)."""
     check_runs_on(loaded, opts.device)
     try:
-        return _audit_loaded(loaded, opts)
+        return _audit_loaded(loaded, opts, twin)
     except GuardOnDataDependentSymNode as exc:
         raise TraceError(f"{loaded.source}: a shape depends on the data ({first_line(exc)})",
                          "Build the model with --device cpu so that real values fix the "
@@ -120,12 +141,12 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
                          "modules recursively.") from exc
 
 
-def _audit_loaded(loaded: LoadedModel, opts: AuditOptions) -> Report:
+def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None) -> Report:
     with contextlib.ExitStack() as folding:
         stage("tracing")
         with contained("forward() while tracing", loaded.source, trace=True), printed_to_log():
             traced, plans = folding.enter_context(
-                traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold))
+                traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold, twin))
         stop_timer()
         stage("detecting")
         layouts = expand_layouts(detect(traced, loaded.module), plans)

@@ -118,7 +118,18 @@ def _cpu_sdpa_formulas() -> dict[Any, Any]:
 
 
 def reference(config: Path) -> Reference:
-    """Build the same model on CPU (real weights), count its parameters and forward FLOPs."""
+    """Build the same model on CPU (real weights), count its parameters and forward FLOPs.
+
+    Built and run under mhaudit's seed, as its CPU build for a real forward is: where the
+    weights or the forward's draws decide a shape (a routing, a predicted duration), the
+    reference and the audit see the same one."""
+    from mhaudit.trace.real import seeded
+
+    with seeded():  # mhaudit's CPU build: where values decide a shape, the same values
+        return _reference(config)
+
+
+def _reference(config: Path) -> Reference:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 

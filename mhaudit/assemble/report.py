@@ -55,6 +55,7 @@ def build_report(
     coverage = Coverage(
         ops_without_formula=dict(costs.ops_without_formula),
         untraced_modules=untraced_modules(model, traced, plans),
+        data_dependent=traced.data_dependent,
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}

@@ -37,6 +37,7 @@ from mhaudit.data.phases import (
     TrainingCost,
 )
 from mhaudit.data.report import Report
+from mhaudit.data.tracing import DataDependence, RealForward
 from mhaudit.data.verify import Agreement, Unchecked, Verification
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
@@ -51,6 +52,7 @@ __all__ = [
     "BudgetResult",
     "CollectiveBytes",
     "Coverage",
+    "DataDependence",
     "DecodeCost",
     "DecodePoint",
     "Deviation",
@@ -68,6 +70,7 @@ __all__ = [
     "ParallelPlan",
     "ParamBreakdown",
     "Projection",
+    "RealForward",
     "Report",
     "Roofline",
     "ScalingPoint",

@@ -9,6 +9,7 @@ from mhaudit.data.costs import BlockMemory, FlopBreakdown, TargetEstimate
 from mhaudit.data.findings import Finding
 from mhaudit.data.layout import Layout, ParamBreakdown
 from mhaudit.data.location import SourceLocation
+from mhaudit.data.tracing import DataDependence
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class Coverage:
     """Op name to number of calls that no formula covers."""
     untraced_modules: tuple[str, ...] = ()
     """Modules the tracer could not see into."""
+    data_dependent: DataDependence | None = None
+    """How a value read from the data was fixed (a real forward or a stated bound)."""
 
 
 @dataclass(frozen=True)

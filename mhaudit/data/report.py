@@ -17,6 +17,7 @@ from mhaudit.data.schema import (
     SCORE_BIAS_CONVENTION,
     TOOL_VERSION,
     block_to_dict,
+    data_dependence_to_dict,
     decode_to_dict,
     finding_to_dict,
     measurement_to_dict,
@@ -107,6 +108,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "untraced_modules": list(report.coverage.untraced_modules),
         },
     }
+    if report.coverage.data_dependent is not None:
+        data["coverage"]["data_dependent"] = data_dependence_to_dict(
+            report.coverage.data_dependent)
     data.update(_sections(report))
     data.update(report.extras)
     return data

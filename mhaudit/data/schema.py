@@ -12,6 +12,7 @@ from mhaudit.data.layout import Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
 from mhaudit.data.parallel import parallel_to_dict
 from mhaudit.data.phases import DecodeCost, TrainingCost
+from mhaudit.data.tracing import DataDependence
 from mhaudit.data.verify import Verification
 from mhaudit.data.whatif import WhatIf
 
@@ -284,6 +285,21 @@ def totals_to_dict(totals: Totals) -> dict[str, Any]:
     data = {key: getattr(totals, key) for key in _TOTAL_FIELDS}
     data["flops_by_family"] = dict(totals.flops_by_family)
     return data
+
+
+def data_dependence_to_dict(dep: DataDependence) -> dict[str, Any]:
+    """``coverage.data_dependent``: the rung that answered, why the earlier ones gave up,
+    the real-forward decision and any stated bounds."""
+    real = dep.real_forward
+    return {
+        "answered_by": dep.rung,
+        "exact": dep.exact,
+        "causes": [{"rung": rung, "cause": cause} for rung, cause in dep.causes],
+        "real_forward": None if real is None else {
+            "ran": real.ran, "reason": real.reason, "weights_bytes": real.weights_bytes,
+            "limit_bytes": real.limit_bytes},
+        "bounds": list(dep.bounds),
+    }
 
 
 def verification_to_dict(v: Verification) -> dict[str, Any]:

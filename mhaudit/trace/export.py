@@ -7,20 +7,44 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+)
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    free_unbacked_symbols,
+)
 
+from mhaudit.data.tracing import DataDependence
 from mhaudit.errors import TraceError, first_line
 from mhaudit.trace.guards import move_stray_tensors, plain_autocast
 from mhaudit.trace.ran import require_plain_forward, require_ran
+from mhaudit.trace.real import CpuTwin, plan_real_forward, real_record
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph, output_tensors, strip_wrapper
 
-__all__ = ["TRACERS", "TracedGraph", "output_tensors", "strip_wrapper", "trace"]
+__all__ = ["TRACERS", "CpuTwin", "Subject", "TracedGraph", "output_tensors", "strip_wrapper",
+           "trace"]
 
-Tracer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], "TracedGraph"]
+
+@dataclass(frozen=True)
+class Subject:
+    """What every rung traces: the model, its inputs, and how to build it on CPU."""
+
+    model: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    twin: CpuTwin | None = None
+    """The same model built again on CPU (for the real rung); None when unknown."""
+
+
+Tracer = Callable[[Subject], TracedGraph]
 
 
 class _FlatOutputs(nn.Module):
@@ -38,9 +62,26 @@ class _FlatOutputs(nn.Module):
         return tuple(output_tensors(self.m(*args, **kwargs)))
 
 
+def refuse_unbacked(graph: torch.fx.Graph) -> None:
+    """Raise TraceError when a value in ``graph`` has a data-dependent (unbacked) size:
+    costs read off such a graph would be guesses, so the later rungs answer instead."""
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        if value is None:
+            continue
+        symbols = free_unbacked_symbols(value)
+        if symbols:
+            names = ", ".join(sorted(str(s) for s in symbols))
+            raise TraceError(f"{node.target} gives a size or value that depends on the "
+                             f"data ({names})",
+                             "A real forward or a stated bound answers on a later rung.")
+
+
 def _export(strict: bool) -> Tracer:
-    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
-        program = torch.export.export(_FlatOutputs(model), args, kwargs, strict=strict)
+    def run(subject: Subject) -> TracedGraph:
+        program = torch.export.export(_FlatOutputs(subject.model), subject.args,
+                                      subject.kwargs, strict=strict)
+        refuse_unbacked(program.graph_module.graph)
         sig = program.graph_signature
         return TracedGraph(
             graph=program.graph_module.graph,
@@ -53,36 +94,46 @@ def _export(strict: bool) -> Tracer:
     return run
 
 
-def _first_record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-                  ) -> TracedGraph:
+def _first_record(subject: Subject) -> TracedGraph:
     """The recorder over fake tensors, where its graph answers as export's would.
 
     It refuses (so export runs next) where the record is not a faithful graph: a value
     read from the data (``.item()``, a branch on a tensor) that fake tensors cannot hold.
     """
-    return record(model, args, kwargs, fake=True, guess=False, method="dispatch-record")
+    return record(subject.model, subject.args, subject.kwargs, fake=True, guess=False,
+                  method="dispatch-record")
 
 
-def _dispatch(fake: bool) -> Tracer:
-    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
-        on_meta = any(p.device.type == "meta" for p in model.parameters())
-        if not fake and on_meta:
-            raise TraceError("a real forward needs real weights", "Build with --device cpu.")
-        return record(model, args, kwargs, fake=fake, guess=on_meta)
+def _real(subject: Subject) -> TracedGraph:
+    """A real forward: the model's own weights, or its CPU twin where that fits."""
+    traced, decision = real_record(subject.model, subject.args, subject.kwargs, subject.twin)
+    return replace(traced, data_dependent=DataDependence(traced.method, (), decision))
 
-    return run
+
+def _bounded(subject: Subject) -> TracedGraph:
+    """The recorder over fake tensors, data-dependent values at stated bounds (meta only)."""
+    on_meta = any(p.device.type == "meta" for p in subject.model.parameters())
+    return record(subject.model, subject.args, subject.kwargs, fake=True, guess=on_meta)
 
 
 TRACERS: tuple[tuple[str, Tracer], ...] = (
     ("dispatch-record", _first_record),
     ("torch.export", _export(strict=False)),
     ("torch.export-strict", _export(strict=True)),
-    ("dispatch-fake", _dispatch(fake=True)),
-    ("dispatch-real", _dispatch(fake=False)),
+    ("dispatch-real", _real),
+    ("dispatch-fake", _bounded),
 )
 """The ladder, tried in order until one succeeds: a dispatch recorder over fake tensors
-that refuses data-dependent values, export, strict export, the recorder again reading
-data-dependent values as 0, and (with real weights only) one over a real forward."""
+that refuses data-dependent values, export, strict export (both refusing data-dependent
+sizes), a real forward (the model's own weights, or the model built again on CPU where it
+fits; next after the first record when that met a value read from the data), and the
+fake recorder reading data-dependent values at stated bounds."""
+
+DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException,
+                  GuardOnDataDependentSymNode)
+"""What fake tensors raise at a value read from the data. When the first record raises
+one, the real rung runs next: export would meet the same value (and fail, or give sizes
+that are guesses), where a real forward gives every shape exactly."""
 
 TRACER_ENV = "MHAUDIT_TRACER"
 """Environment variable naming the first rung to try (``torch.export`` skips the record);
@@ -115,9 +166,13 @@ def _quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TracedGraph:
+def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+          twin: CpuTwin | None = None, first_rung_only: bool = False) -> TracedGraph:
     """Run the tracer ladder; raise TraceError naming each rung's first cause.
 
+    ``twin`` builds the same model on CPU for a real forward when the model is on meta.
+    ``first_rung_only`` tries only the ladder's first rung (a folded model, which is
+    traced whole when that fails).
     A graph from a forward that did not run (see :func:`mhaudit.trace.ran.require_ran`)
     is refused, whichever rung produced it.
     """
@@ -125,17 +180,24 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tr
     was_training = model.training
     model.eval()
     move_stray_tensors(model, (args, kwargs))
+    subject = Subject(model, args, kwargs, twin)
     failures: list[tuple[str, BaseException]] = []
     try:
         with _quiet(), plain_autocast():
-            for name, tracer in _ladder():
+            pending = list(_ladder())
+            while pending:
+                name, tracer = pending.pop(0)
                 try:
-                    traced = tracer(model, args, kwargs)
+                    traced = tracer(subject)
                 except Exception as exc:
                     failures.append((name, exc))
+                    if first_rung_only:
+                        pending.clear()
+                    elif name == "dispatch-record" and isinstance(exc, DATA_DEPENDENT):
+                        pending.sort(key=lambda rung: rung[0] != "dispatch-real")
                 else:
                     require_ran(model, traced)
-                    return traced
+                    return _with_causes(traced, failures, subject)
     finally:
         model.train(was_training)
     causes = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failures)
@@ -144,3 +206,22 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tr
         "Check that example_inputs() match forward() and that forward has no "
         "data-dependent Python control flow on tensor values.",
     ) from failures[0][1]
+
+
+def _with_causes(traced: TracedGraph, failures: list[tuple[str, BaseException]],
+                 subject: Subject) -> TracedGraph:
+    """The graph with the earlier rungs' causes on its data-dependence record, and with
+    why the real rung did not answer where a later one did."""
+    dependence = traced.data_dependent
+    if dependence is None:
+        return traced
+    causes = tuple((name, first_line(exc)) for name, exc in failures)
+    real = dependence.real_forward
+    refused = [exc for name, exc in failures if name == "dispatch-real"]
+    if real is None and refused:
+        real = plan_real_forward(subject.model, subject.twin)
+        if real.ran:  # allowed, but the forward itself failed
+            real = replace(real, ran=False,
+                           reason=f"the real forward failed: {first_line(refused[0])}")
+    return replace(traced, data_dependent=replace(dependence, causes=causes,
+                                                  real_forward=real))

@@ -19,7 +19,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from mhaudit.errors import TraceError
 from mhaudit.trace.export import trace
+from mhaudit.trace.real import CpuTwin
 from mhaudit.trace.traced import TracedGraph
 
 MIN_LAYERS = 4
@@ -241,19 +243,27 @@ def _folded(model: nn.Module, watch: _Watch) -> Iterator[tuple[FoldedList, ...]]
 
 @contextlib.contextmanager
 def traced_folded(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True,
+    twin: CpuTwin | None = None,
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
-    forward sees (it indexes its own layer list by position, or a repeated layer reshapes
-    what it passes on); yields the plans used."""
+    forward sees: it indexes its own layer list by position, a repeated layer reshapes
+    what it passes on, or the folded record fails (a block that concatenates every
+    layer's output; a value read from the data, which the layers left out would change).
+    Only the first record traces folded; the rest of the ladder, the real forward of
+    ``twin`` included, runs on the whole model. Yields the plans used."""
     if fold:
         watch = _Watch()
         with _folded(model, watch) as plans:
-            traced = trace(model, args, kwargs)
-            if not watch.spoiled:
+            try:
+                traced: TracedGraph | None = trace(model, args, kwargs, twin,
+                                                   first_rung_only=bool(plans))
+            except TraceError:
+                traced = None  # traced again unfolded, which raises if it fails too
+            if traced is not None and not watch.spoiled:
                 yield traced, plans
                 return
-    yield trace(model, args, kwargs), ()
+    yield trace(model, args, kwargs, twin), ()
 
 
 def _child_pattern(path: str) -> re.Pattern[str]:

@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode, redispatch_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from mhaudit.data.tracing import DataDependence
 from mhaudit.memory.fakes import FakeForward, fake_forward
 from mhaudit.memory.forward import ForwardCounter, ForwardStorages
 from mhaudit.trace.ops import WHOLE_OPS
@@ -39,6 +40,32 @@ from mhaudit.trace.stand_ins import StandIns
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
 
 _IGNORED = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.prim.device.default})
+
+
+def _nonzero_bound(tensor: torch.Tensor) -> torch.Tensor:
+    """``nonzero`` at its largest size: one (all-zero) index row per element of the input."""
+    return torch.zeros(tensor.numel(), tensor.dim(), dtype=torch.long,
+                       device=tensor.device)  # (numel, ndim)
+
+
+def _masked_select_bound(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``masked_select`` at its largest size: every element of the broadcast input."""
+    size = torch.broadcast_shapes(tensor.shape, mask.shape).numel()  # type: ignore[no-untyped-call]
+    return tensor.new_zeros(size)  # (numel,)
+
+
+_BOUNDED: dict[Any, Any] = {
+    torch.ops.aten.nonzero.default: _nonzero_bound,
+    torch.ops.aten.masked_select.default: _masked_select_bound,
+}
+"""Ops whose output size depends on the values, with the largest output their inputs allow;
+used only where a real forward cannot run (the bound is stated on the report)."""
+
+BOUND_NOTES = {
+    "aten::nonzero": "as many index rows as its input has elements",
+    "aten::masked_select": "every element of its input",
+}
+"""What each bound assumes, for the report."""
 
 
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
@@ -51,6 +78,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         self.guess = guess
         """Read data-dependent scalars (``.item()``, ``bool(t)``) as 0: fake tensors hold none."""
         self.guesses = 0
+        self.bounded: dict[str, int] = {}
+        """Op name to calls whose data-dependent output size was set at its upper bound."""
         self.stack = stack
         self.values = values
         """Where node values wait for the end of the forward (None: held as they are)."""
@@ -93,7 +122,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
             self.guesses += 1
             dtype = args[0].dtype
             return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
-        out = func(*args, **kwargs)
+        if func in _BOUNDED and self.guess:
+            self.bounded[func.name()] = self.bounded.get(func.name(), 0) + 1
+            out = _BOUNDED[func](*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         if func in _IGNORED or self.paused:
             return out
         self.add(func, tuple(args), dict(kwargs), out)
@@ -227,8 +260,9 @@ def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, f
     A fake forward runs on fake CPU copies of the model's state and inputs, whatever
     device they were built on (the kernels a real run picks), and counts its storages as
     it goes: one run answers the graph and the inference peak. With ``guess`` (a model on
-    meta, which can never run for real), data-dependent scalars read as 0 instead of
-    failing; the method says how many were read.
+    meta that cannot run for real), data-dependent scalars read as 0 and data-dependent
+    sizes (``nonzero``) at their upper bound instead of failing; the method says how many,
+    and ``data_dependent`` states each bound.
     """
     if not fake:
         return _record(model, args, kwargs, None, False, method or "dispatch-real")
@@ -278,12 +312,30 @@ def _record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         counter.known(forward.tensors())
         result = forward(counter, counter.layers(model), *watch)
     recorder.graph.output(tuple(recorder.node_of(t) for t in output_tensors(result)))
-    counted = counter is not None and not recorder.guesses and not recorder.fast_path_checks
+    counted = counter is not None and not (recorder.guesses or recorder.bounded
+                                           or recorder.fast_path_checks)
     storages = counter.result() if counter is not None and counted else None
     del result
     if recorder.values is not None:
         recorder.values.fill()
+    notes = _bound_notes(recorder)
+    if notes:
+        method += f" ({'; '.join(notes)})"
+    bounds = tuple(f"{count} {op} call(s) at their upper bound: {BOUND_NOTES.get(op, op)}"
+                   for op, count in sorted(recorder.bounded.items()))
     if recorder.guesses:
-        method += f" ({recorder.guesses} data-dependent value(s) read as 0)"
+        bounds += (f"{recorder.guesses} scalar(s) read from tensor values (.item(), "
+                   "bool(tensor)) taken as 0: fake tensors hold no values",)
+    dependence = DataDependence(method, (), None, bounds) if bounds else None
     return RecordedGraph(graph=recorder.graph, method=method, params=params, buffers=buffers,
-                         user_inputs=inputs, storages=storages)
+                         user_inputs=inputs, data_dependent=dependence, storages=storages)
+
+
+def _bound_notes(recorder: _Recorder) -> list[str]:
+    notes = []
+    if recorder.guesses:
+        notes.append(f"{recorder.guesses} data-dependent value(s) read as 0")
+    sizes = sum(recorder.bounded.values())
+    if sizes:
+        notes.append(f"{sizes} data-dependent size(s) at their upper bound")
+    return notes

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from mhaudit.data.tracing import DataDependence
 from mhaudit.trace.graphs import innermost_module
 
 WRAPPER = "m"
@@ -28,6 +29,8 @@ class TracedGraph:
     """Placeholder name to buffer qualified name."""
     user_inputs: tuple[str, ...]
     """Placeholder names of the user's inputs."""
+    data_dependent: DataDependence | None = None
+    """How a later rung fixed values read from the data; None when the first rungs held."""
 
     def module_path(self, node: fx.Node) -> str:
         """Qualified name of the innermost module that ran ``node`` (``""`` for the root)."""

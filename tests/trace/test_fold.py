@@ -153,3 +153,32 @@ def test_group_patterns_expand_to_exactly_their_members(names: list[str],
     from mhaudit.assemble import fold_names
 
     assert fold_names(names) == folded_name
+
+
+class _Aggregating(nn.Module):
+    """A block that concatenates every layer's output (as HGNet's stages do): a folded
+    list would hand the projection after it fewer channels than it was built for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(4)])
+        self.attn = nn.MultiheadAttention(16 * 5, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs = [x]
+        for layer in self.layers:
+            outputs.append(layer(outputs[-1]))
+        y = torch.cat(outputs, dim=-1)  # (B, n, 16·5)
+        return self.attn(y, y, y, need_weights=False)[0]
+
+
+def test_a_folded_list_that_breaks_the_forward_is_traced_unfolded() -> None:
+    with torch.device("meta"):
+        model = _Aggregating().eval()
+        x = torch.zeros(2, 6, 16)
+    report = audit(model, (x,))
+    assert "folded_layers" not in report.extras
+    assert report.model.trace_method == "dispatch-record"
+    assert [(b.layout.d_model, b.layout.num_heads) for b in report.blocks] == [(80, 4)]
+    # every layer counted once: 4·(16·16 + 16), none multiplied by a fold
+    assert report.model.params_total == 4 * (16 * 16 + 16) + 4 * 80 * 80 + 4 * 80

@@ -95,6 +95,8 @@ def _report(build: Build, inputs: Inputs, tracer: str, monkeypatch: pytest.Monke
     except TraceError as exc:
         return type(exc).__name__
     data = json.loads(json.dumps(report.to_dict()))
+    dependence = data["coverage"].get("data_dependent") or {}
+    dependence.pop("causes", None)  # the rungs tried before the answer differ by the first
     return data["model"].pop("trace_method"), data
 
 

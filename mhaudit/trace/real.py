@@ -1,0 +1,129 @@
+"""The real-forward rung: values read from the data come from a small real forward on CPU.
+
+A model built on meta has no values, so an op whose output shape depends on them
+(``nonzero`` in MoE routing, ``.item()`` sizing a padding, a branch on ``mask.any()``)
+cannot be traced on fake tensors. When the model's constructor is known (a model file or
+a ``config.json``), it is built again on CPU at the same size, seeded, and recorded over a
+real forward with the real example inputs: every shape is the one that forward had. The
+build runs only when its weights fit :func:`forward_limit`; the decision and its reason go
+on the report (``coverage.data_dependent.real_forward``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mhaudit.data.tracing import RealForward
+from mhaudit.errors import TraceError
+from mhaudit.load.target import model_tensors
+from mhaudit.trace.recorder import record
+from mhaudit.trace.traced import TracedGraph
+
+REAL_FORWARD_MAX_BYTES = 2 * 1024**3
+"""The most parameter and buffer bytes built on CPU for a real forward."""
+
+SEED = 0
+"""The random seed the CPU build is made and run under: its weights, the draws its forward
+makes (a sampled duration), and so every routing or length they decide, are the same on
+every run, and in any reference built and run under the same seed."""
+
+MEMORY_SHARE = 4
+"""A real forward may use weights of at most 1/MEMORY_SHARE of the available memory (the
+record keeps every activation alive until the graph is read)."""
+
+Built = tuple[nn.Module, tuple[Any, ...], dict[str, Any]]
+"""A model and its example inputs: ``(module, args, kwargs)``."""
+
+
+@dataclass(frozen=True)
+class CpuTwin:
+    """How to build the audited model again on CPU, from the same constructor and size."""
+
+    build: Callable[[], contextlib.AbstractContextManager[Built]]
+    """Builds the CPU model and its inputs for the duration of the ``with`` block."""
+    weights_bytes: int
+    """Parameter and buffer bytes of the model it builds."""
+
+
+@contextlib.contextmanager
+def seeded() -> Iterator[None]:
+    """Run a build under :data:`SEED`, leaving the caller's random state as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        yield
+
+
+def weights_bytes(model: nn.Module) -> int:
+    """Bytes of every distinct parameter and buffer (meta tensors count at their dtype)."""
+    seen: dict[int, int] = {}
+    for tensor in model_tensors(model):  # no recursion: a 3000-deep stack is walked too
+        seen[id(tensor)] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
+
+
+def available_memory_bytes() -> int:
+    """Memory the system can still give (``MemAvailable``), else all physical memory."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as info:
+        for line in info:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return REAL_FORWARD_MAX_BYTES * MEMORY_SHARE
+
+
+def forward_limit() -> int:
+    """The most weight bytes a real forward may build: REAL_FORWARD_MAX_BYTES, or less
+    where the machine has less than MEMORY_SHARE times that available."""
+    return min(REAL_FORWARD_MAX_BYTES, available_memory_bytes() // MEMORY_SHARE)
+
+
+def _on_meta(model: nn.Module) -> bool:
+    return any(t.device.type == "meta" for t in model_tensors(model))
+
+
+def plan_real_forward(model: nn.Module, twin: CpuTwin | None) -> RealForward:
+    """Whether the real rung can run, and why (or why not)."""
+    limit = forward_limit()
+    if not _on_meta(model):
+        return RealForward(True, "the model holds real weights; its own forward ran",
+                           weights_bytes(model), limit)
+    if twin is None:
+        return RealForward(False, "the model is on meta and mhaudit does not know its "
+                           "constructor (audit its file or config, or build it on CPU)",
+                           weights_bytes(model), limit)
+    if twin.weights_bytes > limit:
+        return RealForward(False, f"its weights ({twin.weights_bytes:,} B) exceed the "
+                           f"real-forward limit ({limit:,} B)", twin.weights_bytes, limit)
+    return RealForward(True, "built on CPU from the same constructor at the given size "
+                       "(seeded) and run on the example inputs; its weights fit the limit",
+                       twin.weights_bytes, limit)
+
+
+@contextlib.contextmanager
+def _same(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Built]:
+    yield model, args, kwargs
+
+
+def real_record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                twin: CpuTwin | None) -> tuple[TracedGraph, RealForward]:
+    """The record of a real forward (the model's own, or its CPU twin's) and the decision.
+
+    Raises TraceError with the decision's reason when no real forward may run.
+    """
+    decision = plan_real_forward(model, twin)
+    if not decision.ran:
+        raise TraceError(f"no real forward: {decision.reason}",
+                         "Build the model with --device cpu, or audit its file or config.")
+    source = _same(model, args, kwargs) if twin is None or not _on_meta(model) else twin.build()
+    with source as (built, built_args, built_kwargs):
+        built.eval()
+        traced = record(built, built_args, built_kwargs, fake=False)
+    return traced, decision
