@@ -105,7 +105,8 @@ def count_tokens(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
 
 def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
                     made: dict[str, Any]) -> str | None:
-    """The forward argument that carries ``modality``, made (with its mask) if need be."""
+    """The forward argument that carries ``modality``, made if need be, with the mask
+    over its frames where the feature method requires one."""
     name = next((n for n in modality.inputs if n in params), None)
     if name is None:
         return None
@@ -115,7 +116,9 @@ def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
         except NoSize:
             return None
     mask = f"{name}_mask"
-    if mask in params and mask not in made and made[name].dim() >= 2:
+    wanted = inspect.signature(getattr(req.model, modality.method)).parameters.get(mask)
+    required = wanted is not None and wanted.default is inspect.Parameter.empty
+    if required and mask in params and mask not in made and made[name].dim() >= 2:
         frames = made[name].shape[frames_axis(req) if name == "input_features" else 1]
         made[mask] = torch.ones(made[name].shape[0], frames, dtype=torch.long)
     return name

@@ -212,3 +212,31 @@ def test_no_tokens_where_the_config_names_no_token_id() -> None:
     kwargs = config_inputs("input_ids", config, 1, 5, model=Captioner())
     assert _shapes(kwargs) == {"input_ids": ((1, 5), torch.long),
                                "pixel_values": ((1, 3, 16, 16), torch.float32)}
+
+
+class Transcriber(nn.Module):
+    """A text model with an audio tower that keeps the frames its mask marks valid."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames = nn.Conv1d(20, 8, 4, 4)  # mel bins as channels: (B, 20, frames)
+
+    def get_audio_features(self, input_features: torch.Tensor,
+                           input_features_mask: torch.Tensor) -> torch.Tensor:
+        rows = self.frames(input_features).transpose(1, 2)  # (B, frames / 4, 8)
+        return rows[input_features_mask[:, ::4].bool()]  # (valid rows, 8)
+
+    def forward(self, input_ids: Any, input_features: Any = None,
+                input_features_mask: Any = None) -> Any:
+        return input_ids
+
+
+def test_audio_tokens_with_the_frame_mask_the_feature_method_requires() -> None:
+    config = Config(audio_token_id=3, audio_config=Config(num_mel_bins=20))
+    with torch.device("meta"):
+        kwargs = config_inputs("input_ids", config, 1, 8, model=Transcriber())
+    assert _shapes(kwargs) == {"input_ids": ((1, 2 + 8), torch.long),  # 8 frames / 4
+                               "input_features": ((1, 20, 8), torch.float32),
+                               "input_features_mask": ((1, 8), torch.long)}
