@@ -178,19 +178,21 @@ def _token_ids(config: dict[str, Any]) -> list[int]:
     return ids
 
 
-def _set_vocab(config: dict[str, Any], size: int) -> None:
+def _set_vocab(config: dict[str, Any], size: int, needed: int) -> None:
     for key, value in list(config.items()):
         if isinstance(value, dict):
-            _set_vocab(value, size)
-        elif str(key).endswith("vocab_size") and _is_int(value) and value > size:
+            _set_vocab(value, size, needed)
+        elif str(key).endswith("vocab_size") and _is_int(value) and (
+                value > size or value < needed):
             config[key] = size
 
 
 def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
     """Every vocabulary to the smallest size (a multiple of 64) that holds every special
-    token id anywhere in the config tree, in place."""
-    size = max([floor, *(i + 1 for i in _token_ids(config) if i < 10**6)])
-    _set_vocab(config, int(math.ceil(size / 64) * 64))
+    token id anywhere in the config tree, in place; one that cannot hold them grows to it
+    (LLaVA's defaults put the image token at 32000 in a vocabulary of 32000)."""
+    needed = max([0, *(i + 1 for i in _token_ids(config) if i < 10**6)])
+    _set_vocab(config, int(math.ceil(max(floor, needed) / 64) * 64), needed)
 
 
 def tiny_config(model_type: str) -> dict[str, Any]:
