@@ -24,7 +24,7 @@ def read(config: Any, name: str) -> Any:
 
 
 def subconfigs(config: Any, prefer: Sequence[str] = ()) -> Iterator[Any]:
-    """The configs nested in ``config`` (``audio_config``, ``encoder_config``, ...), breadth
+    """The configs nested in ``config`` (``audio_config``, ``encoder``, ...), breadth
     first; those whose attribute name holds a word of ``prefer`` come first."""
     seen: set[int] = {id(config)}
     level = [config]
@@ -33,7 +33,7 @@ def subconfigs(config: Any, prefer: Sequence[str] = ()) -> Iterator[Any]:
         for parent in level:
             for key in sorted(vars(parent)) if hasattr(parent, "__dict__") else ():
                 value = read(parent, key)
-                if key.endswith("_config") and _is_config(value) and id(value) not in seen:
+                if _is_config(value) and id(value) not in seen:
                     seen.add(id(value))
                     rank = next((i for i, w in enumerate(prefer) if w in key), len(prefer))
                     found.append((rank, value))
@@ -43,13 +43,24 @@ def subconfigs(config: Any, prefer: Sequence[str] = ()) -> Iterator[Any]:
 
 
 def modality_config(config: Any, words: Sequence[str]) -> Any:
-    """The first nested config named with one of ``words`` (``audio_config`` for
-    ``("audio",)``), else ``config`` itself."""
-    for key in (f"{word}_config" for word in words):
-        value = read(config, key)
-        if _is_config(value):
-            return value
+    """The config named with one of ``words`` (``audio_config`` for ``("audio",)``),
+    nearest the root first (an encoder's own ``vision_config`` too), else ``config``."""
+    level = [config]
+    seen: set[int] = set()
+    while level:
+        for node in level:
+            for key in (f"{word}_config" for word in words):
+                value = read(node, key)
+                if _is_config(value):
+                    return value
+        seen.update(id(node) for node in level)
+        level = [child for node in level for child in _children(node) if id(child) not in seen]
     return config
+
+
+def _children(config: Any) -> list[Any]:
+    names = sorted(vars(config)) if hasattr(config, "__dict__") else []
+    return [v for v in (read(config, k) for k in names) if _is_config(v)]
 
 
 def find_size(config: Any, names: Sequence[str], prefer: Sequence[str] = ()) -> int | None:

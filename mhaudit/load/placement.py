@@ -64,6 +64,17 @@ def _rows(result: Any) -> int:
     return _rows(hidden) if hidden is not None else 0
 
 
+def feature_method(model: nn.Module, name: str) -> Callable[..., Any] | None:
+    """``model.<name>``, else its encoder's (an encoder-decoder keeps its towers there)."""
+    method = getattr(model, name, None)
+    if method is None and callable(getattr(model, "get_encoder", None)):
+        try:
+            method = getattr(model.get_encoder(), name, None)
+        except Exception:  # a model without a separate encoder
+            return None
+    return method if callable(method) else None
+
+
 def _call(method: Callable[..., Any], made: Mapping[str, Any]) -> int:
     params = inspect.signature(method).parameters
     with torch.no_grad():
@@ -78,7 +89,10 @@ def _on_cpu(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
         return 0
     with torch.device("cpu"):  # inside the meta default device the loader builds under
         twin = copy.deepcopy(model).to_empty(device="cpu")
-        return _call(getattr(twin, name), {k: _cpu(k, v) for k, v in made.items()})
+        method = feature_method(twin, name)
+        if method is None:
+            return 0
+        return _call(method, {k: _cpu(k, v) for k, v in made.items()})
 
 
 def _cpu(name: str, value: Any) -> Any:
@@ -93,8 +107,11 @@ def _cpu(name: str, value: Any) -> Any:
 def count_tokens(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
     """How many placeholder tokens ``model.<name>`` fills from the inputs in ``made``;
     0 where it cannot run on them."""
+    method = feature_method(model, name)
+    if method is None:
+        return 0
     try:
-        return _call(getattr(model, name), made)
+        return _call(method, made)
     except Exception:  # model code: the meta device cannot run a data-dependent step
         pass
     try:
@@ -116,7 +133,8 @@ def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
         except NoSize:
             return None
     mask = f"{name}_mask"
-    wanted = inspect.signature(getattr(req.model, modality.method)).parameters.get(mask)
+    method = feature_method(req.model, modality.method) if req.model is not None else None
+    wanted = inspect.signature(method).parameters.get(mask) if method is not None else None
     required = wanted is not None and wanted.default is inspect.Parameter.empty
     if required and mask in params and mask not in made and made[name].dim() >= 2:
         frames = made[name].shape[frames_axis(req) if name == "input_features" else 1]
@@ -133,7 +151,7 @@ def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any]) 
     blocks: list[torch.Tensor] = []
     for modality in MODALITIES:
         token = _token_id(req.config, modality.tokens)
-        if token is None or not hasattr(req.model, modality.method):
+        if token is None or feature_method(req.model, modality.method) is None:
             continue
         before = dict(made)
         name = _feature_inputs(req, modality, params, made)

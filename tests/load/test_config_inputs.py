@@ -240,3 +240,29 @@ def test_audio_tokens_with_the_frame_mask_the_feature_method_requires() -> None:
     assert _shapes(kwargs) == {"input_ids": ((1, 2 + 8), torch.long),  # 8 frames / 4
                                "input_features": ((1, 20, 8), torch.float32),
                                "input_features_mask": ((1, 8), torch.long)}
+
+
+class Translator(nn.Module):
+    """An encoder-decoder whose encoder holds the image tower and its feature method."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = Captioner()
+
+    def get_encoder(self) -> nn.Module:
+        return self.encoder
+
+    def forward(self, input_ids: Any, pixel_values: Any = None,
+                decoder_input_ids: Any = None) -> Any:
+        return input_ids
+
+
+def test_an_encoders_tower_and_nested_vision_config_are_found() -> None:
+    config = Config(image_token_id=7, is_encoder_decoder=True,
+                    encoder=Config(vision_config=Config(image_size=8)))
+    kwargs = config_inputs("input_ids", config, 1, 5, model=Translator())
+    assert _shapes(kwargs) == {"input_ids": ((1, 4 + 5), torch.long),  # 2 × 2 patches
+                               "pixel_values": ((1, 3, 8, 8), torch.float32),
+                               "decoder_input_ids": ((1, 5), torch.long)}
