@@ -134,6 +134,7 @@ def _shrink_sizes(config: dict[str, Any]) -> None:
                        (POSITION_KEYS, POSITIONS), (EXPERT_KEYS, EXPERTS),
                        (TOP_K_KEYS, EXPERTS_PER_TOKEN), (("image_size", "crop_size"), IMAGE),
                        (("num_frames", "frames_per_clip"), FRAMES),
+                       (("mm_tokens_per_image",), (IMAGE // PATCH) ** 2),
                        (("patch_size",), PATCH), (("max_source_positions",), AUDIO_POSITIONS)):
         for key in keys:
             if _is_int(config.get(key)) and config[key] > size:
