@@ -16,7 +16,8 @@ AUDIO_WORDS = ("audio", "speech", "encoder", "acoustic")
 """Nested configs that size an audio input, searched first."""
 
 AUDIO_WIDTHS = ("input_feat_per_channel", "feature_size", "num_mel_bins", "input_feat_size",
-                "feature_projection_input_dim", "n_mels", "num_mel_filters", "mel_bins")
+                "feature_projection_input_dim", "n_mels", "num_mel_filters", "mel_bins",
+                "input_dim")
 """Config names of an audio frame's feature width (mel bins, filter banks, stacked frames)."""
 
 AUDIO_SUBSAMPLING = ("subsampling_factor", "time_reduction", "downsample_factor")
