@@ -38,7 +38,7 @@ HEAD_KEYS = (
 )
 KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
            "n_kv_heads")
-HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head",
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head", "dim_head",
                  "rotary_dim")
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim", "d_latents",
               "word_embed_proj_dim", "encoder_hidden_size")
