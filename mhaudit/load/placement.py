@@ -67,9 +67,10 @@ def _rows(result: Any) -> int:
 def feature_method(model: nn.Module, name: str) -> Callable[..., Any] | None:
     """``model.<name>``, else its encoder's (an encoder-decoder keeps its towers there)."""
     method = getattr(model, name, None)
-    if method is None and callable(getattr(model, "get_encoder", None)):
+    get_encoder = getattr(model, "get_encoder", None)
+    if method is None and callable(get_encoder):
         try:
-            method = getattr(model.get_encoder(), name, None)
+            method = getattr(get_encoder(), name, None)
         except Exception:  # a model without a separate encoder
             return None
     return method if callable(method) else None
