@@ -28,20 +28,20 @@ LAYER_KEYS = (
     "num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
     "decoder_layers", "num_decoder_layers", "num_encoder_layers", "depth",
     "num_text_layers", "num_vision_layers", "text_layers", "vision_layers",
-    "conf_num_hidden_layers", "num_self_attends_per_block",
+    "conf_num_hidden_layers", "num_self_attends_per_block", "pred_num_hidden_layers",
 )
 HEAD_KEYS = (
     "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
     "decoder_attention_heads", "attention_heads", "num_decoder_attention_heads",
     "num_encoder_attention_heads", "conf_num_attention_heads", "num_self_attention_heads",
-    "num_cross_attention_heads",
+    "num_cross_attention_heads", "pred_num_attention_heads",
 )
 KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
            "n_kv_heads")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head", "dim_head",
                  "rotary_dim")
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim", "d_latents",
-              "word_embed_proj_dim", "encoder_hidden_size")
+              "word_embed_proj_dim", "encoder_hidden_size", "pred_hidden_size")
 FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
             "n_inner", "decoder_intermediate_size", "encoder_intermediate_size")
 SMALL_FFN_KEYS = ("moe_intermediate_size", "shared_expert_intermediate_size",
