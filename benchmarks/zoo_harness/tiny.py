@@ -15,6 +15,8 @@ FFN = 128
 LAYERS = 2
 POSITIONS = 128
 IMAGE = 64
+FRAMES = 8
+"""Frames of a video clip."""
 PATCH = 16
 EXPERTS = 4
 EXPERTS_PER_TOKEN = 2
@@ -30,23 +32,26 @@ LAYER_KEYS = (
     "num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
     "decoder_layers", "num_decoder_layers", "num_encoder_layers", "depth",
     "num_text_layers", "num_vision_layers", "text_layers", "vision_layers",
+    "conf_num_hidden_layers", "num_self_attends_per_block", "pred_num_hidden_layers",
 )
 HEAD_KEYS = (
     "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
     "decoder_attention_heads", "attention_heads", "num_decoder_attention_heads",
-    "num_encoder_attention_heads",
+    "num_encoder_attention_heads", "conf_num_attention_heads", "num_self_attention_heads",
+    "num_cross_attention_heads", "pred_num_attention_heads",
 )
 KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
            "n_kv_heads")
-HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head",
-                 "rotary_dim", "dim_head")
-WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim",
-              "word_embed_proj_dim", "encoder_hidden_size")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head", "dim_head",
+                 "rotary_dim")
+WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim", "d_latents",
+              "word_embed_proj_dim", "encoder_hidden_size", "pred_hidden_size")
 FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
             "n_inner", "decoder_intermediate_size", "encoder_intermediate_size")
 SMALL_FFN_KEYS = ("moe_intermediate_size", "shared_expert_intermediate_size",
                   "expert_intermediate_size")
-POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_target_positions")
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_target_positions",
+                 "context_length")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "num_selected_experts", "moe_topk")
 LATENT_KEYS = {"q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8,
@@ -165,7 +170,9 @@ def _shrink_attention(config: dict[str, Any]) -> None:
 def _shrink_sizes(config: dict[str, Any]) -> None:
     for keys, size in ((FFN_KEYS, FFN), (SMALL_FFN_KEYS, FFN // 4),
                        (POSITION_KEYS, POSITIONS), (EXPERT_KEYS, EXPERTS),
-                       (TOP_K_KEYS, EXPERTS_PER_TOKEN), (("image_size",), IMAGE),
+                       (TOP_K_KEYS, EXPERTS_PER_TOKEN), (("image_size", "crop_size"), IMAGE),
+                       (("num_frames", "frames_per_clip"), FRAMES),
+                       (("mm_tokens_per_image",), (IMAGE // PATCH) ** 2),
                        (("patch_size",), PATCH), (("max_source_positions",), AUDIO_POSITIONS),
                        (("num_filters",), FILTERS)):
         for key in keys:
@@ -212,19 +219,21 @@ def _token_ids(config: dict[str, Any]) -> list[int]:
     return ids
 
 
-def _set_vocab(config: dict[str, Any], size: int) -> None:
+def _set_vocab(config: dict[str, Any], size: int, needed: int) -> None:
     for key, value in list(config.items()):
         if isinstance(value, dict):
-            _set_vocab(value, size)
-        elif str(key).endswith("vocab_size") and _is_int(value) and value > size:
+            _set_vocab(value, size, needed)
+        elif str(key).endswith("vocab_size") and _is_int(value) and (
+                value > size or value < needed):
             config[key] = size
 
 
 def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
     """Every vocabulary to the smallest size (a multiple of 64) that holds every special
-    token id anywhere in the config tree, in place."""
-    size = max([floor, *(i + 1 for i in _token_ids(config) if i < 10**6)])
-    _set_vocab(config, int(math.ceil(size / 64) * 64))
+    token id anywhere in the config tree, in place; one that cannot hold them grows to it
+    (LLaVA's defaults put the image token at 32000 in a vocabulary of 32000)."""
+    needed = max([0, *(i + 1 for i in _token_ids(config) if i < 10**6)])
+    _set_vocab(config, int(math.ceil(max(floor, needed) / 64) * 64), needed)
 
 
 def tiny_config(model_type: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from mhaudit.contain.contain import contained
 from mhaudit.contain.files import check_input_file, parse_json, read_input_text
 from mhaudit.contain.offline import hub_offline, set_offline_env
 from mhaudit.errors import LoadError, first_line
-from mhaudit.load.inputs import Shapes, config_inputs, with_shapes
+from mhaudit.load.configtree import read
+from mhaudit.load.inputs import Shapes, config_inputs
 
 HF_TIP = "pip install 'mhaudit[hf]' (from PyPI)"
 """The one-line fix when transformers is missing."""
@@ -29,18 +30,59 @@ SIZE_FIELDS = (
 """Config sizes that must be positive (read through the config, so aliases such as
 GPT-2's ``n_head`` count too); transformers builds an empty stack for ``-1`` layers."""
 
+WIDTH_FIELDS = frozenset({"hidden_size", "intermediate_size", "head_dim", "d_model", "d_kv",
+                          "d_ff", "encoder_ffn_dim", "decoder_ffn_dim"})
+"""Of those, widths: a config may hold 0 for one its model never builds a layer of (a
+head dim that names an absent rotary part), so 0 is refused only when the built model
+holds a parameter of size 0."""
 
-def _check_sizes(config: Any, path: Path) -> None:
+
+def _set_by_file(config: Any, name: str, data: dict[str, Any]) -> bool:
+    """Whether the file sets ``name`` (or an alias the config class maps to it)."""
+    aliases = {name, *(k for k, v in getattr(config, "attribute_map", {}).items() if v == name),
+               getattr(config, "attribute_map", {}).get(name, name)}
+    return any(alias in data for alias in aliases)
+
+
+def _check_sizes(config: Any, path: Path, data: dict[str, Any]) -> None:
+    """Refuse a size below 1 that the file sets; one the config class computes itself
+    (XLNet's ``max_position_embeddings`` of -1: no limit) is the class's own convention."""
     for name in SIZE_FIELDS:
         try:
             value = getattr(config, name, None)
         except Exception:  # a config property that cannot be computed
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, int) or value >= 1:
             continue
-        if value < 1:
-            raise LoadError(f"{path}: {name} = {value} is not a positive size",
-                            f"Set {name} to 1 or more.")
+        if not _set_by_file(config, name, data) or (value == 0 and name in WIDTH_FIELDS):
+            continue
+        raise LoadError(f"{path}: {name} = {value} is not a positive size",
+                        f"Set {name} to 1 or more.")
+
+
+def _zero_widths(config: Any) -> list[str]:
+    return [n for n in sorted(WIDTH_FIELDS) if read(config, n) == 0]
+
+
+def _zero_width_error(name: str, path: Path) -> LoadError:
+    return LoadError(f"{path}: {name} = 0 is not a positive size (the model builds layers "
+                     "of width 0)", f"Set {name} to 1 or more.")
+
+
+def _build_checked(transformers: Any, data: dict[str, Any], config: Any,
+                   path: Path) -> nn.Module:
+    """The built model; a width of 0 is refused where the model uses it: building divides
+    by it, or a parameter has no elements."""
+    zeros = _zero_widths(config)
+    try:
+        model = _build(transformers, data, config)
+    except ZeroDivisionError as exc:
+        if zeros:
+            raise _zero_width_error(zeros[0], path) from exc
+        raise
+    if zeros and any(p.numel() == 0 for p in model.parameters()):
+        raise _zero_width_error(zeros[0], path)
+    return model
 
 
 def _refuse_hub_references(data: dict[str, Any], path: Path) -> None:
@@ -121,18 +163,13 @@ def load_hf_config(
     tip = "Fix the config where transformers says, or upgrade transformers for a new model type."
     with hub_offline(), contained(stage, str(path), tip=tip):
         config = transformers.AutoConfig.for_model(data["model_type"], **fields)
-        _check_sizes(config, path)
+        _check_sizes(config, path, fields)
         with place:
-            model = _build(transformers, data, config)
-            main = str(getattr(model, "main_input_name", "input_ids"))
-            shapes = ((main, input_shape),) if input_shape is not None else ()
-            given = {name for name, _ in (*shapes, *input_shapes)}
-            try:
-                kwargs = config_inputs(main, config, batch_size, seq_len)
-            except LoadError:
-                if main not in given:  # nothing the user named stands in for it
-                    raise
-                kwargs = {}
-            kwargs = with_shapes(kwargs, (*shapes, *input_shapes))
+            model = _build_checked(transformers, data, config, path)
+            main = getattr(model, "main_input_name", "input_ids")
+            first = main if isinstance(main, str) else str(next(iter(main)))
+            shapes = ((first, input_shape),) if input_shape is not None else ()
+            kwargs = config_inputs(main, config, batch_size, seq_len, model=model,
+                                   shapes=(*shapes, *input_shapes))
         model.eval()
     return model, (), kwargs

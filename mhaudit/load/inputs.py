@@ -1,14 +1,30 @@
-"""Example inputs by name and modality: token ids, audio features, raw audio, pixels, pairs."""
+"""Example inputs for a model built from a config: by input name, modality and docstring."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from mhaudit.errors import LoadError
+from mhaudit.load.configtree import find_size, modality_config
+from mhaudit.load.docshapes import BATCH_DIMS, DocInput, Unresolved, documented_inputs, resolve_dim
+from mhaudit.load.modalities import (
+    FRAMES,
+    IMAGE_SIZES,
+    MAKERS,
+    WIDTHS,
+    NoSize,
+    Request,
+    embeddings,
+    features,
+    image_size,
+    pixels,
+)
+from mhaudit.load.placement import place_tokens
 
 Shapes = Sequence[tuple[str, tuple[int, ...]]]
 """Named input shapes, ``(("input_features", (1, 80, 3000)), ...)``."""
@@ -16,8 +32,16 @@ Shapes = Sequence[tuple[str, tuple[int, ...]]]
 _ID_SUFFIXES = ("_ids", "_mask", "_positions")
 """Inputs by these names hold integers (token ids, masks, positions)."""
 
+_COMPANIONS = ("_mask", "_padding")
+"""``<input>_mask`` / ``<input>_padding``: one entry per position of ``<input>``."""
+
+_EMBEDDINGS = ("inputs", "inputs_embeds", "hidden_states")
+
 MAKE_INPUTS_TIP = ("Pass --input-shape NAME=AxB for each input, or write a model file with "
                    "build_model() and example_inputs().")
+
+_SEQUENCE_DIMS = frozenset({"sequence_length", "seq_len", "seq_length", "episode_length",
+                            "num_frames"})
 
 
 def named_input(name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -37,83 +61,157 @@ def with_shapes(kwargs: dict[str, Any], shapes: Shapes) -> dict[str, Any]:
     return out
 
 
-def _sub(config: Any, name: str) -> Any:
-    """``config.<name>_config`` when the config nests one, else the config itself."""
-    return getattr(config, f"{name}_config", None) or config
+def _documented(doc: DocInput, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor of the documented type: long ids, bool masks with nothing masked, floats."""
+    if "Long" in doc.type_name or "Int" in doc.type_name:
+        fill = 1 if doc.name.endswith("_mask") else 0
+        return torch.full(shape, fill, dtype=torch.long)
+    if "Bool" in doc.type_name:
+        return torch.zeros(*shape, dtype=torch.bool)
+    return named_input(doc.name, shape)
 
 
-def _image_size(config: Any) -> tuple[int, int]:
-    size = getattr(config, "image_size", None) or 224
-    if isinstance(size, dict):  # {"height": .., "width": ..} in a few processors' style
-        return int(size.get("height", 224)), int(size.get("width", 224))
-    if isinstance(size, (list, tuple)):
-        return int(size[0]), int(size[-1])
-    return int(size), int(size)
+def _dim_lookup(req: Request, name: str, position: int) -> Any:
+    stem = name.split("_")[0]
+
+    def lookup(dim: str) -> int | None:
+        if dim in BATCH_DIMS:
+            return req.batch
+        if dim in _SEQUENCE_DIMS:
+            return find_size(req.config, (f"{stem}_seq_len", f"{stem}_length",
+                                          "context_length", *FRAMES)) or req.seq_len
+        if dim in ("frame_size", "height", "width", *IMAGE_SIZES):
+            return image_size(modality_config(req.config, ("vision", "video", "image")))[0]
+        if dim == "feature_dim":
+            return int(features(req, name)[name].shape[-1])
+        size = find_size(req.config, (dim,))
+        if size is None and dim in ("dim", "hidden_dim", "embed_dim"):
+            size = find_size(req.config, WIDTHS)
+        if size is None and dim == "num_channels" and "pixel" in name:
+            size = 3
+        return req.seq_len if size is None and position == 1 else size
+
+    return lookup
 
 
-def _text(config: Any, batch: int, seq_len: int) -> dict[str, Any]:
-    text = _sub(config, "text")
-    limit = getattr(text, "max_position_embeddings", None)
-    n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 and text is not config \
-        else seq_len
-    return {"input_ids": torch.zeros(batch, n, dtype=torch.long)}  # (B, n)
+def _from_doc(req: Request, doc: DocInput) -> dict[str, Any]:
+    dims: list[str] = []
+    shape: list[int] = []
+    for position, dim in enumerate(doc.dims):
+        try:
+            size = resolve_dim(dim, _dim_lookup(req, doc.name, position), req.config)
+        except (Unresolved, NoSize):
+            size = 0
+        shape.append(size)
+        dims.append(str(size) if size else dim.upper().replace(" ", ""))
+    if not all(shape):
+        raise NoSize(doc.name, dims)
+    return {doc.name: _documented(doc, tuple(shape))}
 
 
-def _pixels(config: Any, batch: int, seq_len: int) -> dict[str, Any]:
-    vision = _sub(config, "vision")
-    height, width = _image_size(vision)
-    channels = int(getattr(vision, "num_channels", 3) or 3)
-    return {"pixel_values": torch.zeros(batch, channels, height, width)}  # (B, C, H, W)
+def _companion(name: str, made: dict[str, Any], doc: DocInput | None) -> torch.Tensor | None:
+    """``<input>_mask`` over ``<input>``'s leading (batch, position) dims: nothing masked."""
+    for suffix in _COMPANIONS:
+        owner = made.get(name[: -len(suffix)]) if name.endswith(suffix) else None
+        if isinstance(owner, torch.Tensor) and owner.dim() >= 2:
+            shape = tuple(owner.shape[:2])
+            if doc is not None:
+                return _documented(doc, shape)
+            if suffix == "_padding":
+                return torch.zeros(*shape, dtype=torch.long)
+            return named_input(name, shape)
+    return None
 
 
-def _features(config: Any, batch: int, seq_len: int) -> dict[str, Any]:
-    audio = _sub(config, "audio")
-    mels = getattr(audio, "num_mel_bins", None)
-    positions = getattr(audio, "max_source_positions", None)
-    if isinstance(mels, int) and isinstance(positions, int) and not hasattr(
-            audio, "input_feat_per_channel"):
-        # Whisper-style: (B, mel bins, frames), the frames fixed at 2 per encoder position
-        return {"input_features": torch.zeros(batch, mels, 2 * positions)}
-    per_channel = getattr(audio, "input_feat_per_channel", None) or getattr(
-        audio, "feature_size", None) or mels
-    if not isinstance(per_channel, int):
-        raise LoadError("the config names no audio feature width (num_mel_bins, "
-                        "input_feat_per_channel or feature_size)", MAKE_INPUTS_TIP)
-    width = per_channel * int(getattr(audio, "input_channels", 1) or 1)
-    frames = seq_len * 2 ** int(getattr(audio, "num_conv_layers", 0) or 0)
-    return {"input_features": torch.zeros(batch, frames, width)}  # (B, frames, features)
+def _make(req: Request, name: str, docs: dict[str, DocInput],
+          made: dict[str, Any]) -> dict[str, Any]:
+    """One input by the first rule that sizes it; :class:`NoSize` when none does."""
+    if name in MAKERS:
+        return MAKERS[name](req)
+    companion = _companion(name, made, docs.get(name))
+    if companion is not None:
+        return {name: companion}
+    if "mel" in name.split("_") or name.endswith("_features"):
+        return features(req, name)
+    if name in docs and docs[name].dims:
+        return _from_doc(req, docs[name])
+    if name in _EMBEDDINGS or name.endswith(("_embeds", "_hidden_states")):
+        return embeddings(req, name)
+    raise NoSize(name, [])
 
 
-def _waveform(config: Any, batch: int, seq_len: int) -> dict[str, Any]:
-    audio = _sub(config, "audio")
-    strides = getattr(audio, "conv_stride", None) or (1,)
-    samples = seq_len * math.prod(int(s) for s in strides)  # about seq_len frames
-    return {"input_values": torch.zeros(batch, samples)}  # (B, samples)
+def _signature(model: nn.Module | None) -> dict[str, inspect.Parameter] | None:
+    if model is None:
+        return None
+    try:
+        return dict(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return None
 
 
-MAKERS: dict[str, Callable[[Any, int, int], dict[str, Any]]] = {
-    "input_ids": _text,
-    "pixel_values": _pixels,
-    "input_features": _features,
-    "input_values": _waveform,
-}
-"""Example inputs for each main input name transformers models declare."""
+def needed_inputs(mains: Sequence[str], model: nn.Module | None,
+                  docs: dict[str, DocInput]) -> list[str]:
+    """The main inputs the forward takes, then its arguments without defaults; where a
+    main input has no shared maker, also the inputs its docstring does not call optional."""
+    params = _signature(model)
+    if params is None:
+        return list(mains)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = [m for m in mains if m in params]
+    names += [n for n, p in params.items() if p.kind in kinds and p.default is p.empty]
+    if any(m not in MAKERS for m in names):
+        names += [n for n, d in docs.items() if n in params and d.dims and not d.optional
+                  and n != "labels"]
+    return list(dict.fromkeys(names))
 
 
-def config_inputs(main: str, config: Any, batch: int, seq_len: int) -> dict[str, Any]:
+def _no_inputs_error(name: str, dims: list[str]) -> LoadError:
+    if not dims:
+        return LoadError(f"cannot make example inputs for input {name!r}: neither its name "
+                         "nor the model's docstring gives its shape", MAKE_INPUTS_TIP)
+    unknown = [d for d in dims if not d.isdigit()]
+    return LoadError(
+        f"cannot make example inputs for input {name!r}: the config does not give "
+        f"{', '.join(unknown)}",
+        f"Pass --input-shape {name}={'x'.join(dims)} with {', '.join(unknown)} set to the "
+        "sizes the model reads.")
+
+
+def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: int, *,
+                  model: nn.Module | None = None, shapes: Shapes = ()) -> dict[str, Any]:
     """Keyword inputs for a model built from ``config`` whose main input is ``main``.
 
-    Text, audio features, raw audio and pixels at the config's sizes; a text model that
-    also has a vision config gets pixels too; an encoder-decoder gets decoder token ids.
+    Text, audio features, raw audio, pixels and video at the config's sizes, and any
+    other input the forward needs as its docstring shapes it; a text model that also has
+    a vision config gets pixels too, with its image, audio and video tokens placed in the
+    text; an encoder-decoder gets decoder token ids. ``shapes`` (the user's) come first
+    and are never made.
     """
-    maker = MAKERS.get(main)
-    if maker is None:
-        raise LoadError(f"cannot make example inputs for main input {main!r}", MAKE_INPUTS_TIP)
-    kwargs = maker(config, batch, seq_len)
-    if main == "input_ids" and getattr(config, "vision_config", None) is not None:
-        kwargs.update(_pixels(config, batch, seq_len))
-    if getattr(config, "is_encoder_decoder", False):
+    req = Request(model, config, batch, seq_len)
+    mains = [main] if isinstance(main, str) else [str(m) for m in main]
+    docs = documented_inputs(model.forward) if model is not None else {}
+    made = with_shapes({}, shapes)
+    for name in needed_inputs(mains, model, docs):
+        if name in made:
+            continue
+        try:
+            made.update(_make(req, name, docs, made))
+        except NoSize as exc:
+            raise _no_inputs_error(exc.name, exc.dims) from None
+    _multimodal(req, mains, made)
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" not in made:
         limit = getattr(config, "max_target_positions", None)
         n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 else seq_len
-        kwargs["decoder_input_ids"] = torch.zeros(batch, n, dtype=torch.long)  # (B, n)
-    return kwargs
+        made["decoder_input_ids"] = torch.zeros(batch, n, dtype=torch.long)  # (B, n)
+    return made
+
+
+def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> None:
+    """Pixels beside the text of a text-and-vision model, tokens for every modality."""
+    params = _signature(req.model)
+    has_vision = modality_config(req.config, ("vision", "image")) is not req.config
+    takes_pixels = params is None or "pixel_values" in params
+    if "input_ids" in mains and has_vision and takes_pixels and "pixel_values" not in made:
+        made.update(pixels(req))
+    if req.model is not None:
+        place_tokens(req, made, params or {})

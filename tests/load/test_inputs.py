@@ -181,3 +181,66 @@ def test_decode_of_an_encoder_is_not_applicable(tmp_path: Path) -> None:
     assert "decode step: not applicable" in table.stdout and "tokens/s" not in table.stdout
     data = CliRunner().invoke(cli, ["report", target, "--decode", "--format", "json"])
     assert json.loads(data.stdout)["decode"]["applicable"] is False
+
+
+SENTINELS: dict[str, dict[str, Any]] = {
+    # XLNet's config class answers max_position_embeddings = -1 itself: no length limit
+    "xlnet": {"model_type": "xlnet", "d_model": 32, "n_layer": 1, "n_head": 4,
+              "d_inner": 64, "vocab_size": 64},
+    # head_dim names the rotary part of latent attention, which is absent (0): no layer uses it
+    "glm5_next_text": {"model_type": "glm5_next_text", "hidden_size": 32,
+                       "num_hidden_layers": 1, "num_attention_heads": 4,
+                       "num_key_value_heads": 4, "intermediate_size": 64, "vocab_size": 64,
+                       "pad_token_id": 0, "head_dim": 0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SENTINELS))
+def test_sentinel_sizes_the_model_accepts_are_not_refused(tmp_path: Path, name: str) -> None:
+    from mhaudit.load.hfconfig import load_hf_config
+
+    model, _, kwargs = load_hf_config(Path(_write(tmp_path, name, SENTINELS[name])), 1, 8,
+                                      device="meta")
+    assert kwargs["input_ids"].shape == (1, 8)
+    assert all(p.numel() for p in model.parameters())
+
+
+def test_a_zero_width_the_model_uses_is_refused(tmp_path: Path) -> None:
+    data = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64, "head_dim": 0}
+    result = CliRunner().invoke(cli, ["report", _write(tmp_path, "llama", data)])
+    assert result.exit_code == 3
+    assert "head_dim = 0 is not a positive size" in result.output
+
+
+LLAVA = {  # a text model with a vision tower: image tokens make the tower run
+    "model_type": "llava", "image_token_index": 60,
+    "text_config": {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
+                    "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64},
+    "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32,
+                      "num_hidden_layers": 1, "num_attention_heads": 4,
+                      "intermediate_size": 64, "image_size": 16, "patch_size": 8,
+                      "projection_dim": 32}}
+
+
+def test_image_tokens_in_the_text_make_the_vision_tower_run(tmp_path: Path) -> None:
+    report = audit_target(_write(tmp_path, "llava", LLAVA), seq_len=8).to_dict()
+    # 16 / 8 = 2 × 2 patches; llava drops the CLS row: 4 image tokens before 8 text tokens
+    assert report["model"]["inputs"]["input_ids"]["shape"] == [1, 12]
+    names = [b["name"] for b in report["blocks"]]
+    assert names == ["vision_tower.encoder.layers.0.self_attn",
+                     "language_model.layers.0.self_attn"]
+    assert report["blocks"][1]["seq_len_q"] == 12
+
+
+def test_audio_width_in_a_nested_encoder_config(tmp_path: Path) -> None:
+    from mhaudit.load.hfconfig import load_hf_config
+
+    data = {"model_type": "parakeet_ctc", "vocab_size": 64,
+            "encoder_config": {"hidden_size": 32, "num_hidden_layers": 1,
+                               "num_attention_heads": 4, "intermediate_size": 64,
+                               "num_mel_bins": 80, "subsampling_conv_channels": 8,
+                               "subsampling_factor": 8}}
+    _, _, kwargs = load_hf_config(Path(_write(tmp_path, "parakeet", data)), 1, 16,
+                                  device="meta")
+    assert kwargs["input_features"].shape == (1, 16 * 8, 80)  # (B, frames, mel bins)

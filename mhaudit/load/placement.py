@@ -1,0 +1,167 @@
+"""Image, audio and video tokens placed in ``input_ids``, counted by the model's own
+feature method (``get_image_features`` and its kin), so that every tower runs."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mhaudit.load.configtree import read
+from mhaudit.load.modalities import MAKERS, NoSize, Request, frames_axis
+
+CPU_COPY_LIMIT = 1 << 28
+"""Most parameter elements of a meta model copied to the CPU (uninitialised) to count the
+tokens of a feature method that the meta device cannot run (one with a data-dependent
+shape, such as a mask applied by indexing)."""
+
+
+@dataclass(frozen=True)
+class Modality:
+    """One kind of placeholder token and the input its features come from."""
+
+    tokens: tuple[str, ...]
+    """Config names of the placeholder token id."""
+    inputs: tuple[str, ...]
+    """Forward arguments that carry it, first match wins."""
+    method: str
+    """The model's feature method, which returns one row per placeholder token."""
+
+
+MODALITIES = (
+    Modality(("image_token_id", "image_token_index"), ("pixel_values",), "get_image_features"),
+    Modality(("video_token_id", "video_token_index"), ("pixel_values_videos",),
+             "get_video_features"),
+    Modality(("audio_token_id", "audio_token_index"), ("input_features", "input_values"),
+             "get_audio_features"),
+)
+
+
+def _token_id(config: Any, names: tuple[str, ...]) -> int | None:
+    for node in (config, read(config, "text_config")):
+        for name in names:
+            value = read(node, name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    return None
+
+
+def _rows(result: Any) -> int:
+    """Feature rows (one per placeholder token) of what a feature method returned."""
+    if isinstance(result, torch.Tensor):
+        return result.numel() // result.shape[-1] if result.dim() >= 2 else 0
+    pooled = getattr(result, "pooler_output", None)
+    if pooled is not None:
+        return _rows(pooled)
+    if isinstance(result, (list, tuple)):
+        return sum(_rows(item) for item in result)
+    hidden = getattr(result, "last_hidden_state", None)
+    return _rows(hidden) if hidden is not None else 0
+
+
+def feature_method(model: nn.Module, name: str) -> Callable[..., Any] | None:
+    """``model.<name>``, else its encoder's (an encoder-decoder keeps its towers there)."""
+    method = getattr(model, name, None)
+    get_encoder = getattr(model, "get_encoder", None)
+    if method is None and callable(get_encoder):
+        try:
+            method = getattr(get_encoder(), name, None)
+        except Exception:  # a model without a separate encoder
+            return None
+    return method if callable(method) else None
+
+
+def _call(method: Callable[..., Any], made: Mapping[str, Any]) -> int:
+    params = inspect.signature(method).parameters
+    with torch.no_grad():
+        return _rows(method(**{k: v for k, v in made.items() if k in params}))
+
+
+def _on_cpu(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
+    """The rows of ``model.<name>`` run on an uninitialised CPU copy of a meta model."""
+    params = list(model.parameters())
+    if not params or params[0].device.type != "meta" or \
+            sum(p.numel() for p in params) > CPU_COPY_LIMIT:
+        return 0
+    with torch.device("cpu"):  # inside the meta default device the loader builds under
+        twin = copy.deepcopy(model).to_empty(device="cpu")
+        method = feature_method(twin, name)
+        if method is None:
+            return 0
+        return _call(method, {k: _cpu(k, v) for k, v in made.items()})
+
+
+def _cpu(name: str, value: Any) -> Any:
+    """A CPU tensor filled as the loader fills ``name`` (masks keep all), for a meta one."""
+    if not isinstance(value, torch.Tensor) or value.device.type != "meta":
+        return value
+    keep = name.endswith("_mask") and value.dtype != torch.bool
+    fill = torch.ones if keep else torch.zeros
+    return fill(value.shape, dtype=value.dtype, device="cpu")
+
+
+def count_tokens(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
+    """How many placeholder tokens ``model.<name>`` fills from the inputs in ``made``;
+    0 where it cannot run on them."""
+    method = feature_method(model, name)
+    if method is None:
+        return 0
+    try:
+        return _call(method, made)
+    except Exception:  # model code: the meta device cannot run a data-dependent step
+        pass
+    try:
+        return _on_cpu(model, name, made)
+    except Exception:  # model code that needs more than these inputs
+        return 0
+
+
+def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
+                    made: dict[str, Any]) -> str | None:
+    """The forward argument that carries ``modality``, made if need be, with the mask
+    over its frames where the feature method requires one."""
+    name = next((n for n in modality.inputs if n in params), None)
+    if name is None:
+        return None
+    if name not in made:
+        try:
+            made.update(MAKERS[name](req))
+        except NoSize:
+            return None
+    mask = f"{name}_mask"
+    method = feature_method(req.model, modality.method) if req.model is not None else None
+    wanted = inspect.signature(method).parameters.get(mask) if method is not None else None
+    required = wanted is not None and wanted.default is inspect.Parameter.empty
+    if required and mask in params and mask not in made and made[name].dim() >= 2:
+        frames = made[name].shape[frames_axis(req) if name == "input_features" else 1]
+        made[mask] = torch.ones(made[name].shape[0], frames, dtype=torch.long)
+    return name
+
+
+def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any]) -> None:
+    """Put the placeholder tokens of every modality the model takes before the text of
+    ``made["input_ids"]``, as many as its feature method returns rows, in place."""
+    ids = made.get("input_ids")
+    if req.model is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return
+    blocks: list[torch.Tensor] = []
+    for modality in MODALITIES:
+        token = _token_id(req.config, modality.tokens)
+        if token is None or feature_method(req.model, modality.method) is None:
+            continue
+        before = dict(made)
+        name = _feature_inputs(req, modality, params, made)
+        count = count_tokens(req.model, modality.method, made) if name else 0
+        if not count or count % ids.shape[0]:
+            made.clear()
+            made.update(before)  # no tokens: the tower's inputs would only upset the forward
+            continue
+        blocks.append(torch.full((ids.shape[0], count // ids.shape[0]), token,
+                                 dtype=ids.dtype, device=ids.device))
+    if blocks:
+        made["input_ids"] = torch.cat([*blocks, ids], dim=1)  # (B, tokens + n)
