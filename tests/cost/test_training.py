@@ -16,7 +16,7 @@ from mhaudit.data import TrainingCost
 from mhaudit.errors import ConfigError, TraceError
 from mhaudit.phases.training import training_step
 from tests.cost.memtracker_oracle import memtracker_peak
-from tests.fixtures.small_models import TinyGPT
+from tests.fixtures.small_models import LayerEncoder, TinyGPT
 
 transformers = pytest.importorskip("transformers")
 
@@ -173,26 +173,13 @@ def _ids() -> dict[str, Any]:
     return {"ids": torch.zeros(2, 32, dtype=torch.long)}
 
 
-class _Encoder(nn.Module):
-    """torch.nn.TransformerEncoderLayer layers between an embedding and a head."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(100, 64)
-        layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, 8, enable_nested_tensor=False)
-        self.head = nn.Linear(64, 100)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(ids)))
-
-
-@pytest.mark.parametrize("build", [_Encoder, _tiny_gpt], ids=["layers-called", "dict-layers"])
+@pytest.mark.parametrize("build", [LayerEncoder, _tiny_gpt], ids=["layers-called", "dict-layers"])
 def test_folding_gives_the_unfolded_figures(build: Callable[[], nn.Module]) -> None:
     folded = _ours(build, _ids)
     full = _ours(build, _ids, fold_layers=False)
     # layers called as modules fold (three of eight run); layers only indexed run in full
-    assert folded.folded_layers == (5 if build is _Encoder else 0) and full.folded_layers == 0
+    assert folded.folded_layers == (5 if build is LayerEncoder else 0) and full.folded_layers == 0
     assert folded.peak_bytes == full.peak_bytes
     assert folded.breakdown == full.breakdown
     assert folded.flops == full.flops
@@ -204,8 +191,8 @@ def test_folding_an_update_that_peaks() -> None:
     def two_tokens() -> dict[str, Any]:
         return {"ids": torch.zeros(1, 2, dtype=torch.long)}
 
-    folded = _ours(_Encoder, two_tokens)
-    full = _ours(_Encoder, two_tokens, fold_layers=False)
+    folded = _ours(LayerEncoder, two_tokens)
+    full = _ours(LayerEncoder, two_tokens, fold_layers=False)
     assert folded.peak_phase == full.peak_phase == "optimizer"
     assert folded.breakdown == full.breakdown
     # AdamW's foreach update keeps one parameter-sized temporary (the sqrt denominators)
@@ -343,7 +330,7 @@ def test_checkpointing_needs_a_layer_list() -> None:
 
 def test_checkpointing_a_list_too_short_to_fold() -> None:
     def two_layers() -> nn.Module:
-        model = _Encoder()
+        model = LayerEncoder()
         model.encoder.layers = model.encoder.layers[:2]
         return model
 

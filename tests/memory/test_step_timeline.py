@@ -6,34 +6,21 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from mhaudit.cost.devices import get_profile
 from mhaudit.data import TrainingCost
 from mhaudit.memory.timeline import thinned
 from mhaudit.phases.step_timeline import POINTS
 from mhaudit.phases.training import training_step
+from tests.fixtures.small_models import LayerEncoder
 
 H100 = get_profile("h100")
 
 
-class _Encoder(nn.Module):
-    """Eight identical layers called as modules: three run, five fold."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(100, 64)
-        layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, 8, enable_nested_tensor=False)
-        self.head = nn.Linear(64, 100)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(ids)))
-
 
 def _step(tokens: int, **options: Any) -> TrainingCost:
     with torch.device("meta"):
-        model, ids = _Encoder(), torch.zeros(2, tokens, dtype=torch.long)
+        model, ids = LayerEncoder(), torch.zeros(2, tokens, dtype=torch.long)
     return training_step(model, (ids,), {}, [], H100, **options)
 
 
