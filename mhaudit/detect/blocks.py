@@ -15,6 +15,7 @@ from mhaudit.detect.patterns.kv_cache import (
 )
 from mhaudit.detect.patterns.masks import core_mask
 from mhaudit.detect.patterns.reduction import reduced_copy
+from mhaudit.detect.patterns.routed import routed_query_heads
 from mhaudit.detect.patterns.score_bias import score_bias_names
 from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
@@ -137,7 +138,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         kind=_kind(drafts[0], traced.params),
         implementation=first.implementation,
         d_model=d_model,
-        num_heads=_role_heads(drafts, "q", d_k) // first.maps,
+        num_heads=_query_heads(drafts, d_k),
         num_kv_heads=_role_heads(drafts, "k", d_k) // first.maps,
         head_dim=d_k,
         v_head_dim=d_v,
@@ -206,6 +207,16 @@ def _claims(drafts: list[_Draft]) -> dict[fx.Node, list[_Claim]]:
                         claim(up.projection.node, role, up, down.projection.node)
                     down = up
     return {node: list(held.values()) for node, held in uses.items()}
+
+
+def _query_heads(drafts: list[_Draft], head_dim: int) -> int:
+    """Heads of Q: its projections' heads, or those routed experts lay side by side."""
+    first = drafts[0]
+    routed = routed_query_heads(first.core.q, first.sources["q"], first.sources["k"], head_dim,
+                                first.core.seq_len_q == first.core.seq_len_kv)
+    if len(drafts) == 1 and routed is not None:
+        return routed // first.core.maps
+    return _role_heads(drafts, "q", head_dim) // first.core.maps
 
 
 def _role_heads(drafts: list[_Draft], role: str, head_dim: int) -> int:

@@ -167,6 +167,8 @@ TOKEN_AXIS_OPS = ((RESHAPE_OPS | SLICE_OPS | FEATURE_KEEP_OPS | REDUCE_OPS | POO
      "detach", "split", "split_with_sizes", "chunk", "unbind"}
 )
 """Ops along a tensor's tokens that may keep its feature width: slices, joins, pools."""
+TOKEN_GATHER_OPS = frozenset({"index", "index_select", "gather"})
+"""Ops that pick tokens by an index tensor: the first input is the data, the rest pick."""
 TOKEN_REDUCING_OPS = POOL_OPS | frozenset(
     {"conv1d", "conv2d", "conv3d", "convolution", "max_pool2d_with_indices"}
 )

@@ -17,6 +17,7 @@ from mhaudit.trace.ops import (
     SLICE_OPS,
     SPLIT_OPS,
     TOKEN_AXIS_OPS,
+    TOKEN_GATHER_OPS,
     op_name,
 )
 from mhaudit.trace.walks import Walk
@@ -370,11 +371,15 @@ def same_tokens_source(node: fx.Node, source: fx.Node, limit: int = 64) -> bool:
     width = (shape(source) or (0,))[-1]
     walk, reached = Walk([node], limit), False
     for current in walk:
-        if current.op != "call_function" or op_name(current) not in TOKEN_AXIS_OPS:
+        name = op_name(current) if current.op == "call_function" else ""
+        if name not in TOKEN_AXIS_OPS and name not in TOKEN_GATHER_OPS:
             return False
         dims = shape(current)
         if dims and dims[-1] != width:
             return False
-        reached = reached or source in current.all_input_nodes
-        walk.push(i for i in current.all_input_nodes if i is not source)
+        # Tokens gathered by an index (routed experts' rows): the index only picks them.
+        inputs = current.all_input_nodes[:1] if name in TOKEN_GATHER_OPS else (
+            current.all_input_nodes)
+        reached = reached or source in inputs
+        walk.push(i for i in inputs if i is not source)
     return reached and not walk.cut
