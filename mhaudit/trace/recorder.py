@@ -21,7 +21,7 @@ import contextlib
 import operator
 import sys
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
@@ -33,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from mhaudit.data.tracing import DataDependence
+from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.memory.fakes import FakeForward, fake_forward
 from mhaudit.memory.forward import ForwardCounter, ForwardStorages
 from mhaudit.trace.ops import WHOLE_OPS
@@ -68,6 +69,16 @@ BOUND_NOTES = {
 """What each bound assumes, for the report."""
 
 
+@dataclass(frozen=True)
+class _Held:
+    """A strong reference with a weak reference's call."""
+
+    tensor: torch.Tensor
+
+    def __call__(self) -> torch.Tensor:
+        return self.tensor
+
+
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
     """Appends one node per dispatched op; tensors are matched to nodes by identity."""
 
@@ -83,7 +94,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         self.stack = stack
         self.values = values
         """Where node values wait for the end of the forward (None: held as they are)."""
-        self.nodes: dict[int, tuple[weakref.ref[torch.Tensor], fx.Node]] = {}
+        self.nodes: dict[int, tuple[Callable[[], torch.Tensor | None], fx.Node]] = {}
         self.constants = 0
         self.fast_path_checks = 0
         """Times a module's forward asked whether its tensors are overridden (see
@@ -91,10 +102,14 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         self.paused = 0
         """Above zero while a composite op recorded whole runs its pieces."""
 
-    def bind(self, tensor: torch.Tensor, node: fx.Node) -> None:
-        """``tensor`` is now what ``node`` computes (held weakly: Python frees it as the
-        eager code would; a dead tensor's id is matched to nothing)."""
-        self.nodes[id(tensor)] = (weakref.ref(tensor), node)
+    def bind(self, tensor: torch.Tensor, node: fx.Node, *, state: bool = False) -> None:
+        """``tensor`` is now what ``node`` computes, held weakly (Python frees it as the
+        eager code would; a dead tensor's id is matched to nothing). The model's ``state``
+        is held strongly: a weak reference would stop ``module.to()`` in a forward from
+        swapping a fake parameter (``swap_tensors`` refuses tensors with weak references)."""
+        ref: Callable[[], torch.Tensor | None] = (
+            _Held(tensor) if state else weakref.ref(tensor))
+        self.nodes[id(tensor)] = (ref, node)
         self.value(node, tensor)
 
     def value(self, node: fx.Node, value: Any) -> None:
@@ -266,9 +281,24 @@ def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, f
     """
     if not fake:
         return _record(model, args, kwargs, None, False, method or "dispatch-real")
-    with fake_forward(model, args, kwargs) as forward:
-        return _record(model, forward.args, forward.kwargs, forward, guess,
-                       method or "dispatch-fake")
+    try:
+        with fake_forward(model, args, kwargs) as forward:
+            return _record(model, forward.args, forward.kwargs, forward, guess,
+                           method or "dispatch-fake")
+    except RuntimeError as exc:
+        if not _swap_refused(exc):
+            raise
+    # module.to() in the forward: torch swaps a fake parameter for a new one and refuses,
+    # as the fake mode holds both weakly. Record over the model's own tensors instead (the
+    # peak then comes from a pass of its own).
+    with FakeMode(allow_non_fake_inputs=True):
+        return _record(model, args, kwargs, None, guess, method or "dispatch-fake")
+
+
+def _swap_refused(exc: RuntimeError) -> bool:
+    """``module.to()`` / ``_apply`` could not swap a fake parameter (its weak references)."""
+    cause = exc.__cause__
+    return str(exc).startswith("_apply(): Couldn't swap") and "weakref" in str(cause)
 
 
 def _placeholders(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -282,7 +312,7 @@ def _placeholders(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         for name, tensor in items:
             node = graph.placeholder(f"{kind}_{name.replace('.', '_')}")
             table[node.name] = name
-            recorder.bind(tensor, node)
+            recorder.bind(tensor, node, state=True)
     leaves, _ = tree_flatten((args, kwargs))
     inputs: list[str] = []
     for index, leaf in enumerate(leaves):
@@ -303,14 +333,20 @@ def _record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     params, buffers, inputs = _placeholders(model, args, kwargs, recorder)
     watch = (_module_stack(model, stack), _fast_path_checks(recorder), recorder,
              _Composites(recorder))
-    if forward is None or counter is None:
-        with contextlib.ExitStack() as scope:
-            for context in (torch.no_grad(), *watch):
-                scope.enter_context(context)
-            result = model(*args, **kwargs)
-    else:
-        counter.known(forward.tensors())
-        result = forward(counter, counter.layers(model), *watch)
+    try:
+        if forward is None or counter is None:
+            with contextlib.ExitStack() as scope:
+                for context in (torch.no_grad(), *watch):
+                    scope.enter_context(context)
+                result = model(*args, **kwargs)
+        else:
+            counter.known(forward.tensors())
+            result = forward(counter, counter.layers(model), *watch)
+    except BaseException:
+        # The traceback keeps the recorder alive; its weak references to the fake state
+        # would stop torch swapping the model's own tensors back (swap_tensors refuses).
+        recorder.nodes.clear()
+        raise
     recorder.graph.output(tuple(recorder.node_of(t) for t in output_tensors(result)))
     counted = counter is not None and not (recorder.guesses or recorder.bounded
                                            or recorder.fast_path_checks)
