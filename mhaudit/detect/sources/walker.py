@@ -8,6 +8,7 @@ from torch import fx
 
 from mhaudit.detect.cores import is_activation_matmul
 from mhaudit.detect.patterns.score_bias import position_vector
+from mhaudit.detect.sources.along import along_sequence, maps_positions_of
 from mhaudit.detect.sources.barriers import is_barrier
 from mhaudit.detect.sources.features import backward_axis, carried, carried_width
 from mhaudit.detect.sources.projections import ProjectionOp, as_projection
@@ -249,9 +250,9 @@ class _Walk:
 
     def _compute(self, node: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
         proj = self.w.projection(node)
-        if proj is not None and _along_sequence(proj, axis):
+        if proj is not None and along_sequence(proj, axis):
             deeper = self._child(node, proj.activation, axis, depth)
-            if deeper and all(_maps_positions_of(proj, p[0]) for p in deeper):
+            if deeper and all(maps_positions_of(proj, p[0]) for p in deeper):
                 return deeper  # the feature projection the positions map reads
         if proj is not None:
             return ((proj, (node,), 0, 0),)
@@ -332,27 +333,6 @@ class _Walk:
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
-
-
-def _along_sequence(proj: ProjectionOp, axis: int | None) -> bool:
-    """The operand's head-dim axis is not among the projection's output features: the
-    weight maps another axis (Linformer's learned n→k map of the keys' positions, when a
-    feature projection of the same block lies below it; channel attention's QKV, whose
-    tokens are the head dim, when none does)."""
-    rank = len(shape(proj.node))
-    if axis is None or not rank or proj.activation is proj.node:
-        return False
-    features = {a % rank for a in proj.feature_axes} or {rank - 1}
-    return axis % rank not in features
-
-
-def _maps_positions_of(positions: ProjectionOp, features: ProjectionOp) -> bool:
-    """``positions`` maps the positions ``features`` projected: it reads as many inputs
-    as ``features`` has rows per sequence, inside the same block."""
-    dims = shape(features.node)
-    parent = innermost_module(positions.matmul).rpartition(".")[0]
-    inside = not parent or innermost_module(features.matmul).startswith(parent + ".")
-    return inside and len(dims) >= 2 and dims[-2] == positions.in_width
 
 
 def _first(item: tuple[fx.Node, object]) -> fx.Node:
