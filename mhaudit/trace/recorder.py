@@ -21,7 +21,7 @@ import contextlib
 import operator
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
@@ -69,16 +69,6 @@ BOUND_NOTES = {
 """What each bound assumes, for the report."""
 
 
-@dataclass(frozen=True)
-class _Held:
-    """A strong reference with a weak reference's call."""
-
-    tensor: torch.Tensor
-
-    def __call__(self) -> torch.Tensor:
-        return self.tensor
-
-
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
     """Appends one node per dispatched op; tensors are matched to nodes by identity."""
 
@@ -94,7 +84,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         self.stack = stack
         self.values = values
         """Where node values wait for the end of the forward (None: held as they are)."""
-        self.nodes: dict[int, tuple[Callable[[], torch.Tensor | None], fx.Node]] = {}
+        self.nodes: dict[int, tuple[weakref.ref[torch.Tensor], fx.Node]] = {}
         self.constants = 0
         self.fast_path_checks = 0
         """Times a module's forward asked whether its tensors are overridden (see
@@ -102,14 +92,10 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         self.paused = 0
         """Above zero while a composite op recorded whole runs its pieces."""
 
-    def bind(self, tensor: torch.Tensor, node: fx.Node, *, state: bool = False) -> None:
-        """``tensor`` is now what ``node`` computes, held weakly (Python frees it as the
-        eager code would; a dead tensor's id is matched to nothing). The model's ``state``
-        is held strongly: a weak reference would stop ``module.to()`` in a forward from
-        swapping a fake parameter (``swap_tensors`` refuses tensors with weak references)."""
-        ref: Callable[[], torch.Tensor | None] = (
-            _Held(tensor) if state else weakref.ref(tensor))
-        self.nodes[id(tensor)] = (ref, node)
+    def bind(self, tensor: torch.Tensor, node: fx.Node) -> None:
+        """``tensor`` is now what ``node`` computes (held weakly: Python frees it as the
+        eager code would; a dead tensor's id is matched to nothing)."""
+        self.nodes[id(tensor)] = (weakref.ref(tensor), node)
         self.value(node, tensor)
 
     def value(self, node: fx.Node, value: Any) -> None:
@@ -312,7 +298,7 @@ def _placeholders(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         for name, tensor in items:
             node = graph.placeholder(f"{kind}_{name.replace('.', '_')}")
             table[node.name] = name
-            recorder.bind(tensor, node, state=True)
+            recorder.bind(tensor, node)
     leaves, _ = tree_flatten((args, kwargs))
     inputs: list[str] = []
     for index, leaf in enumerate(leaves):
@@ -333,20 +319,14 @@ def _record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     params, buffers, inputs = _placeholders(model, args, kwargs, recorder)
     watch = (_module_stack(model, stack), _fast_path_checks(recorder), recorder,
              _Composites(recorder))
-    try:
-        if forward is None or counter is None:
-            with contextlib.ExitStack() as scope:
-                for context in (torch.no_grad(), *watch):
-                    scope.enter_context(context)
-                result = model(*args, **kwargs)
-        else:
-            counter.known(forward.tensors())
-            result = forward(counter, counter.layers(model), *watch)
-    except BaseException:
-        # The traceback keeps the recorder alive; its weak references to the fake state
-        # would stop torch swapping the model's own tensors back (swap_tensors refuses).
-        recorder.nodes.clear()
-        raise
+    if forward is None or counter is None:
+        with contextlib.ExitStack() as scope:
+            for context in (torch.no_grad(), *watch):
+                scope.enter_context(context)
+            result = model(*args, **kwargs)
+    else:
+        counter.known(forward.tensors())
+        result = forward(counter, counter.layers(model), *watch)
     recorder.graph.output(tuple(recorder.node_of(t) for t in output_tensors(result)))
     counted = counter is not None and not (recorder.guesses or recorder.bounded
                                            or recorder.fast_path_checks)
