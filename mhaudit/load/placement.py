@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from mhaudit.load.configtree import read
-from mhaudit.load.modalities import MAKERS, NoSize, Request, frames_axis
+from mhaudit.load.modalities import NoSize, Request, frames_axis
+from mhaudit.load.vision import TOWER_MAKERS
 
 CPU_COPY_LIMIT = 1 << 28
 """Most parameter elements of a meta model copied to the CPU (uninitialised) to count the
@@ -31,10 +32,14 @@ class Modality:
     """Forward arguments that carry it, first match wins."""
     method: str
     """The model's feature method, which returns one row per placeholder token."""
+    position_mask: str = ""
+    """The forward argument that marks where the features go when no token id does (1 at
+    each of their positions in ``input_ids``, 0 elsewhere)."""
 
 
 MODALITIES = (
-    Modality(("image_token_id", "image_token_index"), ("pixel_values",), "get_image_features"),
+    Modality(("image_token_id", "image_token_index"), ("pixel_values", "flattened_patches"),
+             "get_image_features", "image_embeds_position_mask"),
     Modality(("video_token_id", "video_token_index"), ("pixel_values_videos",),
              "get_video_features"),
     Modality(("audio_token_id", "audio_token_index"), ("input_features", "input_values"),
@@ -130,7 +135,7 @@ def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
         return None
     if name not in made:
         try:
-            made.update(MAKERS[name](req))
+            made.update(TOWER_MAKERS[name](req))
         except NoSize:
             return None
     mask = f"{name}_mask"
@@ -143,15 +148,26 @@ def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
     return name
 
 
+def _placement(req: Request, modality: Modality, params: Mapping[str, Any]) -> int | None:
+    """The token id that marks ``modality``'s features; 0 where the forward marks them by
+    a position mask instead; None where nothing places them."""
+    token = _token_id(req.config, modality.tokens)
+    if token is None and modality.position_mask and modality.position_mask in params:
+        return 0
+    return token
+
+
 def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any]) -> None:
     """Put the placeholder tokens of every modality the model takes before the text of
-    ``made["input_ids"]``, as many as its feature method returns rows, in place."""
+    ``made["input_ids"]``, as many as its feature method returns rows, in place; where the
+    forward marks their positions by a mask, the mask too."""
     ids = made.get("input_ids")
     if req.model is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return
     blocks: list[torch.Tensor] = []
+    masks: list[tuple[str, int, int]] = []  # (mask input, first position, positions)
     for modality in MODALITIES:
-        token = _token_id(req.config, modality.tokens)
+        token = _placement(req, modality, params)
         if token is None or feature_method(req.model, modality.method) is None:
             continue
         before = dict(made)
@@ -161,7 +177,14 @@ def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any]) 
             made.clear()
             made.update(before)  # no tokens: the tower's inputs would only upset the forward
             continue
-        blocks.append(torch.full((ids.shape[0], count // ids.shape[0]), token,
-                                 dtype=ids.dtype, device=ids.device))
+        width = count // ids.shape[0]
+        if modality.position_mask in params and _token_id(req.config, modality.tokens) is None:
+            masks.append((modality.position_mask, sum(b.shape[1] for b in blocks), width))
+        blocks.append(torch.full((ids.shape[0], width), token, dtype=ids.dtype,
+                                 device=ids.device))
     if blocks:
         made["input_ids"] = torch.cat([*blocks, ids], dim=1)  # (B, tokens + n)
+    for mask, first, width in masks:
+        marks = torch.zeros_like(made["input_ids"])  # (B, tokens + n)
+        marks[:, first:first + width] = 1
+        made[mask] = marks
