@@ -3,12 +3,15 @@ beside the text."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from mhaudit.load.configtree import find_size, modality_config
+from mhaudit.load.docshapes import documented_inputs
 from mhaudit.load.modalities import MAKERS, NoSize, Request, video
 
 PATCH_WIDTHS = ("patch_embed_hidden_size",)
@@ -48,6 +51,37 @@ def clip_beside_text(req: Request) -> dict[str, Any]:
     model's video tower is not the input the audit was asked about, and without a clip it
     would not run at all."""
     return video(req, DEFAULT_FRAMES)
+
+
+def _described(method: Callable[..., Any], name: str) -> str:
+    """The docstring entry of ``name``: its line and the indented lines under it."""
+    found = re.search(rf"^([ \t]*){name}[ \t]*\((?P<body>.*(?:\n\1[ \t]+.*)*)",
+                      inspect.getdoc(method) or "", re.MULTILINE)
+    return found["body"] if found else ""
+
+
+def patch_grids(req: Request, method: Callable[..., Any], pixels: torch.Tensor,
+                made: Mapping[str, Any]) -> dict[str, Any]:
+    """The required integer inputs of a feature method that its docstring shapes
+    ``(num_images, 2)`` and calls heights and widths in patches (NaViT-packed towers read
+    each image's patch grid from them): the pixel input's height and width over the
+    config's patch side, on the CPU so that their values are there to read."""
+    vision = modality_config(req.config, ("vision", "image"))
+    side = find_size(vision, ("patch_size",))
+    if side is None or pixels.dim() != 4:
+        return {}
+    grid = (int(pixels.shape[-2]) // side, int(pixels.shape[-1]) // side)
+    out: dict[str, Any] = {}
+    params = inspect.signature(method).parameters
+    for name, doc in documented_inputs(method).items():
+        param = params.get(name)
+        if param is None or param.default is not inspect.Parameter.empty or name in made:
+            continue
+        text = _described(method, name).lower()
+        if "int" in doc.type_name.lower() and doc.dims[-1:] == ("2",) and "patch" in text:
+            out[name] = torch.tensor([grid] * pixels.shape[0], dtype=torch.int32,
+                                     device="cpu")  # (images, 2): (rows, columns)
+    return out
 
 
 INPUT_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {

@@ -152,3 +152,86 @@ def test_video_llava_runs_its_video_tower(tmp_path: Path) -> None:
     assert _heads(report, "video_tower.") == [(2, 8)]  # 16 / 2 heads
     assert _heads(report, "image_tower.") == [(2, 8)]
     assert _heads(report, "language_model.") == [(4, 8)]
+
+
+class GridReader(nn.Module):
+    """A NaViT-packed tower: its features need each image's patch grid, and the config
+    leaves the image token id for the tokenizer to set."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches = nn.Conv2d(3, 8, 4, 4)
+
+    def get_image_features(self, pixel_values: torch.Tensor,
+                           target_sizes: torch.Tensor) -> torch.Tensor:
+        """
+        target_sizes (`torch.IntTensor` of shape `(num_images, 2)`):
+            Height and width (in patches) of each image.
+        """
+        rows = self.patches(pixel_values).flatten(2).transpose(1, 2)  # (B, 16, 8)
+        count = int(target_sizes.prod(-1).sum())  # a value read from the data
+        return rows.reshape(-1, 8)[:count]  # (patches, 8)
+
+    def forward(self, input_ids: Any, pixel_values: Any = None, target_sizes: Any = None,
+                mm_token_type_ids: Any = None) -> Any:
+        return input_ids
+
+
+class PixelSizes(GridReader):
+    """The same tower documenting its sizes without saying they count patches."""
+
+    def get_image_features(self, pixel_values: torch.Tensor,
+                           target_sizes: torch.Tensor) -> torch.Tensor:
+        """
+        target_sizes (`torch.IntTensor` of shape `(num_images, 2)`):
+            Height and width of each image.
+        """
+        return super().get_image_features(pixel_values, target_sizes)
+
+
+def test_a_declared_token_id_and_the_patch_grid_make_a_packed_tower_run() -> None:
+    config = Config(image_token_id=None, text_config=Config(vocab_size=50),
+                    vision_config=Config(image_size=16, patch_size=4))
+    kwargs = config_inputs("input_ids", config, 1, 5, model=GridReader())
+    assert kwargs["target_sizes"].tolist() == [[4, 4]]  # 16 / 4 patches a side
+    assert config.image_token_id == 49  # the vocabulary's last id; the text is zeros
+    ids, kinds = kwargs["input_ids"], kwargs["mm_token_type_ids"]
+    assert ids.shape == (1, 16 + 5) and (ids[0, :16] == 49).all() and not ids[0, 16:].any()
+    assert kinds[0].tolist() == [1] * 16 + [0] * 5  # 1 image, 0 text
+
+
+def test_sizes_in_pixels_are_not_read_as_a_patch_grid() -> None:
+    config = Config(image_token_id=None, vocab_size=50,
+                    vision_config=Config(image_size=16, patch_size=4))
+    kwargs = config_inputs("input_ids", config, 1, 5, model=PixelSizes())
+    assert _shapes(kwargs) == {"input_ids": (1, 5), "pixel_values": (1, 3, 16, 16)}
+    assert config.image_token_id is None  # no tokens placed: the config is left as it was
+
+
+MINICPM_OCR = {  # image token id left to the tokenizer; the merger inserted after layer 0
+    "model_type": "minicpm_ocr", "downsample_mode": "16x", "insert_layer_id": 0,
+    "text_config": {"model_type": "qwen3_5_text", "hidden_size": 32, "num_hidden_layers": 1,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                    "intermediate_size": 64, "vocab_size": 64,
+                    "layer_types": ["full_attention"]},
+    "vision_config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                      "intermediate_size": 32, "image_size": 32, "patch_size": 8}}
+
+
+@pytest.mark.parametrize(("mode", "merger"), [("16x", True), ("4x", False)])
+def test_minicpm_ocr_runs_its_vision_tower(tmp_path: Path, mode: str, merger: bool) -> None:
+    pytest.importorskip("transformers")
+    data = {**MINICPM_OCR, "downsample_mode": mode}
+    report = audit_target(_write(tmp_path, "minicpm", data), seq_len=8)
+    inputs = report.to_dict()["model"]["inputs"]
+    assert inputs["target_sizes"]["shape"] == [1, 2]
+    # 32 / 8 = 4 × 4 patches; "16x" merges 2 × 2 twice (1 token), "4x" once (4 tokens)
+    assert inputs["input_ids"]["shape"] == [1, (1 if merger else 4) + 8]
+    heads = {(b["name"], b["num_heads"], b["head_dim"]) for b in report.to_dict()["blocks"]}
+    assert ("vision_tower.encoder.layers.0.self_attn", 2, 8) in heads  # 16 / 2 heads
+    assert ("language_model.layers.0.self_attn", 4, 8) in heads
+    unreached = () if merger else ("vision_tower.vit_merger.self_attn",)
+    assert report.coverage.untraced_attention == unreached
+    assert ("vision_tower.vit_merger.self_attn", 2, 8) in heads if merger else len(heads) == 2
