@@ -235,3 +235,20 @@ def test_minicpm_ocr_runs_its_vision_tower(tmp_path: Path, mode: str, merger: bo
     unreached = () if merger else ("vision_tower.vit_merger.self_attn",)
     assert report.coverage.untraced_attention == unreached
     assert ("vision_tower.vit_merger.self_attn", 2, 8) in heads if merger else len(heads) == 2
+
+
+PIX2STRUCT_VISION = {  # flattened patches as the main input
+    "model_type": "pix2struct_vision_model", "architectures": ["Pix2StructVisionModel"],
+    "hidden_size": 32, "patch_embed_hidden_size": 48, "d_ff": 64, "d_kv": 8,
+    "num_hidden_layers": 1, "num_attention_heads": 4}
+
+
+def test_pix2struct_vision_reads_flattened_patches_as_its_main_input(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    report = audit_target(_write(tmp_path, "pix2struct", PIX2STRUCT_VISION), seq_len=8)
+    data = report.to_dict()
+    # the embedding reads row and column from columns 0 and 1, pixels from column 2 on
+    # (patch_projection: patch_embed_hidden_size = 48 inputs)
+    assert data["model"]["inputs"]["flattened_patches"]["shape"] == [1, 8, 2 + 48]
+    assert [(b["num_heads"], b["head_dim"], b["seq_len_q"]) for b in data["blocks"]] == [
+        (4, 8, 8)]  # 4 heads of d_kv 8 over the 8 patches
