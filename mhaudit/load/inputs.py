@@ -22,6 +22,7 @@ from mhaudit.load.modalities import (
     features,
     image_size,
     pixels,
+    text,
 )
 from mhaudit.load.placement import place_tokens
 from mhaudit.load.vision import INPUT_MAKERS
@@ -213,5 +214,8 @@ def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> Non
     takes_pixels = params is None or "pixel_values" in params
     if "input_ids" in mains and has_vision and takes_pixels and "pixel_values" not in made:
         made.update(pixels(req))
+    has_text = modality_config(req.config, ("text",)) is not req.config
+    if has_text and params is not None and "input_ids" in params and "input_ids" not in made:
+        made.update(text(req))  # an image-first model whose text tower reads the image
     if req.model is not None:
         place_tokens(req, made, params or {})

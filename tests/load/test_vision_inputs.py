@@ -252,3 +252,23 @@ def test_pix2struct_vision_reads_flattened_patches_as_its_main_input(tmp_path: P
     assert data["model"]["inputs"]["flattened_patches"]["shape"] == [1, 8, 2 + 48]
     assert [(b["num_heads"], b["head_dim"], b["seq_len_q"]) for b in data["blocks"]] == [
         (4, 8, 8)]  # 4 heads of d_kv 8 over the 8 patches
+
+
+KOSMOS_2 = {  # image first (main input pixel_values); the text decoder reads the latents
+    "model_type": "kosmos-2", "latent_query_num": 4,
+    "text_config": {"embed_dim": 32, "layers": 1, "ffn_dim": 64, "attention_heads": 4,
+                    "vocab_size": 64, "max_position_embeddings": 32},
+    "vision_config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                      "intermediate_size": 32, "image_size": 16, "patch_size": 8}}
+
+
+def test_an_image_first_model_gets_the_text_its_decoder_needs(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    report = audit_target(_write(tmp_path, "kosmos2", KOSMOS_2), seq_len=8).to_dict()
+    inputs = report["model"]["inputs"]
+    assert inputs["pixel_values"]["shape"] == [1, 3, 16, 16]
+    assert inputs["input_ids"]["shape"] == [1, 4 + 8]  # latent_query_num, then the text
+    assert inputs["image_embeds_position_mask"]["shape"] == [1, 4 + 8]
+    assert _heads(report, "vision_model.") == [(2, 8)]  # 16 / 2 heads
+    assert _heads(report, "image_to_text_projection.") == [(4, 8)]  # the text's 32 / 4
+    assert _heads(report, "text_model.") == [(4, 8)]
