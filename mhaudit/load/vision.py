@@ -1,5 +1,4 @@
-"""Vision inputs beyond plain pixels: flattened patches, and clips for a video tower
-beside the text."""
+"""Vision inputs beyond plain pixels: flattened patches, patch grids, clips beside text."""
 
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ def clip_beside_text(req: Request) -> dict[str, Any]:
 
 def _described(method: Callable[..., Any], name: str) -> str:
     """The docstring entry of ``name``: its line and the indented lines under it."""
-    found = re.search(rf"^([ \t]*){name}[ \t]*\((?P<body>.*(?:\n\1[ \t]+.*)*)",
+    found = re.search(rf"^([ \t]*){re.escape(name)}[ \t]*\((?P<body>.*(?:\n\1[ \t]+.*)*)",
                       inspect.getdoc(method) or "", re.MULTILINE)
     return found["body"] if found else ""
 
