@@ -63,6 +63,9 @@ class Coverage:
     """Op name to number of calls that no formula covers."""
     untraced_modules: tuple[str, ...] = ()
     """Modules the tracer could not see into."""
+    untraced_attention: tuple[str, ...] = ()
+    """Of those, the modules laid out as attention (three or more projections of one input
+    or output width): attention layers the forward never ran, so no block describes them."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
 

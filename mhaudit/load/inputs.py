@@ -15,7 +15,6 @@ from mhaudit.load.docshapes import BATCH_DIMS, DocInput, Unresolved, documented_
 from mhaudit.load.modalities import (
     FRAMES,
     IMAGE_SIZES,
-    MAKERS,
     WIDTHS,
     NoSize,
     Request,
@@ -23,8 +22,10 @@ from mhaudit.load.modalities import (
     features,
     image_size,
     pixels,
+    text,
 )
 from mhaudit.load.placement import place_tokens
+from mhaudit.load.vision import INPUT_MAKERS
 
 Shapes = Sequence[tuple[str, tuple[int, ...]]]
 """Named input shapes, ``(("input_features", (1, 80, 3000)), ...)``."""
@@ -126,8 +127,8 @@ def _companion(name: str, made: dict[str, Any], doc: DocInput | None) -> torch.T
 def _make(req: Request, name: str, docs: dict[str, DocInput],
           made: dict[str, Any]) -> dict[str, Any]:
     """One input by the first rule that sizes it; :class:`NoSize` when none does."""
-    if name in MAKERS:
-        return MAKERS[name](req)
+    if name in INPUT_MAKERS:
+        return INPUT_MAKERS[name](req)
     companion = _companion(name, made, docs.get(name))
     if companion is not None:
         return {name: companion}
@@ -159,7 +160,7 @@ def needed_inputs(mains: Sequence[str], model: nn.Module | None,
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     names = [m for m in mains if m in params]
     names += [n for n, p in params.items() if p.kind in kinds and p.default is p.empty]
-    if any(m not in MAKERS for m in names):
+    if any(m not in INPUT_MAKERS for m in names):
         names += [n for n, d in docs.items() if n in params and d.dims and not d.optional
                   and n != "labels"]
     return list(dict.fromkeys(names))
@@ -213,5 +214,8 @@ def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> Non
     takes_pixels = params is None or "pixel_values" in params
     if "input_ids" in mains and has_vision and takes_pixels and "pixel_values" not in made:
         made.update(pixels(req))
+    has_text = modality_config(req.config, ("text",)) is not req.config
+    if has_text and params is not None and "input_ids" in params and "input_ids" not in made:
+        made.update(text(req))  # an image-first model whose text tower reads the image
     if req.model is not None:
         place_tokens(req, made, params or {})
