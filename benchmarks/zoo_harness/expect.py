@@ -90,10 +90,26 @@ def _undeclared(path: str, widths: set[int]) -> Expected | None:
     return Expected(path, frozenset(heads), None, frozenset(dims), frozenset(widths), False)
 
 
+def _scaled_widths(config: Any) -> set[int]:
+    """Attention widths a config scales by ``width_multiplier``: MobileViTV2Encoder builds
+    each attention at ``make_divisible(base_attn_unit_dims[i] * width_multiplier, 8)``
+    (modeling_mobilevitv2.py), rounding to the nearest multiple of 8, at least 8, one
+    step up when that loses over 10%."""
+    multiplier = _get(config, "width_multiplier")
+    if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool):
+        return set()
+    found = set()
+    for base in _ints(_get(config, "base_attn_unit_dims")):
+        value = base * multiplier
+        rounded = max(8, int(value + 4) // 8 * 8)
+        found.add(rounded + 8 if rounded < 0.9 * value else rounded)
+    return found
+
+
 def _expected(path: str, config: Any) -> Expected | None:
     heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
     widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS + DERIVED_WIDTH_KEYS
-              for w in _ints(_get(config, key))}
+              for w in _ints(_get(config, key))} | _scaled_widths(config)
     if not heads:
         return _undeclared(path, widths)
     depths = _ints(_get(config, "depths"))

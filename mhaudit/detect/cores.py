@@ -54,6 +54,10 @@ class Core:
     maps: int = 1
     """Softmax maps combined (picked apart and subtracted) into each map V meets
     (differential attention: 2)."""
+    form: str = "softmax"
+    """The score form (``mhaudit.data.SCORE_FORMS``)."""
+    map_ops: int = 0
+    """Elementwise ops per score of a ``kernel`` core's map."""
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
