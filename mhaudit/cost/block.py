@@ -228,9 +228,9 @@ def block_memory(
     b·h·d_k·d_v for channel attention, b·h·n for separable) of ``scores_element_bytes``
     (default ``element_bytes``; pass 4 for the SDPA math fallback on fp16/bf16 inputs,
     which computes scores in fp32). The cache, with p = ``kv_bytes_per_position``: causal
-    self-attention (a decoder) adds p per generated token and holds p·b·min(n_kv, window); cross-attention
-    holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``) and adds nothing
-    per token; non-causal self-attention (an encoder) caches nothing.
+    self-attention (a decoder) adds p per generated token and holds p·b·min(n_kv, window);
+    cross-attention holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``) and
+    adds nothing per token; non-causal self-attention (an encoder) caches nothing.
     """
     b, h, h_kv = layout.batch_size, layout.num_heads, layout.num_kv_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
