@@ -325,9 +325,11 @@ def _kind(draft: _Draft, params: dict[str, str]) -> str:
     A factorised projection reads its chain's root input. A query pooled, strided or
     sliced along the tokens of K's input (Funnel's pooled queries) is self-attention
     over fewer query positions, and so is K read from a strided reduction of Q's input.
+    A separable core's Q scores its K (a learned vector over the queries): K and V decide.
     """
-    q_in = canonical_input(_chain_input(draft.sources["q"]))
-    k_in = canonical_input(_chain_input(draft.sources["k"]))
+    first, second = ("k", "v") if draft.core.form == "separable" else ("q", "k")
+    q_in = canonical_input(_chain_input(draft.sources[first]))
+    k_in = canonical_input(_chain_input(draft.sources[second]))
     same = (q_in is k_in or same_tokens_source(q_in, k_in) or same_sequence(q_in, k_in)
             or reduced_copy(k_in, q_in, params))
     return "self" if same else "cross"
