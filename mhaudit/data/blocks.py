@@ -63,6 +63,9 @@ class Coverage:
     """Op name to number of calls that no formula covers."""
     untraced_modules: tuple[str, ...] = ()
     """Modules the tracer could not see into."""
+    unread_projections: tuple[str, ...] = ()
+    """Modules whose projections the forward computed but no output reads (an attention
+    path that returned a constant without reading Q, K or V): no block is made of them."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
 

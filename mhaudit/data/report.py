@@ -108,6 +108,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "coverage": {
             "ops_without_formula": dict(report.coverage.ops_without_formula),
             "untraced_modules": list(report.coverage.untraced_modules),
+            "unread_projections": list(report.coverage.unread_projections),
         },
     }
     if report.coverage.data_dependent is not None:

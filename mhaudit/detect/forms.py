@@ -16,19 +16,14 @@ from mhaudit.detect.cores import (
 )
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
-from mhaudit.trace.ops import PROB_OPS, SCORE_OPS, SOFTMAX_OPS, op_name
+from mhaudit.trace.ops import (
+    KERNEL_MAP_OPS,
+    KERNEL_PATH_OPS,
+    POOLED_PASS_OPS,
+    SOFTMAX_OPS,
+    op_name,
+)
 
-KERNEL_MAPS = frozenset(
-    {"acos", "asin", "atan", "cos", "sigmoid", "relu", "elu", "exp", "pow", "square",
-     "softplus", "gelu", "silu", "abs", "erf"})
-"""Nonlinear elementwise maps that turn QKᵀ into weights without a softmax."""
-_KERNEL_PATH_OPS = SCORE_OPS | PROB_OPS | KERNEL_MAPS | frozenset({"rsub", "neg", "reciprocal"})
-"""Ops between QKᵀ and the context matmul of a kernel core: maps, scales, masks, casts."""
-_POOL_PASS_OPS = frozenset(
-    {"view", "reshape", "_unsafe_view", "unsqueeze", "expand", "expand_as", "repeat",
-     "contiguous", "clone", "to", "_to_copy", "dropout", "native_dropout", "getitem",
-     "_assert_tensor_metadata", "type_as"})
-"""Ops a separable core's scores and pooled vector may pass on their way to V."""
 _MAX_STEPS = 16
 
 
@@ -73,7 +68,7 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
         if is_activation_matmul(current, params):
             break
         name = op_name(current)
-        if name not in _KERNEL_PATH_OPS:
+        if name not in KERNEL_PATH_OPS:
             return None
         inputs = [i for i in tensor_inputs(current) if param_root(i, params) is None]
         branch = next((i for i in inputs if _reaches(i, params, _MAX_STEPS)), None)
@@ -81,10 +76,10 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
             return None
         others = [i for i in inputs if i is not branch]
         masks.extend(others)
-        if name in KERNEL_MAPS or (not others and name in ("div", "mul", "add", "sub", "rsub",
+        if name in KERNEL_MAP_OPS or (not others and name in ("div", "mul", "add", "sub", "rsub",
                                                             "neg", "reciprocal")):
             maps += 1  # one op per score; masks multiplied in are not the map
-        nonlinear = nonlinear or name in KERNEL_MAPS
+        nonlinear = nonlinear or name in KERNEL_MAP_OPS
         current = branch
     else:
         return None
@@ -104,7 +99,7 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
 def _reaches(node: fx.Node, params: dict[str, str], depth: int) -> bool:
     if is_activation_matmul(node, params):
         return True
-    if depth == 0 or op_name(node) not in _KERNEL_PATH_OPS:
+    if depth == 0 or op_name(node) not in KERNEL_PATH_OPS:
         return False
     return any(_reaches(i, params, depth - 1) for i in tensor_inputs(node)
                if param_root(i, params) is None)
@@ -153,7 +148,7 @@ def _pass_to(start: fx.Node, name: str) -> tuple[fx.Node, fx.Node] | None:
             for user in node.users:
                 if op_name(user) == name:
                     return user, node
-                if op_name(user) in _POOL_PASS_OPS:
+                if op_name(user) in POOLED_PASS_OPS:
                     nxt.append(user)
         frontier = nxt
     return None

@@ -154,6 +154,12 @@ def total_lines(report: Report) -> list[str]:
         shown = ", ".join(plain(m) or "(root)" for m in untraced[:8])
         more = f" and {len(untraced) - 8} more" if len(untraced) > 8 else ""
         lines.append(f"modules the forward did not use (not counted): {shown}{more}")
+    unread = report.coverage.unread_projections
+    if unread:
+        shown = ", ".join(plain(m) or "(root)" for m in unread[:8])
+        more = f" and {len(unread) - 8} more" if len(unread) > 8 else ""
+        lines.append(f"projections computed but never read (no block made of them): "
+                     f"{shown}{more}")
     missing = report.coverage.ops_without_formula
     if missing:
         listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))

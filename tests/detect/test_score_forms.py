@@ -15,6 +15,7 @@ from fixtures.zoo_forms import (
     N,
     SeparableAttention,
     SigmoidAttention,
+    UnreadAttention,
 )
 from fixtures.zoo_vision import VISION
 
@@ -94,3 +95,15 @@ def test_softmax_attention_keeps_the_softmax_form(case: object) -> None:
         model = case.build().eval()  # type: ignore[attr-defined]
         x = torch.randn(B, N, D)
     assert [b.layout.score_form for b in audit(model, (x,)).blocks] == ["softmax"]
+
+
+def test_projections_no_output_reads_are_coverage_not_a_block() -> None:
+    report = _audit(UnreadAttention)
+    # zeros_like(q) reads q's shape only: q, k and v reach no output; o does.
+    assert report.blocks == ()
+    assert report.coverage.unread_projections == ("k", "q", "v")
+    assert report.to_dict()["coverage"]["unread_projections"] == ["k", "q", "v"]
+
+
+def test_every_projection_of_an_attention_block_is_read() -> None:
+    assert _audit(SigmoidAttention).coverage.unread_projections == ()

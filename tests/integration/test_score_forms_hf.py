@@ -103,3 +103,16 @@ def test_florence2_channel_attention_heads_are_the_groups() -> None:
         131072, 768, 131072)
     # the window attention beside it keeps its softmax: num_heads[0] = 2 heads of 16.
     assert _rows(report)[0][:4] == ("softmax", 2, 2, 16)
+
+
+def test_mra_without_its_kernel_is_reported_as_unread_projections() -> None:
+    config = transformers.MraConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64)
+    report = _audit(transformers.MraModel, config, lambda: torch.randint(0, 64, (1, 32)))
+    # mra2_attention returns torch.zeros_like(query) when mra_cuda_kernel is None (CPU):
+    # no score is computed, so no block; Q, K and V are computed and never read.
+    assert report.blocks == ()
+    prefix = "encoder.layer.0.attention.self."
+    assert report.coverage.unread_projections == tuple(
+        prefix + role for role in ("key", "query", "value"))
