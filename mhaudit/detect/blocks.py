@@ -50,7 +50,7 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
             role: _widest_first(walker.sources(getattr(found, role), axis))
             for role, axis in zip(_ROLES, found.axes, strict=True)
         }
-        core = over_channels(found, dict(sources))
+        core = over_channels(found, sources)
         joint = any(s.stream for parts in sources.values() for s in parts)
         outs = tuple(stream_outputs(core.output, params, walker.cache)) if joint else ()
         o = outs[0] if outs else find_output_projection(core.output, params, walker.cache)

@@ -9,12 +9,13 @@ from torch import fx
 
 from mhaudit.detect.cores import (
     Core,
-    _context_value,
-    _scores_operands,
+    context_value,
     find_cores,
     is_activation_matmul,
+    scores_operands,
 )
 from mhaudit.detect.patterns.masks import looks_causal
+from mhaudit.detect.sources.walker import Source
 from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
 from mhaudit.trace.ops import (
     KERNEL_MAP_OPS,
@@ -41,16 +42,15 @@ def find_all_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
     return sorted(cores, key=lambda c: order[c.output])
 
 
-def over_channels(core: Core, sources: dict[str, tuple[object, ...]]) -> Core:
+def over_channels(core: Core, sources: dict[str, tuple[Source, ...]]) -> Core:
     """``core`` as channel attention when Q's and K's head-dim axis is their projections'
     token axis: the scores are d_k×d_k per head, contracted over the n tokens.
 
     The core read the token axis as its head dim and the channels as its positions; the
     layout swaps them back (channels per head become the head dim, tokens the lengths).
     """
-    projected = [s for role in ("q", "k") for s in sources[role]
-                 if getattr(s, "projection", None) is not None]
-    if not projected or not all(getattr(s, "over_tokens", False) for s in projected):
+    projected = [s for role in ("q", "k") for s in sources[role] if s.projection is not None]
+    if not projected or not all(s.over_tokens for s in projected):
         return core
     return replace(core, form="channel", head_dim=core.seq_len_q, v_head_dim=core.seq_len_kv,
                    seq_len_q=core.v_head_dim, seq_len_kv=core.head_dim, causal=False,
@@ -86,8 +86,8 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
     dims = shape(current)
     if not nonlinear or len(dims) < 2:
         return None
-    q, k, d_k, axes = _scores_operands(current)
-    v, d_v, v_axis = _context_value(context, operands[0])
+    q, k, d_k, axes = scores_operands(current)
+    v, d_v, v_axis = context_value(context, operands[0])
     if q is None or k is None or v is None:
         return None
     return Core(output=context, q=q, k=k, v=v, head_dim=d_k, v_head_dim=d_v,
