@@ -1,4 +1,4 @@
-"""Attention cores whose scores are no n_q×n_kv softmax: kernel maps, pooled scores, channels."""
+"""Cores whose scores are no n×n softmax: kernel maps, linear states, pooled scores, channels."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def find_all_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
     taken = {c.output for c in cores}
     for node in graph.nodes:
         found = _separable_core(node, params) if op_name(node) in SOFTMAX_OPS else (
-            _kernel_core(node, params) if is_activation_matmul(node, params) else None)
+            _kernel_core(node, params) or _linear_core(node, params)
+            if is_activation_matmul(node, params) else None)
         if found is not None and found.output not in taken:
             taken.add(found.output)
             cores.append(found)
@@ -94,6 +95,30 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
                 seq_len_q=dims[-2], seq_len_kv=dims[-1], implementation="eager",
                 causal=any(looks_causal(m) for m in masks), scale=None, masks=tuple(masks),
                 axes=(*axes, v_axis), form="kernel", map_ops=maps)
+
+
+def _linear_core(context: fx.Node, params: dict[str, str]) -> Core | None:
+    """φ(Q)·S where the state S = φ(K)ᵀV is a product over the tokens, computed first
+    (linear attention): K enters transposed, (…, d_k, n) @ (…, n, d_v)."""
+    operands = [a for a in context.args[:2] if isinstance(a, fx.Node)]
+    if op_name(context) not in ("matmul", "bmm") or len(operands) != 2:
+        return None
+    state = operands[1]
+    for _ in range(_MAX_STEPS):
+        if is_activation_matmul(state, params) or op_name(state) not in POOLED_PASS_OPS:
+            break
+        state = state.all_input_nodes[0]
+    pair = [a for a in state.args[:2] if isinstance(a, fx.Node)]
+    if not is_activation_matmul(state, params) or op_name(state) not in ("matmul", "bmm") \
+            or len(pair) != 2 or op_name(pair[0]) not in ("transpose", "permute"):
+        return None
+    q, k, v = operands[0], pair[0], pair[1]
+    q_dims, k_dims, v_dims = shape(q), shape(k), shape(v)
+    if len(q_dims) < 2 or len(k_dims) < 2 or len(v_dims) < 2 or k_dims[-1] != v_dims[-2]:
+        return None
+    return Core(output=context, q=q, k=k, v=v, head_dim=q_dims[-1], v_head_dim=v_dims[-1],
+                seq_len_q=q_dims[-2], seq_len_kv=v_dims[-2], implementation="eager",
+                causal=False, scale=None, masks=(), axes=(-1, -2, -1), form="linear")
 
 
 def _reaches(node: fx.Node, params: dict[str, str], depth: int) -> bool:

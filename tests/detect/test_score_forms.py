@@ -12,6 +12,7 @@ from fixtures.zoo_forms import (
     ChannelAttention,
     D,
     H,
+    LinearAttention,
     N,
     SeparableAttention,
     SigmoidAttention,
@@ -87,6 +88,14 @@ def test_channel_attention_heads_are_the_groups() -> None:
     families = report.totals.flops_by_family
     # the two activation matmuls and the four projections are the graph's matmul FLOPs.
     assert families["matmul"] == 4 * 65536 + 2 * 16384
+
+
+def test_the_state_computed_first_is_linear_attention() -> None:
+    (block,) = _audit(LinearAttention).blocks
+    assert _row(block) == ("linear", "self", H, H, DK, DK, D, N, N, 4224)
+    # state φ(K)ᵀV 2·2·4·8·16·8 = 16,384; φ(Q)·state 2·2·4·16·8·8 = 16,384; the normaliser
+    # is not counted; the state is 2·4·8·8 = 512 elements at 2 B.
+    assert _core(block) == (16384, 0, 16384, 1024)
 
 
 @pytest.mark.parametrize("case", VISION[:2], ids=[c.id for c in VISION[:2]])
