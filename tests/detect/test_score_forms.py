@@ -19,6 +19,8 @@ from fixtures.zoo_forms import (
     UnreadAttention,
 )
 from fixtures.zoo_vision import VISION
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from mhaudit.api import audit
 from mhaudit.data import AttentionBlock, Report
@@ -116,3 +118,20 @@ def test_projections_no_output_reads_are_coverage_not_a_block() -> None:
 
 def test_every_projection_of_an_attention_block_is_read() -> None:
     assert _audit(SigmoidAttention).coverage.unread_projections == ()
+
+
+@settings(max_examples=6, deadline=None, phases=(Phase.explicit, Phase.generate))
+@given(n=st.integers(2, 12), b=st.integers(1, 2),
+       build=st.sampled_from([SigmoidAttention, ChannelAttention, LinearAttention]))
+def test_block_matmuls_are_the_graphs_at_any_length(n: int, b: int, build: type) -> None:
+    with torch.device("meta"):
+        model = build().eval()
+        x = torch.randn(b, n, D)
+    report = audit(model, (x,))
+    (block,) = report.blocks
+    f = block.flops
+    matmuls = f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context
+    # linear attention's normaliser φ(Q)·Σφ(K) is one more matmul, 2·b·h·n·d_k·1, that
+    # the block does not count; every other matmul of the graph is the block's.
+    extra = 2 * b * H * n * DK if build is LinearAttention else 0
+    assert report.totals.flops_by_family["matmul"] == matmuls + extra
