@@ -36,7 +36,7 @@ def block_rows(report: Report) -> list[list[str]]:
             str(group.count),
             plain(lay.module_type),
             lay.kind + (" causal" if lay.causal else ""),
-            lay.implementation,
+            lay.implementation + ("" if lay.score_form == "softmax" else f" {lay.score_form}"),
             str(lay.d_model),
             str(lay.num_heads),
             str(lay.num_kv_heads),
