@@ -46,6 +46,10 @@ class Expected:
     head_dims: frozenset[int]
     """Declared or derived (width / heads) head dims; empty when it cannot be derived."""
     widths: frozenset[int]
+    groups: frozenset[int] = frozenset()
+    """Channel groups (``num_groups``), the heads of channel attention: DaViT's channel
+    block (Florence2VisionChannelAttention) splits its C channels into
+    ``config.num_groups[stage]`` groups of C / groups, whatever ``num_heads`` says."""
     declared: bool = True
     """False for a config that declares a width but no heads: its attention picks its own
     heads (one over the whole width, or CLIP's width // 64), and the config alone does
@@ -87,13 +91,30 @@ def _undeclared(path: str, widths: set[int]) -> Expected | None:
         return None
     heads = {1} | {w // 64 for w in widths if w % 64 == 0}
     dims = {w // h for w in widths for h in heads if w % h == 0}
-    return Expected(path, frozenset(heads), None, frozenset(dims), frozenset(widths), False)
+    return Expected(path, frozenset(heads), None, frozenset(dims), frozenset(widths),
+                    declared=False)
+
+
+def _scaled_widths(config: Any) -> set[int]:
+    """Attention widths a config scales by ``width_multiplier``: MobileViTV2Encoder builds
+    each attention at ``make_divisible(base_attn_unit_dims[i] * width_multiplier, 8)``
+    (modeling_mobilevitv2.py), rounding to the nearest multiple of 8, at least 8, one
+    step up when that loses over 10%."""
+    multiplier = _get(config, "width_multiplier")
+    if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool):
+        return set()
+    found = set()
+    for base in _ints(_get(config, "base_attn_unit_dims")):
+        value = base * multiplier
+        rounded = max(8, int(value + 4) // 8 * 8)
+        found.add(rounded + 8 if rounded < 0.9 * value else rounded)
+    return found
 
 
 def _expected(path: str, config: Any) -> Expected | None:
     heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
     widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS + DERIVED_WIDTH_KEYS
-              for w in _ints(_get(config, key))}
+              for w in _ints(_get(config, key))} | _scaled_widths(config)
     if not heads:
         return _undeclared(path, widths)
     depths = _ints(_get(config, "depths"))
@@ -116,7 +137,8 @@ def _expected(path: str, config: Any) -> Expected | None:
     ratio = _ints(_get(config, "head_ratio"))
     if ratio and len(heads) == 1:
         heads = _softmax_heads(next(iter(heads)), ratio[0])
-    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths))
+    groups = frozenset(_ints(_get(config, "num_groups")))
+    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths), groups)
 
 
 def _softmax_heads(heads: int, ratio: int) -> set[int]:
@@ -243,7 +265,11 @@ def block_problems(block: dict[str, Any], layouts: list[Expected],
     """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
     best: list[str] | None = None
-    for e in layouts:
+    channel = block.get("score_form") == "channel"
+    for declared in layouts:
+        # channel attention: the groups are the heads, each C / groups channels wide
+        e = Expected(declared.source, declared.groups, None, frozenset(), declared.widths) \
+            if channel and declared.groups else declared
         problems = []
         if h not in e.heads:
             problems.append(f"heads {h} (config {sorted(e.heads)})")

@@ -19,6 +19,7 @@ from mhaudit.load.describe import describe_inputs
 from mhaudit.load.target import LoadedModel
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, describe
+from mhaudit.trace.unread import unread_projections
 
 
 def build_report(
@@ -58,6 +59,7 @@ def build_report(
         ops_without_formula=dict(costs.ops_without_formula),
         untraced_modules=untraced,
         untraced_attention=untraced_attention(model, untraced),
+        unread_projections=unread_projections(traced),
         data_dependent=traced.data_dependent,
     )
     flags = tuple(f for b in blocks for f in b.findings)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from mhaudit.cost.arithmetic import attention_flops, attention_parts, matmul_flops
+from mhaudit.cost.arithmetic import attention_flops, matmul_flops
 from mhaudit.cost.devices import GpuProfile
+from mhaudit.cost.forms import core_cost
 from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Roofline
 
 # Every figure here is for one forward pass at the layout's (b, n_q, n_kv). The
@@ -31,11 +32,12 @@ def core_flops(layout: Layout, batch: int, n_q: int, n_kv: int) -> int:
     """QKᵀ + softmax + PV of ``batch`` sequences of ``n_q`` queries against ``n_kv`` keys.
 
     2·b·h·n_q·n_kv·d_k + SOFTMAX_FLOPS_PER_ELEMENT·b·h·n_q·n_kv + 2·b·h·n_q·n_kv·d_v
-    (:func:`~mhaudit.cost.arithmetic.attention_parts`); all h query heads count (GQA
+    (:func:`~mhaudit.cost.arithmetic.attention_parts`) for the softmax form, the form's
+    own formula (:mod:`mhaudit.cost.forms`) for the others; all h query heads count (GQA
     shares K/V, not work). Dense, masks ignored.
     """
-    return attention_flops(batch * layout.num_heads, n_q, n_kv, layout.head_dim,
-                           layout.v_head_dim)
+    cost = core_cost(layout, batch, n_q, n_kv)
+    return cost.scores + cost.softmax + cost.context
 
 
 TILE = 128
@@ -145,9 +147,10 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT: exp, sum, divide), context
     2·b·h·n_q·n_kv·d_v, all h query heads (GQA shares K/V, not work). Masking, scaling
     and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
-    causal block.
+    causal block. A block whose scores are not a softmax over n_q×n_kv (``score_form``)
+    costs its core by its form's formula (:func:`~mhaudit.cost.forms.core_cost`).
 
-    Only when ``layout.causal`` is True: ``causal_total`` counts the core over the
+    Only when ``layout.causal`` is True (softmax form): ``causal_total`` counts the core over the
     unmasked pairs (``causal_pairs`` with the layout's alignment and window), a lower
     bound of what any kernel executes; ``causal_tiles_total`` over the pairs of every
     128×128 tile holding one (``causal_tile_pairs``), what a tile-skipping kernel runs.
@@ -159,9 +162,10 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     k_proj = projection_flops(layout.k, b * n_kv)
     v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv)
     o_proj = projection_flops(layout.o, b * n_q)
-    scores, softmax, context = attention_parts(b * h, n_q, n_kv, d_k, d_v)
+    core = core_cost(layout)
+    scores, softmax, context = core.scores, core.softmax, core.context
     causal_total = tiles_total = None
-    if layout.causal is True:
+    if layout.causal is True and layout.score_form == "softmax":
         offset = diagonal_offset(layout)
         projections = q_proj + k_proj + v_proj + o_proj
         # each kept (query, key) pair is one 1×1 score: 2·d_k + softmax + 2·d_v FLOPs
@@ -220,18 +224,19 @@ def block_memory(
 
     q/k/v bytes are the tensors the attention core reads: b·n_q·h·d_k, b·n_kv·h_kv·d_k
     and b·n_kv·h_kv·d_v elements (V counted even when it aliases K). The score matrix
-    is b·h·n_q·n_kv elements of ``scores_element_bytes`` (default ``element_bytes``;
-    pass 4 for the SDPA math fallback on fp16/bf16 inputs, which computes scores in
-    fp32). The cache, with p = ``kv_bytes_per_position``: causal self-attention (a
-    decoder) adds p per generated token and holds p·b·min(n_kv, window); cross-attention
-    holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``) and adds nothing
-    per token; non-causal self-attention (an encoder) caches nothing.
+    is b·h·n_q·n_kv elements (the form's own count for other score forms:
+    b·h·d_k·d_v for channel attention, b·h·n for separable) of ``scores_element_bytes``
+    (default ``element_bytes``; pass 4 for the SDPA math fallback on fp16/bf16 inputs,
+    which computes scores in fp32). The cache, with p = ``kv_bytes_per_position``: causal
+    self-attention (a decoder) adds p per generated token and holds p·b·min(n_kv, window);
+    cross-attention holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``) and
+    adds nothing per token; non-causal self-attention (an encoder) caches nothing.
     """
     b, h, h_kv = layout.batch_size, layout.num_heads, layout.num_kv_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
     e = element_bytes
     scores_e = element_bytes if scores_element_bytes is None else scores_element_bytes
-    scores_bytes = b * h * n_q * n_kv * scores_e  # (b, h, n_q, n_kv)
+    scores_bytes = core_cost(layout).score_elements * scores_e  # (b, h, n_q, n_kv)
     per_position = kv_bytes_per_position(layout, element_bytes)
     per_token = per_position if grows_with_tokens(layout) else 0
     static = per_position * b * n_kv if layout.kind == "cross" else 0

@@ -317,8 +317,8 @@ _ELEMENTWISE = op_names(
     "aten", "add sub rsub mul div neg exp exp2 expm1 log log1p log2 log10 tanh sigmoid relu "
     "gelu silu mish elu selu celu leaky_relu hardtanh hardswish hardsigmoid softplus pow rsqrt "
     "sqrt square reciprocal abs clamp clamp_min clamp_max maximum minimum fmax fmin erf erfc "
-    "sin cos tan sign sgn floor ceil round trunc frac fmod remainder lerp prelu logit "
-    "threshold glu diff",
+    "sin cos tan acos asin atan sign sgn floor ceil round trunc frac fmod remainder lerp prelu "
+    "logit "    "threshold glu diff",
 )
 
 

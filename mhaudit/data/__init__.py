@@ -24,7 +24,7 @@ from mhaudit.data.costs import (
 )
 from mhaudit.data.findings import Finding, Severity
 from mhaudit.data.gate import BudgetLimit, BudgetResult, GateOutcome
-from mhaudit.data.layout import Deviation, Layout, ParamBreakdown, Projection
+from mhaudit.data.layout import SCORE_FORMS, Deviation, Layout, ParamBreakdown, Projection
 from mhaudit.data.location import SourceLocation
 from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelCost, ParallelPlan
 from mhaudit.data.phases import (
@@ -42,6 +42,7 @@ from mhaudit.data.verify import Agreement, Unchecked, Verification
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
 
 __all__ = [
+    "SCORE_FORMS",
     "Agreement",
     "AttentionBlock",
     "BlockDecode",

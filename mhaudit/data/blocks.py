@@ -66,6 +66,9 @@ class Coverage:
     untraced_attention: tuple[str, ...] = ()
     """Of those, the modules laid out as attention (three or more projections of one input
     or output width): attention layers the forward never ran, so no block describes them."""
+    unread_projections: tuple[str, ...] = ()
+    """Modules whose projections the forward computed but no output reads (an attention
+    path that returned a constant without reading Q, K or V): no block is made of them."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
 

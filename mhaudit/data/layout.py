@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel")
+"""How a block turns Q and K into the weights it applies to V:
+
+- ``softmax``: an n_q×n_kv matrix QKᵀ through a softmax over the keys (the textbook form);
+- ``kernel``: an n_q×n_kv matrix QKᵀ through another elementwise map or normaliser
+  (sigmoid, ReLU, cosine, YOSO's expectation (1 − acos(q·k)/π)^τ), no softmax;
+- ``linear``: φ(K)ᵀV is computed first, a d_k×d_v state per head; no n×n matrix;
+- ``separable``: one score per token (a width-1 query), softmax over the tokens, a pooled
+  context vector broadcast against the other operand (separable and additive attention);
+- ``channel``: scores over channels, d_k×d_k per head, contracted over the tokens (channel
+  attention: the tokens are the reduction axis, the head dim is the channels per head).
+"""
+
 
 @dataclass(frozen=True)
 class Projection:
@@ -115,6 +128,12 @@ class Layout:
     """Elements per position of the latent that K and V are expanded from (multi-head
     latent attention: the K/V down-projection's output, rope key included); None when
     K and V are projected directly."""
+    score_form: str = "softmax"
+    """How the scores are formed (one of :data:`SCORE_FORMS`); ``softmax`` for the
+    textbook n_q×n_kv softmax."""
+    score_map_ops: int = 0
+    """Elementwise ops per score between QKᵀ and the context for the ``kernel`` form
+    (YOSO's acos, divide, subtract, power: 4); 0 for the other forms."""
     score_bias_params: int = 0
     """Elements of the learned parameters that bias the logits outside W_Q, W_K, W_V and
     W_O (relative-position tables and embeddings, their projections, content and

@@ -15,6 +15,7 @@ from mhaudit.data.schema import (
     FLOPS_CONVENTION,
     SCHEMA_VERSION,
     SCORE_BIAS_CONVENTION,
+    SCORE_FORM_CONVENTION,
     TOOL_VERSION,
     block_to_dict,
     data_dependence_to_dict,
@@ -94,7 +95,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "tool": {"name": "mhaudit", "version": TOOL_VERSION},
         "conventions": {"flops": FLOPS_CONVENTION, "bytes": "bytes at model.dtype",
                         "causal": CAUSAL_CONVENTION, "experts": EXPERTS_CONVENTION,
-                        "score_bias": SCORE_BIAS_CONVENTION, **report.conventions},
+                        "score_bias": SCORE_BIAS_CONVENTION,
+                        "score_form": SCORE_FORM_CONVENTION, **report.conventions},
         "model": model_to_dict(report.model),
         "blocks": [block_to_dict(b) for b in report.blocks],
         "groups": [
@@ -107,6 +109,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "ops_without_formula": dict(report.coverage.ops_without_formula),
             "untraced_modules": list(report.coverage.untraced_modules),
             "untraced_attention": list(report.coverage.untraced_attention),
+            "unread_projections": list(report.coverage.unread_projections),
         },
     }
     if report.coverage.data_dependent is not None:

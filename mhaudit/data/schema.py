@@ -34,6 +34,14 @@ SCORE_BIAS_CONVENTION = (
     "block lists them in params.score_bias, a table shared by layers in the first block "
     "that reads it; buffers such as ALiBi slopes hold no parameters"
 )
+SCORE_FORM_CONVENTION = (
+    "score_form says how a block weighs V: softmax (an n_q x n_kv softmax of QK^T), kernel "
+    "(QK^T through another elementwise map; flops.softmax counts the map), linear "
+    "(phi(K)^T V first: no n x n matrix), separable (one score per token pooled into a "
+    "context vector; one head over the width, the scores are the width-1 Q projection), "
+    "channel (d_k x d_k scores per head over the channels, contracted over the tokens; "
+    "heads are the channel groups); scores_bytes counts what each form writes"
+)
 CAUSAL_CONVENTION = (
     "flops.total is dense; causal_total counts unmasked query/key pairs only (a lower "
     "bound); causal_tiles_total counts every 128x128 tile holding one (a tile-skipping kernel)"
@@ -83,7 +91,7 @@ def _layout_to_dict(lay: Layout) -> dict[str, Any]:
               "v_head_dim", "batch_size", "seq_len_q", "seq_len_kv", "d_out", "causal", "scale",
               "kv_shared", "core_count", "cached_width", "sinks", "head_mixing",
               "padded_head_dim", "windowed", "streams", "latent_width", "score_dtype", "window",
-              "causal_alignment")
+              "causal_alignment", "score_form")
     data: dict[str, Any] = {"name": lay.name, "module_type": lay.module_type}
     data.update({key: getattr(lay, key) for key in fields})
     data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}

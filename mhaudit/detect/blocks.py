@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from torch import fx, nn
 
 from mhaudit.data import Layout, Projection
-from mhaudit.detect.cores import Core, find_cores
+from mhaudit.detect.cores import Core
+from mhaudit.detect.forms import find_all_cores, over_channels
 from mhaudit.detect.patterns.kv_cache import (
     cached_elements_per_position,
     latent_elements_per_position,
@@ -44,11 +45,12 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
     params = traced.params
     walker = SourceWalker(params, frozenset(traced.user_inputs))
     groups: dict[object, list[_Draft]] = defaultdict(list)
-    for core in find_cores(traced.graph, params):
+    for found in find_all_cores(traced.graph, params):
         sources = {
-            role: _widest_first(walker.sources(getattr(core, role), axis))
-            for role, axis in zip(_ROLES, core.axes, strict=True)
+            role: _widest_first(walker.sources(getattr(found, role), axis))
+            for role, axis in zip(_ROLES, found.axes, strict=True)
         }
+        core = over_channels(found, sources)
         joint = any(s.stream for parts in sources.values() for s in parts)
         outs = tuple(stream_outputs(core.output, params, walker.cache)) if joint else ()
         o = outs[0] if outs else find_output_projection(core.output, params, walker.cache)
@@ -138,7 +140,8 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         kind=_kind(drafts[0], traced.params),
         implementation=first.implementation,
         d_model=d_model,
-        num_heads=_query_heads(drafts, d_k),
+        num_heads=_role_heads(drafts, "k", d_k) if first.form == "separable" else (
+            _query_heads(drafts, d_k)),
         num_kv_heads=_role_heads(drafts, "k", d_k) // first.maps,
         head_dim=d_k,
         v_head_dim=d_v,
@@ -168,6 +171,8 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         latent_width=latent_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv
         ),
+        score_form=first.form,
+        score_map_ops=first.map_ops,
     )
 
 
@@ -320,9 +325,11 @@ def _kind(draft: _Draft, params: dict[str, str]) -> str:
     A factorised projection reads its chain's root input. A query pooled, strided or
     sliced along the tokens of K's input (Funnel's pooled queries) is self-attention
     over fewer query positions, and so is K read from a strided reduction of Q's input.
+    A separable core's Q scores its K (a learned vector over the queries): K and V decide.
     """
-    q_in = canonical_input(_chain_input(draft.sources["q"]))
-    k_in = canonical_input(_chain_input(draft.sources["k"]))
+    first, second = ("k", "v") if draft.core.form == "separable" else ("q", "k")
+    q_in = canonical_input(_chain_input(draft.sources[first]))
+    k_in = canonical_input(_chain_input(draft.sources[second]))
     same = (q_in is k_in or same_tokens_source(q_in, k_in) or same_sequence(q_in, k_in)
             or reduced_copy(k_in, q_in, params))
     return "self" if same else "cross"

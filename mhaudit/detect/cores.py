@@ -54,6 +54,10 @@ class Core:
     maps: int = 1
     """Softmax maps combined (picked apart and subtracted) into each map V meets
     (differential attention: 2)."""
+    form: str = "softmax"
+    """The score form (``mhaudit.data.SCORE_FORMS``)."""
+    map_ops: int = 0
+    """Elementwise ops per score of a ``kernel`` core's map."""
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
@@ -140,8 +144,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     context, probs, mixed_after, picked = _find_context(softmax, params)
     if context is None or probs is None:
         return None
-    q, k, d_k, qk_axes = _scores_operands(scores)
-    v, d_v, v_axis = _context_value(context, probs)
+    q, k, d_k, qk_axes = scores_operands(scores)
+    v, d_v, v_axis = context_value(context, probs)
     if q is None or k is None or v is None:
         return None
     return Core(
@@ -276,7 +280,7 @@ def _swaps_last_two(node: fx.Node) -> bool:
     return dims == {rank - 1, rank - 2}
 
 
-def _scores_operands(
+def scores_operands(
     scores: fx.Node,
 ) -> tuple[fx.Node | None, fx.Node | None, int, tuple[int, int]]:
     """Q, K, d_k and the head-dim axis of Q and K of the scores op."""
@@ -299,7 +303,7 @@ def _last_of(term: str, letters: set[str]) -> int:
     return picks[-1] if picks else -1
 
 
-def _context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int, int]:
+def context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int, int]:
     """V, d_v and V's head-dim axis of the probs·V op."""
     operands = _matmul_operands(context)
     others = [o for o in operands if o is not probs]

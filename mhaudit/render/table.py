@@ -36,7 +36,7 @@ def block_rows(report: Report) -> list[list[str]]:
             str(group.count),
             plain(lay.module_type),
             lay.kind + (" causal" if lay.causal else ""),
-            lay.implementation,
+            lay.implementation + ("" if lay.score_form == "softmax" else f" {lay.score_form}"),
             str(lay.d_model),
             str(lay.num_heads),
             str(lay.num_kv_heads),
@@ -149,21 +149,27 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"measured peak memory: {units.nbytes(t.measured_peak_memory_bytes)}")
     if t.latency_ms is not None:
         lines.append(f"measured forward latency: {t.latency_ms:.3f} ms (median)")
-    untraced = report.coverage.untraced_modules
-    if untraced:
-        shown = ", ".join(plain(m) or "(root)" for m in untraced[:8])
-        more = f" and {len(untraced) - 8} more" if len(untraced) > 8 else ""
-        lines.append(f"modules the forward did not use (not counted): {shown}{more}")
-    unreached = report.coverage.untraced_attention
-    if unreached:
-        shown = ", ".join(plain(m) or "(root)" for m in unreached[:8])
-        more = f" and {len(unreached) - 8} more" if len(unreached) > 8 else ""
-        lines.append(f"attention the forward never ran (no block, not audited): {shown}{more}")
+    coverage = report.coverage
+    for names, what in (
+        (coverage.untraced_modules, "modules the forward did not use (not counted)"),
+        (coverage.untraced_attention, "attention the forward never ran (no block, not audited)"),
+        (coverage.unread_projections,
+         "projections computed but never read (no block made of them)"),
+    ):
+        if names:
+            lines.append(f"{what}: {_named(names)}")
     missing = report.coverage.ops_without_formula
     if missing:
         listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))
         lines.append(f"ops without a FLOP formula (not counted): {listed}")
     return lines
+
+
+def _named(modules: tuple[str, ...], shown: int = 8) -> str:
+    """The first ``shown`` module names, "(root)" for the root, and how many more."""
+    listed = ", ".join(plain(m) or "(root)" for m in modules[:shown])
+    more = f" and {len(modules) - shown} more" if len(modules) > shown else ""
+    return listed + more
 
 
 SCALING_HEADERS = ("seq len", "attention FLOPs", "scores (if materialised)", "KV cache")

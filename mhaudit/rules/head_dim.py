@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mhaudit import units
+from mhaudit.cost.forms import has_square_scores
 from mhaudit.cost.kernels import FA2_HEAD_DIMS, padding_waste, round_up
 from mhaudit.data import AttentionBlock, Severity
 from mhaudit.rules.base import Hit, NumberSpec, Rule, RuleContext, Threshold
@@ -156,8 +157,8 @@ HEAD_DIM_ABOVE_KERNEL_LIMIT = Rule(
 def _too_small(block: AttentionBlock, ctx: RuleContext) -> Hit | None:
     lay = block.layout
     limit = int(ctx.threshold("min_head_dim"))
-    if lay.head_dim >= limit:
-        return None
+    if lay.head_dim >= limit or not has_square_scores(lay):
+        return None  # per-score intensity and rank are those of n_q×n_kv scores
     flops_per_score = 2 * (lay.head_dim + lay.v_head_dim)
     intensity = flops_per_score / ctx.element_bytes
     ridge = ctx.profile.ridge_flops_per_byte

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mhaudit import units
+from mhaudit.cost.forms import has_square_scores, score_elements
 from mhaudit.cost.kernels import sdpa_backend
 from mhaudit.data import AttentionBlock, Severity
 from mhaudit.rules.base import Hit, NumberSpec, Rule, RuleContext, Threshold
@@ -11,8 +12,7 @@ from mhaudit.rules.target import on_target, target_of
 
 
 def _score_elements(block: AttentionBlock) -> int:
-    lay = block.layout
-    return lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv
+    return score_elements(block.layout)
 
 
 def _score_element_bytes(block: AttentionBlock) -> int:
@@ -38,8 +38,8 @@ def _how_and_fix(block: AttentionBlock, ctx: RuleContext) -> tuple[str, str]:
 
 def _materialized_scores(block: AttentionBlock, ctx: RuleContext) -> Hit | None:
     lay = block.layout
-    if not target_of(block, ctx).materializes_scores:
-        return None
+    if not has_square_scores(lay) or not target_of(block, ctx).materializes_scores:
+        return None  # channel and separable scores do not grow with n²
     costed = on_target(block, ctx)
     scores = costed.memory.scores_bytes_if_materialized
     element_bytes = _score_element_bytes(costed)

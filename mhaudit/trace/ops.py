@@ -237,6 +237,19 @@ SOFTMAX_TO_CONTEXT_OPS = frozenset(
 dropout, masks)."""
 MAP_COMBINE_OPS = frozenset({"select", "sub"})
 """Ops that pick softmax maps apart and combine them (differential attention)."""
+KERNEL_MAP_OPS = frozenset(
+    {"acos", "asin", "atan", "cos", "sigmoid", "relu", "elu", "exp", "pow", "square",
+     "softplus", "gelu", "silu", "abs", "erf"})
+"""Nonlinear elementwise maps that turn QKᵀ into weights without a softmax."""
+KERNEL_PATH_OPS = SCORE_OPS | PROB_OPS | KERNEL_MAP_OPS | frozenset({"rsub", "neg", "reciprocal"})
+"""Ops between QKᵀ and the context matmul of a kernel core: maps, scales, masks, casts."""
+POOLED_PASS_OPS = frozenset(
+    {"view", "reshape", "_unsafe_view", "unsqueeze", "expand", "expand_as", "repeat",
+     "contiguous", "clone", "to", "_to_copy", "dropout", "native_dropout", "getitem",
+     "_assert_tensor_metadata", "type_as"})
+"""Ops a separable core's scores and pooled vector may pass on their way to V."""
+SIZE_OPS = frozenset({"sym_size", "size", "sym_numel", "sym_stride", "dim"})
+"""Ops that read a tensor's metadata, not its values."""
 LOGIT_MOVE_OPS = frozenset({"permute", "transpose"})
 """Ops that move the head axis out of the way of a head-axis map and back."""
 HEAD_MIX_OPS = frozenset({"linear", "matmul", "einsum", "conv2d", "convolution", "mm"})

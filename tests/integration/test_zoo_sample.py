@@ -237,3 +237,29 @@ def test_deformable_attention_is_no_attention_module_and_encoder_width_counts() 
     config = PretrainedConfig(d_model=64, encoder_hidden_dim=256, encoder_attention_heads=4)
     (layout,) = expected_layouts(config)
     assert {64, 256} <= layout.widths and 64 in layout.head_dims
+
+
+def test_channel_attention_heads_are_the_configs_groups() -> None:
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(embed_dim=[64, 128], num_heads=[2, 4], num_groups=[4, 8])
+    (layout,) = expected_layouts(config)
+    block = {"name": "a", "num_heads": 8, "num_kv_heads": 8, "head_dim": 16, "d_model": 128,
+             "kind": "self", "score_form": "channel"}
+    assert block_problems(block, [layout]) == []  # 8 groups of 128 / 8 channels
+    assert block_problems({**block, "score_form": "softmax"}, [layout]) != []
+    # num_heads says 2 heads of 64; channel attention never runs them.
+    assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2, "head_dim": 64},
+                          [layout]) == ["config: heads 2 (config [4, 8])"]
+
+
+def test_widths_scaled_by_a_width_multiplier_are_config_widths() -> None:
+    from transformers import PretrainedConfig
+
+    # make_divisible(128·0.75, 8) = 96 and (192·0.75, 8) = 144; 20·0.5 = 10 rounds to 8,
+    # which loses over 10% (8 < 9): one step up, 16.
+    config = PretrainedConfig(width_multiplier=0.75, base_attn_unit_dims=[128, 192])
+    (layout,) = expected_layouts(config)
+    assert layout.widths == {96, 144}
+    (small,) = expected_layouts(PretrainedConfig(width_multiplier=0.5, base_attn_unit_dims=[20]))
+    assert small.widths == {16}

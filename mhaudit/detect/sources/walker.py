@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from torch import fx
 
@@ -54,6 +55,9 @@ class Source:
     stream: int = 0
     """1, 2, … for a stream joined with others along the sequence (joint attention over
     two projected streams); 0 when the operand has one stream."""
+    over_tokens: bool = False
+    """The operand's head-dim axis is the projection's token axis and its features lie
+    on another axis (channel attention: the scores are over channels)."""
 
     @property
     def chain_input(self) -> fx.Node:
@@ -121,9 +125,9 @@ class SourceWalker:
         grouped: dict[tuple[fx.Node, int], list[_Part]] = {}
         for part in parts:
             grouped.setdefault((part[0].node, part[3]), []).append(part)
-        return tuple(self._source(group) for group in grouped.values())
+        return tuple(self._source(group, start) for group in grouped.values())
 
-    def _source(self, group: list[_Part]) -> Source:
+    def _source(self, group: list[_Part], axis: int | None = None) -> Source:
         """One projection's parts: their widths add up, unless every part reads the same
         features (chunks of the sequence stacked or joined again, as ProphetNet's
         n-gram streams are): then they are one read."""
@@ -137,8 +141,9 @@ class SourceWalker:
         same = span is not None and len(each) == 1 and 0 in dims
         width = max(widths) if same else sum(widths)
         cuts = frozenset().union(*each)
+        tokens = all(_over_tokens(path, proj, axis) for _, path, _, _ in group)
         return Source(proj, proj.node, width, bias, 0 if 0 in dims else sum(dims),
-                      self._upstream(proj, 0), span, cuts, group[0][3])
+                      self._upstream(proj, 0), span, cuts, group[0][3], tokens)
 
     def _width(self, path: tuple[fx.Node, ...], proj: ProjectionOp) -> int:
         carried = carried_width(list(path), proj.feature_axes)
@@ -333,6 +338,14 @@ class _Walk:
             elif sub and (not best or _rank(sub) > _rank(best)):
                 best = sub
         return tuple(joined) or best
+
+
+def _over_tokens(path: tuple[fx.Node, ...], proj: ProjectionOp, axis: int | None) -> bool:
+    """The head-dim ``axis`` of ``path[0]`` is, at the projection (``path[-1]``), one of its
+    token axes: the projection's features reach the operand on another axis."""
+    for node, child in pairwise(path):
+        axis = backward_axis(node, child, axis)
+    return axis is not None and len(shape(proj.node)) >= 2 and along_sequence(proj, axis)
 
 
 def _first(item: tuple[fx.Node, object]) -> fx.Node:

@@ -1,0 +1,138 @@
+"""Core FLOPs and score elements of each score form: one registered formula per form."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mhaudit.cost.arithmetic import attention_parts, matmul_flops, softmax_flops
+from mhaudit.data import Layout
+
+
+@dataclass(frozen=True)
+class CoreCost:
+    """The attention core of one block: FLOPs by part and the score elements it writes."""
+
+    scores: int
+    """FLOPs that form the scores (QKᵀ; the φ(K)ᵀV state of linear attention)."""
+    softmax: int
+    """FLOPs of the softmax or of the map that replaces it."""
+    context: int
+    """FLOPs that apply the weights to V."""
+    score_elements: int
+    """Elements of the score (or state) tensor the core writes when it materialises it."""
+
+
+@dataclass(frozen=True)
+class CoreShape:
+    """What a form's formula reads: b·h heads and the four sizes of the layout."""
+
+    batch_heads: int
+    n_q: int
+    n_kv: int
+    d_k: int
+    d_v: int
+    map_ops: int = 0
+    """Elementwise ops per score (the ``kernel`` form's map)."""
+
+
+FormFormula = Callable[[CoreShape], CoreCost]
+_FORMS: dict[str, FormFormula] = {}
+
+
+def _register(form: str) -> Callable[[FormFormula], FormFormula]:
+    def wrap(formula: FormFormula) -> FormFormula:
+        if form in _FORMS:
+            raise ValueError(f"score form {form!r} has a formula already")
+        _FORMS[form] = formula
+        return formula
+    return wrap
+
+
+@_register("softmax")
+def _softmax(s: CoreShape) -> CoreCost:
+    """QKᵀ 2·bh·n_q·n_kv·d_k, softmax 3·bh·n_q·n_kv, PV 2·bh·n_q·n_kv·d_v; bh·n_q·n_kv
+    scores. Dense: masks and scaling ignored (an upper bound for a masked core)."""
+    scores, softmax, context = attention_parts(s.batch_heads, s.n_q, s.n_kv, s.d_k, s.d_v)
+    return CoreCost(scores, softmax, context, s.batch_heads * s.n_q * s.n_kv)
+
+
+@_register("kernel")
+def _kernel(s: CoreShape) -> CoreCost:
+    """QKᵀ and PV as for softmax; the map costs ``map_ops`` FLOPs per score (one per
+    elementwise op, whatever the op: acos counts as 1). Masks multiplied in are ignored."""
+    elements = s.batch_heads * s.n_q * s.n_kv  # (bh, n_q, n_kv)
+    return CoreCost(
+        matmul_flops(s.n_q, s.d_k, s.n_kv, s.batch_heads),  # (bh, n_q, d_k) @ (bh, d_k, n_kv)
+        s.map_ops * elements,
+        matmul_flops(s.n_q, s.n_kv, s.d_v, s.batch_heads),  # (bh, n_q, n_kv) @ (bh, n_kv, d_v)
+        elements,
+    )
+
+
+@_register("linear")
+def _linear(s: CoreShape) -> CoreCost:
+    """State φ(K)ᵀV 2·bh·n_kv·d_k·d_v, context φ(Q)·state 2·bh·n_q·d_k·d_v; the feature
+    map φ and the normaliser (a sum over keys) are not counted. The state is bh·d_k·d_v."""
+    return CoreCost(
+        matmul_flops(s.d_k, s.n_kv, s.d_v, s.batch_heads),  # (bh, d_k, n_kv) @ (bh, n_kv, d_v)
+        0,
+        matmul_flops(s.n_q, s.d_k, s.d_v, s.batch_heads),  # (bh, n_q, d_k) @ (bh, d_k, d_v)
+        s.batch_heads * s.d_k * s.d_v,
+    )
+
+
+@_register("separable")
+def _separable(s: CoreShape) -> CoreCost:
+    """One score per token: the scores are the width-1 query projection (counted in
+    q_proj), so 0 here; softmax over the tokens 3·bh·n_kv; context the pooled vector
+    Σ_n p_n·k_n 2·bh·n_kv·d_k plus its broadcast multiply with V bh·n_q·d_v. bh·n_kv
+    scores. Activations applied to V (ReLU) are not counted."""
+    pooled = 2 * s.batch_heads * s.n_kv * s.d_k  # (bh, n_kv, d_k) weighted and summed
+    broadcast = s.batch_heads * s.n_q * s.d_v  # (bh, 1, d_v) * (bh, n_q, d_v)
+    return CoreCost(0, softmax_flops(s.batch_heads * s.n_kv), pooled + broadcast,
+                    s.batch_heads * s.n_kv)
+
+
+@_register("channel")
+def _channel(s: CoreShape) -> CoreCost:
+    """Scores over channels: QᵀK contracts the tokens, 2·bh·d_k·n_kv·d_v (d_k query
+    channels against d_v key channels); softmax 3·bh·d_k·d_v; context P·Vᵀ 2·bh·d_k·d_v·n_q.
+    bh·d_k·d_v scores, whatever the sequence length."""
+    return CoreCost(
+        matmul_flops(s.d_k, s.n_kv, s.d_v, s.batch_heads),  # (bh, d_k, n) @ (bh, n, d_v)
+        softmax_flops(s.batch_heads * s.d_k * s.d_v),
+        matmul_flops(s.n_q, s.d_v, s.d_k, s.batch_heads),  # (bh, d_k, d_v) @ (bh, d_v, n)
+        s.batch_heads * s.d_k * s.d_v,
+    )
+
+
+def form_names() -> tuple[str, ...]:
+    """The forms with a formula."""
+    return tuple(_FORMS)
+
+
+def core_shape(layout: Layout, batch: int | None = None, n_q: int | None = None,
+               n_kv: int | None = None) -> CoreShape:
+    """The layout's core sizes, at another batch or length when given."""
+    b = layout.batch_size if batch is None else batch
+    return CoreShape(b * layout.num_heads, layout.seq_len_q if n_q is None else n_q,
+                     layout.seq_len_kv if n_kv is None else n_kv, layout.head_dim,
+                     layout.v_head_dim, layout.score_map_ops)
+
+
+def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,
+              n_kv: int | None = None) -> CoreCost:
+    """The core cost of ``layout`` by its score form (an unknown form costs as softmax)."""
+    formula = _FORMS.get(layout.score_form, _FORMS["softmax"])
+    return formula(core_shape(layout, batch, n_q, n_kv))
+
+
+def score_elements(layout: Layout) -> int:
+    """Elements of the score tensor the layout's core writes when it materialises it."""
+    return core_cost(layout).score_elements
+
+
+def has_square_scores(layout: Layout) -> bool:
+    """True when the core forms an n_q×n_kv score matrix (softmax and kernel forms)."""
+    return layout.score_form in ("softmax", "kernel")

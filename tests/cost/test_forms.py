@@ -1,0 +1,51 @@
+"""Each score form's core formula, computed by hand (b = 2, h = 4, n = 16, d_k = d_v = 8)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mhaudit.cost.forms import CoreCost, CoreShape, _register, core_cost, form_names
+from mhaudit.data import SCORE_FORMS, Layout
+
+SHAPE = CoreShape(batch_heads=2 * 4, n_q=16, n_kv=16, d_k=8, d_v=8, map_ops=4)
+
+
+def _layout(form: str, map_ops: int = 0) -> Layout:
+    return Layout(name="attn", module_type="M", kind="self", implementation="eager",
+                  d_model=32, num_heads=4, num_kv_heads=4, head_dim=8, v_head_dim=8,
+                  batch_size=2, seq_len_q=16, seq_len_kv=16, d_out=32, causal=False,
+                  scale=None, q=None, k=None, v=None, o=None, score_form=form,
+                  score_map_ops=map_ops)
+
+
+def test_every_form_has_one_formula() -> None:
+    assert form_names() == SCORE_FORMS
+    with pytest.raises(ValueError, match="has a formula already"):
+        _register("softmax")(lambda s: CoreCost(0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(("form", "want"), [
+    # QKᵀ 2·8·16·16·8 = 32,768; softmax 3·8·16·16 = 6,144; PV 32,768; 8·16·16 = 2,048.
+    ("softmax", CoreCost(32768, 6144, 32768, 2048)),
+    # as softmax, the map 4 ops per score: 4·2,048 = 8,192.
+    ("kernel", CoreCost(32768, 8192, 32768, 2048)),
+    # state φ(K)ᵀV 2·8·8·16·8 = 16,384; context φ(Q)·state 2·8·16·8·8 = 16,384; 8·8·8 = 512.
+    ("linear", CoreCost(16384, 0, 16384, 512)),
+    # no QKᵀ; softmax over 16 tokens 3·8·16 = 384; pooling 2·8·16·8 = 2,048 plus the
+    # broadcast 8·16·8 = 1,024; 8·16 = 128 scores.
+    ("separable", CoreCost(0, 384, 3072, 128)),
+    # QᵀK over the tokens 2·8·8·16·8 = 16,384; softmax 3·8·8·8 = 1,536; PV 16,384; 8·8·8.
+    ("channel", CoreCost(16384, 1536, 16384, 512)),
+])
+def test_form_formula(form: str, want: CoreCost) -> None:
+    assert core_cost(_layout(form, SHAPE.map_ops)) == want
+
+
+def test_channel_scores_do_not_grow_with_the_sequence() -> None:
+    # 4× the tokens: 4× the matmuls, the same 512 scores.
+    at_64 = core_cost(_layout("channel"), n_q=64, n_kv=64)
+    assert (at_64.scores, at_64.score_elements) == (4 * 16384, 512)
+
+
+def test_an_unknown_form_costs_as_softmax() -> None:
+    assert core_cost(_layout("future")) == core_cost(_layout("softmax"))
