@@ -212,7 +212,7 @@ def attention_modules(model: nn.Module) -> list[str]:
     for name, module in model.named_modules():
         cls = type(module).__name__
         if ("Attention" not in cls and "Attn" not in cls) or any(
-                word in cls for word in NOT_DOT_PRODUCT):
+                word in cls for word in NOT_DOT_PRODUCT) or _feature_gate(module):
             continue
         if linear and _layer_index(name) in linear:
             continue
@@ -220,6 +220,34 @@ def attention_modules(model: nn.Module) -> list[str]:
             continue
         if next(module.parameters(), None) is not None:
             found.append(name)
+    return found
+
+
+def _feature_gate(module: nn.Module) -> bool:
+    """A module whose only weights are one square linear map: a gate over features, not an
+    attention over positions. Two projections at least (Q and K, or a fused QKV twice or
+    three times as wide as its input) are needed for QKᵀ; a square map alone can only
+    weigh its input's own features. PatchTSMixer's ``PatchTSMixerGatedAttention`` computes
+    ``inputs * softmax(attn_layer(inputs), dim=-1)`` (a softmax over the features of each
+    token, multiplied elementwise), and its real self-attention (``self_attn=True``) is a
+    separate ``PatchTSMixerAttention`` with Q, K, V and O projections."""
+    holders = [m for m in module.modules() if next(m.parameters(recurse=False), None) is not None]
+    if len(holders) != 1 or not isinstance(holders[0], nn.Linear):
+        return False
+    return holders[0].in_features == holders[0].out_features
+
+
+def declared_head_dims(model: nn.Module, names: list[str]) -> dict[str, int]:
+    """The head dim each attention module declares for itself (``head_dim``), by module
+    name. A module may set it in code, not from the config's fields: VideoPrism's
+    ``VideoPrismMultiheadAttentionPoolingHead`` sets ``self.head_dim =
+    config.intermediate_size // config.num_attention_heads`` and splits Q, K and V
+    (``num_attention_heads * head_dim`` wide) into heads of that size."""
+    found: dict[str, int] = {}
+    for name in names:
+        dim = getattr(model.get_submodule(name), "head_dim", None)
+        if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+            found[name] = dim
     return found
 
 
@@ -236,10 +264,11 @@ def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
 
 
 def block_problems(block: dict[str, Any], layouts: list[Expected],
-                   groups: int | None = None) -> list[str]:
+                   groups: int | None = None, head_dim: int | None = None) -> list[str]:
     """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits.
 
-    ``groups``, the query heads per KV head its module declares, also fits its KV heads.
+    ``groups``, the query heads per KV head its module declares, also fits its KV heads;
+    ``head_dim``, the head dim its module declares, also fits its head dim.
     """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
     best: list[str] | None = None
@@ -251,9 +280,10 @@ def block_problems(block: dict[str, Any], layouts: list[Expected],
         declared = groups is not None and isinstance(kv, int) and kv * groups == h
         if kv != want_kv and not declared and not (block.get("kind") == "cross" and kv == h):
             problems.append(f"kv heads {kv} (config {want_kv})")
-        if e.head_dims and d not in e.head_dims:
+        own = head_dim is not None and d == head_dim
+        if e.head_dims and d not in e.head_dims and not own:
             problems.append(f"head dim {d} (config {sorted(e.head_dims)})")
-        if not e.head_dims and isinstance(h, int) and isinstance(d, int) \
+        if not e.head_dims and not own and isinstance(h, int) and isinstance(d, int) \
                 and h * d not in e.widths:
             problems.append(f"heads x head dim {h}x{d} is no config width")
         if width not in e.widths and e.widths:

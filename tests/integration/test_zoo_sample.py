@@ -235,3 +235,54 @@ def test_deformable_attention_is_no_attention_module_and_encoder_width_counts() 
     config = PretrainedConfig(d_model=64, encoder_hidden_dim=256, encoder_attention_heads=4)
     (layout,) = expected_layouts(config)
     assert {64, 256} <= layout.widths and 64 in layout.head_dims
+
+
+def test_a_square_linear_gate_is_no_attention_module() -> None:
+    from torch import nn
+
+    class GatedAttention(nn.Module):  # x * softmax(W·x) over features, as PatchTSMixer's
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn_layer = nn.Linear(8, 8)
+            self.attn_softmax = nn.Softmax(dim=-1)
+
+    class FusedAttention(nn.Module):  # one fused QKV map, three times as wide as its input
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+    model = nn.ModuleDict({"gate": GatedAttention(), "fused": FusedAttention()})
+    assert attention_modules(model) == ["fused"]
+
+
+def test_tsmixer_gates_are_no_attention_but_its_self_attention_is() -> None:
+    import torch
+    from transformers import PatchTSMixerConfig, PatchTSMixerModel
+
+    config = PatchTSMixerConfig(context_length=16, patch_length=4, patch_stride=4,
+                                num_input_channels=2, d_model=8, num_layers=1,
+                                self_attn=True, self_attn_heads=2)
+    with torch.device("meta"):
+        names = attention_modules(PatchTSMixerModel(config))
+    # Each layer's patch mixer and feature mixer gate (softmax(Linear(x)) * x) are gates;
+    # the patch mixer's PatchTSMixerAttention (Q, K, V, O) is the one attention module.
+    assert [n.rsplit(".", 1)[-1] for n in names] == ["self_attn_layer"]
+
+
+def test_head_dim_may_follow_the_one_the_module_declares() -> None:
+    from torch import nn
+    from zoo_harness.expect import declared_head_dims
+
+    class PoolingHead(nn.Module):  # head dim from intermediate_size // heads, as VideoPrism's
+        def __init__(self) -> None:
+            super().__init__()
+            self.head_dim = 128 // 4
+            self.q_proj = nn.Linear(64, 128)
+
+    assert declared_head_dims(nn.ModuleDict({"head": PoolingHead()}), ["head"]) == {"head": 32}
+    layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}))
+    block = {"name": "head", "num_heads": 4, "num_kv_heads": 4, "head_dim": 32,
+             "d_model": 64, "kind": "cross"}
+    assert block_problems(block, [layout]) == ["config: head dim 32 (config [16])"]
+    assert block_problems(block, [layout], head_dim=32) == []
+    assert block_problems(block, [layout], head_dim=8) == ["config: head dim 32 (config [16])"]
