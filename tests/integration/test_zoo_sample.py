@@ -99,6 +99,9 @@ def test_shrunk_vocabulary_holds_every_special_token() -> None:
     small = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
     shrink_vocab(small)
     assert small["vocab_size"] == 50257  # 50256 + 1 rounds up to 50304: nothing to shrink
+    hashed = {"vocab_size": 260, "encoder_hash_byte_group_vocab": 500002}
+    shrink_vocab(hashed)
+    assert hashed == {"vocab_size": 256, "encoder_hash_byte_group_vocab": 256}
 
 
 def test_block_problems_name_the_field_that_differs() -> None:
