@@ -238,17 +238,32 @@ def _feature_gate(module: nn.Module) -> bool:
 
 
 def declared_head_dims(model: nn.Module, names: list[str]) -> dict[str, int]:
-    """The head dim each attention module declares for itself (``head_dim``), by module
-    name. A module may set it in code, not from the config's fields: VideoPrism's
+    """The head dim each attention module declares for itself, by module name: its
+    ``head_dim``, else the d of the ``d**-0.5`` it scales the scores by (``scale``).
+
+    A module may set it in code, not from the config's heads: VideoPrism's
     ``VideoPrismMultiheadAttentionPoolingHead`` sets ``self.head_dim =
     config.intermediate_size // config.num_attention_heads`` and splits Q, K and V
-    (``num_attention_heads * head_dim`` wide) into heads of that size."""
+    (``num_attention_heads * head_dim`` wide) into heads of that size; GroupViT's
+    ``GroupViTAssignAttention`` sets ``self.scale = config.hidden_size**-0.5`` and computes
+    ``query @ key.transpose(-2, -1)`` on the whole width, one head of ``hidden_size``."""
     found: dict[str, int] = {}
     for name in names:
-        dim = getattr(model.get_submodule(name), "head_dim", None)
-        if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+        module = model.get_submodule(name)
+        dim = getattr(module, "head_dim", None)
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+            dim = _scaled_dim(getattr(module, "scale", getattr(module, "scaling", None)))
+        if dim:
             found[name] = dim
     return found
+
+
+def _scaled_dim(scale: object) -> int | None:
+    """d when ``scale`` is d**-0.5 for a whole d, else None."""
+    if not isinstance(scale, float) or not 0 < scale < 1:
+        return None
+    dim = round(scale**-2)
+    return dim if abs(dim**-0.5 - scale) < 1e-9 * scale else None
 
 
 def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
@@ -268,19 +283,21 @@ def block_problems(block: dict[str, Any], layouts: list[Expected],
     """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits.
 
     ``groups``, the query heads per KV head its module declares, also fits its KV heads;
-    ``head_dim``, the head dim its module declares, also fits its head dim.
+    ``head_dim``, the head dim its module declares, also fits its head dim, and then the
+    heads it runs over a config width.
     """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
     best: list[str] | None = None
+    own = head_dim is not None and d == head_dim
     for e in layouts:
         problems = []
-        if h not in e.heads:
+        spans = own and isinstance(h, int) and isinstance(d, int) and h * d in e.widths
+        if h not in e.heads and not spans:
             problems.append(f"heads {h} (config {sorted(e.heads)})")
         want_kv = e.kv_heads if e.kv_heads is not None else h
         declared = groups is not None and isinstance(kv, int) and kv * groups == h
         if kv != want_kv and not declared and not (block.get("kind") == "cross" and kv == h):
             problems.append(f"kv heads {kv} (config {want_kv})")
-        own = head_dim is not None and d == head_dim
         if e.head_dims and d not in e.head_dims and not own:
             problems.append(f"head dim {d} (config {sorted(e.head_dims)})")
         if not e.head_dims and not own and isinstance(h, int) and isinstance(d, int) \

@@ -237,6 +237,9 @@ SOFTMAX_TO_CONTEXT_OPS = frozenset(
 dropout, masks)."""
 MAP_COMBINE_OPS = frozenset({"select", "sub"})
 """Ops that pick softmax maps apart and combine them (differential attention)."""
+PROB_RENORM_OPS = frozenset({"add", "div", "detach"})
+"""Ops that turn probabilities into weights before V: a straight-through hard assignment
+(``hard - soft.detach() + soft``) and a division by the weights' sum."""
 LOGIT_MOVE_OPS = frozenset({"permute", "transpose"})
 """Ops that move the head axis out of the way of a head-axis map and back."""
 HEAD_MIX_OPS = frozenset({"linear", "matmul", "einsum", "conv2d", "convolution", "mm"})

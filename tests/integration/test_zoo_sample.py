@@ -289,3 +289,28 @@ def test_head_dim_may_follow_the_one_the_module_declares() -> None:
     assert block_problems(block, [layout]) == ["config: head dim 32 (config [16])"]
     assert block_problems(block, [layout], head_dim=32) == []
     assert block_problems(block, [layout], head_dim=8) == ["config: head dim 32 (config [16])"]
+
+
+def test_the_scale_a_module_declares_gives_its_head_dim_and_heads() -> None:
+    from torch import nn
+    from zoo_harness.expect import declared_head_dims
+
+    class AssignAttention(nn.Module):  # one head over the width, as GroupViT's assignment
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = 64**-0.5
+            self.q_proj = nn.Linear(64, 64)
+
+    class Scaled(AssignAttention):  # a scale that is no d**-0.5 declares nothing
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = 0.3
+
+    model = nn.ModuleDict({"assign": AssignAttention(), "other": Scaled()})
+    assert declared_head_dims(model, ["assign", "other"]) == {"assign": 64}
+    layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}))
+    block = {"name": "assign", "num_heads": 1, "num_kv_heads": 1, "head_dim": 64,
+             "d_model": 64, "kind": "cross"}
+    assert block_problems(block, [layout], head_dim=64) == []  # 1 head of 64 spans 64
+    assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2}, [layout],
+                          head_dim=64) == ["config: heads 2 (config [4])"]

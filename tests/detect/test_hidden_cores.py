@@ -1,10 +1,11 @@
-"""K written into a fresh buffer slice by slice keeps the heads of the parts that fill it."""
+"""Cores the graph hides: K written into a fresh buffer slice by slice, a softmax over the
+queries (an assignment of keys to queries)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.zoo_writes import DK, B, D, H, LatentKeyBuffer, N
+from fixtures.zoo_cores import DK, B, D, H, HardAssignment, LatentKeyBuffer, N
 
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.params import count
@@ -23,3 +24,14 @@ def test_an_empty_write_fills_no_head_features(rope: int) -> None:
         H, H, DK + rope, D)
     # Q 32·(4·(8 + rope)), K 32·32 + 32·rope, V 32·32, O 32·32.
     assert count(layout).total == D * H * (DK + rope) + D * H * DK + D * rope + 2 * D * H * DK
+
+
+def test_a_softmax_over_the_queries_is_an_assignment_core() -> None:
+    with torch.device("meta"):
+        model = HardAssignment().eval()
+        groups, x = torch.randn(B, 3, D), torch.randn(B, N, D)
+    (layout,) = detect(trace(model, (groups, x), {}), model)
+    # One head over the whole width (scores on 32 features), 3 group queries over 6 tokens.
+    assert (layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
+            layout.kind, layout.seq_len_q, layout.seq_len_kv) == (1, 1, D, D, "cross", 3, N)
+    assert count(layout).total == 4 * (D * D + D)  # Q, K, V, O with biases
