@@ -1,11 +1,21 @@
 """Cores the graph hides: K written into a fresh buffer slice by slice, a softmax over the
-queries (an assignment of keys to queries)."""
+queries (an assignment of keys to queries), K reduced from a wider projection."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.zoo_cores import DK, B, D, H, HardAssignment, LatentKeyBuffer, N
+from fixtures.zoo_cores import (
+    DK,
+    B,
+    D,
+    DynamicKeyConv,
+    H,
+    HardAssignment,
+    LatentKeyBuffer,
+    MeanGroupedKeys,
+    N,
+)
 
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.params import count
@@ -35,3 +45,24 @@ def test_a_softmax_over_the_queries_is_an_assignment_core() -> None:
     assert (layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
             layout.kind, layout.seq_len_q, layout.seq_len_kv) == (1, 1, D, D, "cross", 3, N)
     assert count(layout).total == 4 * (D * D + D)  # Q, K, V, O with biases
+
+
+def test_a_mean_over_groups_of_heads_leaves_one_head_per_group() -> None:
+    with torch.device("meta"):
+        model = MeanGroupedKeys().eval()
+        x = torch.randn(B, N, D)
+    (layout,) = detect(trace(model, (x,), {}), model)
+    # K = mean over pairs of Q's 4 heads of 8: 2 KV heads, as V's 2-head projection has.
+    assert (layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim) == (
+        H, H // 2, DK, DK)
+
+
+def test_a_static_kernel_added_to_a_small_projection_is_no_bias() -> None:
+    with torch.device("meta"):
+        model = DynamicKeyConv().eval()
+        x = torch.randn(B, N, D)
+    (layout,) = detect(trace(model, (x,), {}), model)
+    # K is the k projection (4 heads of 8), not the 8-wide taps projection that the
+    # (h, d_k, 2) static kernel broadcasts over every head's features.
+    assert (layout.num_heads, layout.num_kv_heads, layout.head_dim) == (H, H, DK)
+    assert layout.k is not None and layout.k.weight.endswith("k.weight")
