@@ -15,6 +15,7 @@ from fixtures.zoo_cores import (
     LatentKeyBuffer,
     MeanGroupedKeys,
     N,
+    SiblingMixes,
 )
 
 from mhaudit.detect.blocks import detect
@@ -66,3 +67,13 @@ def test_a_static_kernel_added_to_a_small_projection_is_no_bias() -> None:
     # (h, d_k, 2) static kernel broadcasts over every head's features.
     assert (layout.num_heads, layout.num_kv_heads, layout.head_dim) == (H, H, DK)
     assert layout.k is not None and layout.k.weight.endswith("k.weight")
+
+
+def test_q_and_k_from_sibling_mixes_of_the_same_tokens_are_self_attention() -> None:
+    with torch.device("meta"):
+        model = SiblingMixes().eval()
+        states = torch.randn(B, N, 3, D)
+    (layout,) = detect(trace(model, (states,), {}), model)
+    # Q and K read two outputs of one unbind (mixes of the same 6 tokens): self, 6 by 6.
+    assert (layout.kind, layout.num_heads, layout.seq_len_q, layout.seq_len_kv) == (
+        "self", H, N, N)

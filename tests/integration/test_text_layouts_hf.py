@@ -102,3 +102,5 @@ def test_inkling2_full_layer_keys_read_their_projection_not_the_conv_kernels() -
     full = by_name["layers.1.self_attn"]
     assert (full.num_heads, full.num_kv_heads, full.head_dim) == (4, 2, 16)
     assert full.k is not None and full.k.weight.endswith("k_proj.linear.weight")
+    # attention_input (num_queries=3) gives Q, K and V their own mixes of the same tokens.
+    assert full.kind == "self"
