@@ -135,3 +135,16 @@ def test_an_error_of_the_model_code_builds_no_cpu_twin() -> None:
     assert built == []
     assert "dispatch-real: NotRun: the record and export both raised" in str(info.value)
     assert "dispatch-fake: AttributeError" in str(info.value)
+
+
+def test_an_error_about_meta_tensors_still_tries_the_real_forward() -> None:
+    from mhaudit.trace.export import _raised_by_the_model
+
+    # The same error on both rungs, but about the tensors they ran on: a real CPU forward
+    # may well run, so the ladder still tries it.
+    error = TypeError("can't convert meta device type tensor to numpy")
+    assert not _raised_by_the_model([("dispatch-record", error), ("torch.export", error)])
+    same = AttributeError("'Config' object has no attribute 'num_layers'")
+    assert _raised_by_the_model([("dispatch-record", same), ("torch.export", same)])
+    other = AttributeError("'Config' object has no attribute 'depth'")
+    assert not _raised_by_the_model([("dispatch-record", same), ("torch.export", other)])
