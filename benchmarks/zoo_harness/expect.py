@@ -234,7 +234,7 @@ def attention_modules(model: nn.Module) -> list[str]:
     for name, module in model.named_modules():
         cls = type(module).__name__
         if ("Attention" not in cls and "Attn" not in cls) or any(
-                word in cls for word in NOT_DOT_PRODUCT):
+                word in cls for word in NOT_DOT_PRODUCT) or _feature_gate(module):
             continue
         if linear and _layer_index(name) in linear:
             continue
@@ -243,6 +243,49 @@ def attention_modules(model: nn.Module) -> list[str]:
         if next(module.parameters(), None) is not None:
             found.append(name)
     return found
+
+
+def _feature_gate(module: nn.Module) -> bool:
+    """A module whose only weights are one square linear map: a gate over features, not an
+    attention over positions. Two projections at least (Q and K, or a fused QKV twice or
+    three times as wide as its input) are needed for QKᵀ; a square map alone can only
+    weigh its input's own features. PatchTSMixer's ``PatchTSMixerGatedAttention`` computes
+    ``inputs * softmax(attn_layer(inputs), dim=-1)`` (a softmax over the features of each
+    token, multiplied elementwise), and its real self-attention (``self_attn=True``) is a
+    separate ``PatchTSMixerAttention`` with Q, K, V and O projections."""
+    holders = [m for m in module.modules() if next(m.parameters(recurse=False), None) is not None]
+    if len(holders) != 1 or not isinstance(holders[0], nn.Linear):
+        return False
+    return holders[0].in_features == holders[0].out_features
+
+
+def declared_head_dims(model: nn.Module, names: list[str]) -> dict[str, int]:
+    """The head dim each attention module declares for itself, by module name: its
+    ``head_dim``, else the d of the ``d**-0.5`` it scales the scores by (``scale``).
+
+    A module may set it in code, not from the config's heads: VideoPrism's
+    ``VideoPrismMultiheadAttentionPoolingHead`` sets ``self.head_dim =
+    config.intermediate_size // config.num_attention_heads`` and splits Q, K and V
+    (``num_attention_heads * head_dim`` wide) into heads of that size; GroupViT's
+    ``GroupViTAssignAttention`` sets ``self.scale = config.hidden_size**-0.5`` and computes
+    ``query @ key.transpose(-2, -1)`` on the whole width, one head of ``hidden_size``."""
+    found: dict[str, int] = {}
+    for name in names:
+        module = model.get_submodule(name)
+        dim = getattr(module, "head_dim", None)
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+            dim = _scaled_dim(getattr(module, "scale", getattr(module, "scaling", None)))
+        if dim:
+            found[name] = dim
+    return found
+
+
+def _scaled_dim(scale: object) -> int | None:
+    """d when ``scale`` is d**-0.5 for a whole d, else None."""
+    if not isinstance(scale, float) or not 0 < scale < 1:
+        return None
+    dim = round(scale**-2)
+    return dim if abs(dim**-0.5 - scale) < 1e-9 * scale else None
 
 
 def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
@@ -258,28 +301,32 @@ def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
 
 
 def block_problems(block: dict[str, Any], layouts: list[Expected],
-                   groups: int | None = None) -> list[str]:
+                   groups: int | None = None, head_dim: int | None = None) -> list[str]:
     """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits.
 
-    ``groups``, the query heads per KV head its module declares, also fits its KV heads.
+    ``groups``, the query heads per KV head its module declares, also fits its KV heads;
+    ``head_dim``, the head dim its module declares, also fits its head dim, and then the
+    heads it runs over a config width.
     """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
     best: list[str] | None = None
     channel = block.get("score_form") == "channel"
+    own = head_dim is not None and d == head_dim
     for declared in layouts:
         # channel attention: the groups are the heads, each C / groups channels wide
         e = Expected(declared.source, declared.groups, None, frozenset(), declared.widths) \
             if channel and declared.groups else declared
         problems = []
-        if h not in e.heads:
+        spans = own and isinstance(h, int) and isinstance(d, int) and h * d in e.widths
+        if h not in e.heads and not spans:
             problems.append(f"heads {h} (config {sorted(e.heads)})")
         want_kv = e.kv_heads if e.kv_heads is not None else h
         declared = groups is not None and isinstance(kv, int) and kv * groups == h
         if kv != want_kv and not declared and not (block.get("kind") == "cross" and kv == h):
             problems.append(f"kv heads {kv} (config {want_kv})")
-        if e.head_dims and d not in e.head_dims:
+        if e.head_dims and d not in e.head_dims and not own:
             problems.append(f"head dim {d} (config {sorted(e.head_dims)})")
-        if not e.head_dims and isinstance(h, int) and isinstance(d, int) \
+        if not e.head_dims and not own and isinstance(h, int) and isinstance(d, int) \
                 and h * d not in e.widths:
             problems.append(f"heads x head dim {h}x{d} is no config width")
         if width not in e.widths and e.widths:

@@ -223,7 +223,7 @@ def _set_vocab(config: dict[str, Any], size: int, needed: int) -> None:
     for key, value in list(config.items()):
         if isinstance(value, dict):
             _set_vocab(value, size, needed)
-        elif str(key).endswith("vocab_size") and _is_int(value) and (
+        elif str(key).endswith(("vocab_size", "_vocab")) and _is_int(value) and (
                 value > size or value < needed):
             config[key] = size
 
@@ -231,7 +231,9 @@ def _set_vocab(config: dict[str, Any], size: int, needed: int) -> None:
 def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
     """Every vocabulary to the smallest size (a multiple of 64) that holds every special
     token id anywhere in the config tree, in place; one that cannot hold them grows to it
-    (LLaVA's defaults put the image token at 32000 in a vocabulary of 32000)."""
+    (LLaVA's defaults put the image token at 32000 in a vocabulary of 32000). Hash
+    vocabularies count too (BLT's ``encoder_hash_byte_group_vocab``, 500,002 rows per
+    byte-group embedding)."""
     needed = max([0, *(i + 1 for i in _token_ids(config) if i < 10**6)])
     _set_vocab(config, int(math.ceil(max(floor, needed) / 64) * 64), needed)
 

@@ -82,6 +82,8 @@ class Reference:
     attention: list[str] = field(default_factory=list)
     groups: dict[str, int] = field(default_factory=dict)
     """Query heads per KV head each attention module declares, by name."""
+    head_dims: dict[str, int] = field(default_factory=dict)
+    """The head dim each attention module declares, by name."""
     config: Any = None
     build_error: str = ""
     inputs_error: str = ""
@@ -135,7 +137,7 @@ def _reference(config: Path) -> Reference:
 
     from mhaudit.errors import LoadError
     from mhaudit.load.hfconfig import load_hf_config
-    from zoo_harness.expect import attention_modules, declared_groups
+    from zoo_harness.expect import attention_modules, declared_groups, declared_head_dims
 
     ref = Reference()
     try:
@@ -153,6 +155,7 @@ def _reference(config: Path) -> Reference:
     ref.params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     ref.attention = attention_modules(model)
     ref.groups = declared_groups(model, ref.attention)
+    ref.head_dims = declared_head_dims(model, ref.attention)
     ref.attention_named_params = sum(
         any(word in name.lower() for word in ATTENTION_PARAM_WORDS)
         for name, _ in model.named_parameters())
@@ -175,7 +178,8 @@ def compare(report: dict[str, Any], ref: Reference) -> tuple[list[str], dict[str
     layouts = expected_layouts(ref.config) if ref.config is not None else []
     failed: list[str] = []
     for block in blocks:
-        problems = block_problems(block, layouts, ref.groups.get(str(block.get("name"))))
+        name = str(block.get("name"))
+        problems = block_problems(block, layouts, ref.groups.get(name), ref.head_dims.get(name))
         if problems:
             failed.append(f"layout {block.get('name')!r}: {'; '.join(problems)}")
     params = report.get("model", {}).get("params_total")

@@ -22,6 +22,7 @@ from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
 from mhaudit.detect.patterns.windows import chunk_count, same_sequence
 from mhaudit.detect.sources.features import same_tokens_source
+from mhaudit.detect.sources.mixes import sibling_mixes
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
@@ -324,14 +325,15 @@ def _kind(draft: _Draft, params: dict[str, str]) -> str:
 
     A factorised projection reads its chain's root input. A query pooled, strided or
     sliced along the tokens of K's input (Funnel's pooled queries) is self-attention
-    over fewer query positions, and so is K read from a strided reduction of Q's input.
-    A separable core's Q scores its K (a learned vector over the queries): K and V decide.
+    over fewer query positions, and so is K read from a strided reduction of Q's input,
+    and Q and K read from sibling mixes of one tensor's tokens. A separable core's Q
+    scores its K (a learned vector over the queries): K and V decide.
     """
     first, second = ("k", "v") if draft.core.form == "separable" else ("q", "k")
     q_in = canonical_input(_chain_input(draft.sources[first]))
     k_in = canonical_input(_chain_input(draft.sources[second]))
     same = (q_in is k_in or same_tokens_source(q_in, k_in) or same_sequence(q_in, k_in)
-            or reduced_copy(k_in, q_in, params))
+            or reduced_copy(k_in, q_in, params) or sibling_mixes(q_in, k_in, params))
     return "self" if same else "cross"
 
 

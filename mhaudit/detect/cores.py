@@ -17,6 +17,7 @@ from mhaudit.trace.ops import (
     MAP_COMBINE_OPS,
     MATMUL_OPS,
     PROB_OPS,
+    PROB_RENORM_OPS,
     SCORE_OPS,
     SDPA_OPS,
     SDPA_VARIANTS,
@@ -133,9 +134,12 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
 
 
 def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
+    """softmax(QKᵀ)·V over the keys, or over the queries (an assignment of each key to the
+    queries, as GroupViT assigns image tokens to group tokens: softmax over dim -2, then
+    the weights of each query renormalised over the keys before V)."""
     dims = shape(softmax)
     dim = arg(softmax, 1, "dim", -1)
-    if len(dims) < 2 or dim not in (-1, len(dims) - 1):
+    if len(dims) < 2 or dim not in (-1, len(dims) - 1, -2, len(dims) - 2):
         return None
     found = _find_scores(softmax.args[0], params)
     if found is None:
@@ -263,7 +267,7 @@ def _find_context(
                         return user, node, mixed, picked  # V·Pᵀ: channels-first heads
                 elif head_mix_input(user, params) is node:
                     nxt.append((user, True, picked))
-                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
+                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | PROB_RENORM_OPS | {"slice"}:
                     nxt.append((user, mixed, picked))
                 elif op_name(user) in MAP_COMBINE_OPS:
                     nxt.append((user, mixed, True))

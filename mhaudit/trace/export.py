@@ -135,6 +135,34 @@ DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException,
 one, the real rung runs next: export would meet the same value (and fail, or give sizes
 that are guesses), where a real forward gives every shape exactly."""
 
+MODEL_CODE_ERRORS = (AttributeError, KeyError, IndexError, NameError, TypeError, ValueError)
+"""Errors of the model's own Python code (a config without a field, a wrong argument).
+Fake tensors and export raise torch's own errors (runtime, unsupported, data-dependent)."""
+
+_TENSOR_KIND_WORDS = ("meta", "fake", "symbolic", "symint")
+"""Words of an error about the tensors a rung ran on, not about the model's code."""
+
+_REAL_REFUSED = ("the record and export both raised {} in the model's code, "
+                 "which a real forward raises too")
+
+
+class NotRun(Exception):
+    """A rung left out: why the ladder did not run it."""
+
+
+def _raised_by_the_model(failures: list[tuple[str, BaseException]]) -> bool:
+    """The record and export, which run the model's Python code in two different ways,
+    raised the same error of that code: it raises on any tensors, so a real forward (and
+    building the model again on CPU for it, the ladder's one costly rung) would too."""
+    found = dict(failures)
+    record, export = found.get("dispatch-record"), found.get("torch.export")
+    if not isinstance(record, MODEL_CODE_ERRORS) or export is None:
+        return False
+    if any(word in str(record).lower() for word in _TENSOR_KIND_WORDS):
+        return False  # about the tensors both ran on (".numpy() of a meta tensor")
+    return type(record) is type(export) and str(record) == str(export)
+
+
 TRACER_ENV = "MHAUDIT_TRACER"
 """Environment variable naming the first rung to try (``torch.export`` skips the record);
 the rungs after it stay as fallbacks."""
@@ -195,6 +223,10 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                         pending.clear()
                     elif name == "dispatch-record" and isinstance(exc, DATA_DEPENDENT):
                         pending.sort(key=lambda rung: rung[0] != "dispatch-real")
+                    elif _raised_by_the_model(failures):
+                        failures.extend((rung, NotRun(_REAL_REFUSED.format(first_line(exc))))
+                                        for rung, _ in pending if rung == "dispatch-real")
+                        pending = [rung for rung in pending if rung[0] != "dispatch-real"]
                 else:
                     require_ran(model, traced)
                     return _with_causes(traced, failures, subject)

@@ -250,6 +250,9 @@ POOLED_PASS_OPS = frozenset(
 """Ops a separable core's scores and pooled vector may pass on their way to V."""
 SIZE_OPS = frozenset({"sym_size", "size", "sym_numel", "sym_stride", "dim"})
 """Ops that read a tensor's metadata, not its values."""
+PROB_RENORM_OPS = frozenset({"add", "div", "detach"})
+"""Ops that turn probabilities into weights before V: a straight-through hard assignment
+(``hard - soft.detach() + soft``) and a division by the weights' sum."""
 LOGIT_MOVE_OPS = frozenset({"permute", "transpose"})
 """Ops that move the head axis out of the way of a head-axis map and back."""
 HEAD_MIX_OPS = frozenset({"linear", "matmul", "einsum", "conv2d", "convolution", "mm"})

@@ -77,3 +77,22 @@ def test_levit_heads_are_key_dim_wide_and_subsampling_blocks_find_their_projecti
         ("self", 8, 8, 8, 32, 64, 1, 4, 49152),
         ("self", 6, 6, 8, 16, 96, 1, 1, 27648),
     ]
+
+
+def test_groupvit_assigns_tokens_to_groups_by_a_softmax_over_the_groups() -> None:
+    config = transformers.GroupViTVisionConfig(
+        hidden_size=64, intermediate_size=128, depths=[1, 1], num_group_tokens=[8, 0],
+        num_output_groups=[4, 4], num_attention_heads=4, image_size=32, patch_size=8)
+    report = _audit(transformers.GroupViTVisionModel, config, 1, 3, 32, 32)
+    by_name = {b.layout.name: b for b in report.blocks}
+    assign = by_name["vision_model.encoder.stages.0.downsample.assign"]
+    # GroupViTAssignAttention: softmax(q·kᵀ · 64**-0.5, dim=-2) over the 4 output groups,
+    # hard straight through, renormalised over the (32 / 8)² = 16 image tokens it assigns;
+    # one head of hidden_size = 64; q, k, v and proj are 64·64 + 64 each.
+    lay = assign.layout
+    assert (lay.kind, lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.seq_len_q,
+            lay.seq_len_kv) == ("cross", 1, 1, 64, 4, 16)
+    assert assign.params.total == 4 * (64 * 64 + 64)
+    # The pre-assignment cross attention keeps the config's 4 heads of 16.
+    pre = by_name["vision_model.encoder.stages.0.downsample.pre_assign_attn.attn"].layout
+    assert (pre.num_heads, pre.head_dim) == (4, 16)

@@ -101,6 +101,9 @@ def test_shrunk_vocabulary_holds_every_special_token() -> None:
     small = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
     shrink_vocab(small)
     assert small["vocab_size"] == 50257  # 50256 + 1 rounds up to 50304: nothing to shrink
+    hashed = {"vocab_size": 260, "encoder_hash_byte_group_vocab": 500002}
+    shrink_vocab(hashed)
+    assert hashed == {"vocab_size": 256, "encoder_hash_byte_group_vocab": 256}
 
 
 def test_block_problems_name_the_field_that_differs() -> None:
@@ -263,3 +266,77 @@ def test_widths_scaled_by_a_width_multiplier_are_config_widths() -> None:
     assert layout.widths == {96, 144}
     (small,) = expected_layouts(PretrainedConfig(width_multiplier=0.5, base_attn_unit_dims=[20]))
     assert small.widths == {16}
+def test_a_square_linear_gate_is_no_attention_module() -> None:
+    from torch import nn
+
+    class GatedAttention(nn.Module):  # x * softmax(W·x) over features, as PatchTSMixer's
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn_layer = nn.Linear(8, 8)
+            self.attn_softmax = nn.Softmax(dim=-1)
+
+    class FusedAttention(nn.Module):  # one fused QKV map, three times as wide as its input
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+    model = nn.ModuleDict({"gate": GatedAttention(), "fused": FusedAttention()})
+    assert attention_modules(model) == ["fused"]
+
+
+def test_tsmixer_gates_are_no_attention_but_its_self_attention_is() -> None:
+    import torch
+    from transformers import PatchTSMixerConfig, PatchTSMixerModel
+
+    config = PatchTSMixerConfig(context_length=16, patch_length=4, patch_stride=4,
+                                num_input_channels=2, d_model=8, num_layers=1,
+                                self_attn=True, self_attn_heads=2)
+    with torch.device("meta"):
+        names = attention_modules(PatchTSMixerModel(config))
+    # Each layer's patch mixer and feature mixer gate (softmax(Linear(x)) * x) are gates;
+    # the patch mixer's PatchTSMixerAttention (Q, K, V, O) is the one attention module.
+    assert [n.rsplit(".", 1)[-1] for n in names] == ["self_attn_layer"]
+
+
+def test_head_dim_may_follow_the_one_the_module_declares() -> None:
+    from torch import nn
+    from zoo_harness.expect import declared_head_dims
+
+    class PoolingHead(nn.Module):  # head dim from intermediate_size // heads, as VideoPrism's
+        def __init__(self) -> None:
+            super().__init__()
+            self.head_dim = 128 // 4
+            self.q_proj = nn.Linear(64, 128)
+
+    assert declared_head_dims(nn.ModuleDict({"head": PoolingHead()}), ["head"]) == {"head": 32}
+    layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}))
+    block = {"name": "head", "num_heads": 4, "num_kv_heads": 4, "head_dim": 32,
+             "d_model": 64, "kind": "cross"}
+    assert block_problems(block, [layout]) == ["config: head dim 32 (config [16])"]
+    assert block_problems(block, [layout], head_dim=32) == []
+    assert block_problems(block, [layout], head_dim=8) == ["config: head dim 32 (config [16])"]
+
+
+def test_the_scale_a_module_declares_gives_its_head_dim_and_heads() -> None:
+    from torch import nn
+    from zoo_harness.expect import declared_head_dims
+
+    class AssignAttention(nn.Module):  # one head over the width, as GroupViT's assignment
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = 64**-0.5
+            self.q_proj = nn.Linear(64, 64)
+
+    class Scaled(AssignAttention):  # a scale that is no d**-0.5 declares nothing
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = 0.3
+
+    model = nn.ModuleDict({"assign": AssignAttention(), "other": Scaled()})
+    assert declared_head_dims(model, ["assign", "other"]) == {"assign": 64}
+    layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}))
+    block = {"name": "assign", "num_heads": 1, "num_kv_heads": 1, "head_dim": 64,
+             "d_model": 64, "kind": "cross"}
+    assert block_problems(block, [layout], head_dim=64) == []  # 1 head of 64 spans 64
+    assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2}, [layout],
+                          head_dim=64) == ["config: heads 2 (config [4])"]

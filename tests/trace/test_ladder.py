@@ -102,3 +102,49 @@ def test_data_dependent_branch_on_meta_reads_the_value_as_zero() -> None:
     (layout,) = detect(traced, model)
     assert traced.method == "dispatch-fake (1 data-dependent value(s) read as 0)"
     assert (layout.num_heads, layout.head_dim, count(layout).total) == (4, 8, 4 * (32 * 32 + 32))
+
+
+def test_an_error_of_the_model_code_builds_no_cpu_twin() -> None:
+    import contextlib
+
+    from mhaudit.trace.real import CpuTwin
+
+    class NoField(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(3, 3)
+            self.config = object()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.proj(x) * self.config.num_layers  # type: ignore[attr-defined]
+
+    built: list[bool] = []
+
+    @contextlib.contextmanager
+    def build():  # type: ignore[no-untyped-def]
+        built.append(True)
+        yield NoField(), (torch.randn(2, 3),), {}
+
+    with torch.device("meta"):
+        model = NoField()
+        x = torch.randn(2, 3)
+    with pytest.raises(TraceError) as info:
+        trace(model, (x,), {}, twin=CpuTwin(build, 48))
+    # The record and export raise the same AttributeError: the real forward is not tried,
+    # and the model is not built again on CPU for it; the message still names the rung.
+    assert built == []
+    assert "dispatch-real: NotRun: the record and export both raised" in str(info.value)
+    assert "dispatch-fake: AttributeError" in str(info.value)
+
+
+def test_an_error_about_meta_tensors_still_tries_the_real_forward() -> None:
+    from mhaudit.trace.export import _raised_by_the_model
+
+    # The same error on both rungs, but about the tensors they ran on: a real CPU forward
+    # may well run, so the ladder still tries it.
+    error = TypeError("can't convert meta device type tensor to numpy")
+    assert not _raised_by_the_model([("dispatch-record", error), ("torch.export", error)])
+    same = AttributeError("'Config' object has no attribute 'num_layers'")
+    assert _raised_by_the_model([("dispatch-record", same), ("torch.export", same)])
+    other = AttributeError("'Config' object has no attribute 'depth'")
+    assert not _raised_by_the_model([("dispatch-record", same), ("torch.export", other)])

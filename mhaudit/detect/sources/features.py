@@ -148,12 +148,17 @@ def _fwd_view_as_real(step: _Step, axes: frozenset[int]) -> frozenset[int] | Non
     return axes | {len(step.after) - 1} if len(step.before) - 1 in axes else axes
 
 
+def _reduced_dims(node: fx.Node, before: tuple[int, ...]) -> frozenset[int]:
+    """The input axes a reduction ``op(x, dim, …)`` runs over."""
+    dims = arg(node, 1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    return frozenset(d % len(before) for d in dims if isinstance(d, int))
+
+
 def _fwd_reduce(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
     if len(step.after) >= len(step.before):
         return None
-    dims = arg(step.node, 1, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or [])
-    gone = {d % len(step.before) for d in dims}
+    gone = _reduced_dims(step.node, step.before)
     kept = [a for a in range(len(step.before)) if a not in gone]
     return frozenset(kept.index(a) for a in axes if a in kept)
 
@@ -245,6 +250,10 @@ def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
         if removed is not None:
             if removed in axes:
                 width /= before[removed]
+        elif name in REDUCE_OPS and len(after) < len(before):
+            # A reduction that drops feature axes (a mean over each group of heads)
+            # leaves one feature per group.
+            width /= math.prod(before[a] for a in _reduced_dims(node, before) & axes)
         elif len(after) == len(before) and name not in FEATURE_KEEP_OPS | RESHAPE_OPS | PERMUTE_OPS:
             for a in axes:
                 if after[a] < before[a] and (name in SLICE_OPS or before[a] % after[a] == 0):

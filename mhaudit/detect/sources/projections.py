@@ -107,7 +107,10 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             # A decomposed linear: mm on flattened rows, a view back, then the bias add.
             user, before = next(iter(user.users)), user
         other = [a for a in user.args if isinstance(a, fx.Node) and a is not before]
-        if op_name(user) == "add" and other and param_root(other[0], params):
+        # A bias adds one value per output feature: it never broadcasts the output wider
+        # (a static kernel added to per-token dynamic kernels is no bias).
+        if op_name(user) == "add" and other and param_root(other[0], params) \
+                and numel(user) == numel(before):
             bias_name = param_root(other[0], params)
             bias_numel = numel(other[0])
             result = user

@@ -330,6 +330,8 @@ class _Walk:
         for view, value in in_place_writes(buffer):
             size = shape(view)
             whole = shape(buffer)
+            if 0 in size:
+                continue  # an empty write (a zero-width rope part) fills nothing
             split = [a for a in range(len(size)) if len(size) == len(whole) and size[a] != whole[a]]
             sub = self.parts(value, axis, depth + 1)
             sub = tuple((p, (buffer, *path), d, s) for p, path, d, s in sub)
