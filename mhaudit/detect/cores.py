@@ -7,15 +7,19 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.patterns.bands import chunked_band
+from mhaudit.detect.patterns.buffers import written_buffer, written_values
 from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.patterns.padding import head_dims
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import arg, numel, param_root, shape, tensor_inputs, val
 from mhaudit.trace.ops import (
+    BAND_MOVE_OPS,
     LOGIT_MOVE_OPS,
     MAP_COMBINE_OPS,
     MATMUL_OPS,
+    PROB_CHUNK_OPS,
     PROB_OPS,
     SCORE_OPS,
     SDPA_OPS,
@@ -54,6 +58,10 @@ class Core:
     maps: int = 1
     """Softmax maps combined (picked apart and subtracted) into each map V meets
     (differential attention: 2)."""
+    band: int | None = None
+    """Chunk length 2w when the scores are a band computed over overlapping chunks of 2w
+    (stride w, :mod:`~mhaudit.detect.patterns.bands`); ``seq_len_q`` and ``seq_len_kv``
+    are then the whole sequence. None for a dense core."""
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
@@ -144,6 +152,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     v, d_v, v_axis = _context_value(context, probs)
     if q is None or k is None or v is None:
         return None
+    band = chunked_band(softmax, scores, probs)
+    n_q, n_kv = (band.queries, band.queries) if band else (dims[-2], dims[-1] - sinks)
     return Core(
         output=context,
         q=q,
@@ -151,8 +161,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         v=v,
         head_dim=d_k,
         v_head_dim=d_v,
-        seq_len_q=dims[-2],
-        seq_len_kv=dims[-1] - sinks,
+        seq_len_q=n_q,
+        seq_len_kv=n_kv,
         implementation="eager",
         causal=any(looks_causal(m) for m in masks),
         scale=scale,
@@ -161,6 +171,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         sinks=sinks,
         head_mixing=mixed or mixed_after,
         maps=_maps(softmax, probs) if picked else 1,
+        band=band.chunk if band else None,
     )
 
 
@@ -175,17 +186,31 @@ _Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool]
 
 
 def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
-    """Walk back from softmax's input to an activation matmul (the scores op)."""
+    """Walk back from softmax's input to an activation matmul (the scores op).
+
+    A buffer the scores are written into is followed to the values written; past it,
+    the pads, slices and strided views that move chunked scores into a band are too.
+    """
     masks: list[fx.Node] = []
     scale: float | None = None
-    sinks, mixed = 0, False
+    sinks, mixed, moved = 0, False, False
     current = start
-    for _ in range(16):
+    for _ in range(24):
         if not isinstance(current, fx.Node):
             return None
         if is_activation_matmul(current, params):
             return current, masks, scale, sinks, mixed
         name = op_name(current)
+        written = written_values(current)
+        if written is not None:
+            found = _branch_to_matmul(written, params, moved=True)
+            if found is None:
+                return None
+            current, moved = found, True
+            continue
+        if moved and name in BAND_MOVE_OPS:
+            current = current.args[0]
+            continue
         mixing = head_mix_input(current, params)
         if mixing is not None or name in LOGIT_MOVE_OPS:
             mixed = mixed or mixing is not None
@@ -217,25 +242,33 @@ def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
     return None
 
 
-def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str]) -> fx.Node | None:
-    """The input whose ancestry reaches an activation matmul through score ops."""
+def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str],
+                      moved: bool = False) -> fx.Node | None:
+    """The input whose ancestry reaches an activation matmul through score ops (and,
+    when ``moved``, the ops that move written scores into a band)."""
     for candidate in inputs:
-        if _reaches_matmul(candidate, params, 10):
+        if _reaches_matmul(candidate, params, 10, moved):
             return candidate
     return None
 
 
-def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int) -> bool:
+def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int,
+                    moved: bool = False) -> bool:
     if is_activation_matmul(node, params):
         return True
     if depth == 0:
         return False
     mixing = head_mix_input(node, params)
     if mixing is not None:
-        return _reaches_matmul(mixing, params, depth - 1)
+        return _reaches_matmul(mixing, params, depth - 1, moved)
+    written = written_values(node)
+    if written is not None:
+        return any(_reaches_matmul(w, params, depth - 1, True) for w in written)
+    if moved and op_name(node) in BAND_MOVE_OPS and isinstance(node.args[0], fx.Node):
+        return _reaches_matmul(node.args[0], params, depth - 1, moved)
     if op_name(node) not in SCORE_OPS | LOGIT_MOVE_OPS | {"cat"}:
         return False
-    return any(_reaches_matmul(i, params, depth - 1) for i in tensor_inputs(node))
+    return any(_reaches_matmul(i, params, depth - 1, moved) for i in tensor_inputs(node))
 
 
 def _find_context(
@@ -244,10 +277,12 @@ def _find_context(
     """Walk forward from softmax to the matmul that applies the probabilities to V.
 
     Also says whether a head-axis map mixes the probabilities on the way, and whether
-    maps are picked apart (``select``) and combined (``sub``) before V.
+    maps are picked apart (``select``) and combined (``sub``) before V. Pads and strided
+    views (probabilities moved from a band back into chunks) are followed, and so are
+    writes of the probabilities into a buffer, to the buffer's readers.
     """
     frontier = [(softmax, False, False)]
-    for _ in range(8):
+    for _ in range(12):
         nxt: list[tuple[fx.Node, bool, bool]] = []
         for node, mixed, picked in frontier:
             for user in node.users:
@@ -259,8 +294,10 @@ def _find_context(
                         return user, node, mixed, picked  # V·Pᵀ: channels-first heads
                 elif head_mix_input(user, params) is node:
                     nxt.append((user, True, picked))
-                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | {"slice"}:
+                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | PROB_CHUNK_OPS:
                     nxt.append((user, mixed, picked))
+                elif (buffer := written_buffer(user, node)) is not None:
+                    nxt.append((buffer, mixed, picked))
                 elif op_name(user) in MAP_COMBINE_OPS:
                     nxt.append((user, mixed, True))
         frontier = nxt
