@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from mhaudit.cost.arithmetic import attention_flops, attention_parts, matmul_flops
+from mhaudit.cost.arithmetic import (
+    attention_flops,
+    attention_parts,
+    band_chunks,
+    banded_attention_parts,
+    matmul_flops,
+)
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Roofline
 
@@ -145,7 +151,8 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT: exp, sum, divide), context
     2·b·h·n_q·n_kv·d_v, all h query heads (GQA shares K/V, not work). Masking, scaling
     and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
-    causal block.
+    causal block. A band over overlapping chunks (``window_chunk``) counts the core as
+    the chunks compute it (:func:`~mhaudit.cost.arithmetic.banded_attention_parts`).
 
     Only when ``layout.causal`` is True: ``causal_total`` counts the core over the
     unmasked pairs (``causal_pairs`` with the layout's alignment and window), a lower
@@ -159,7 +166,11 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     k_proj = projection_flops(layout.k, b * n_kv)
     v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv)
     o_proj = projection_flops(layout.o, b * n_q)
-    scores, softmax, context = attention_parts(b * h, n_q, n_kv, d_k, d_v)
+    if layout.window_chunk:  # a band over overlapping chunks (banded_attention_parts)
+        scores, softmax, context = banded_attention_parts(b * h, n_q, layout.window_chunk,
+                                                          d_k, d_v)
+    else:
+        scores, softmax, context = attention_parts(b * h, n_q, n_kv, d_k, d_v)
     causal_total = tiles_total = None
     if layout.causal is True:
         offset = diagonal_offset(layout)
@@ -210,6 +221,17 @@ def cached_positions(layout: Layout, seq_len_kv: int) -> int:
     return seq_len_kv if layout.window is None else min(seq_len_kv, layout.window)
 
 
+def score_elements(layout: Layout) -> int:
+    """Scores the block materialises: b·h·n_q·n_kv, or for a band over overlapping
+    chunks the chunks' tiles, b·h·c·(2w)² with c = n/w − 1 (the largest score tensor
+    the chunked computation holds; the band it copies them into is b·h·n·(2w + 1))."""
+    b, h = layout.batch_size, layout.num_heads
+    chunk = layout.window_chunk
+    if chunk:
+        return b * h * band_chunks(layout.seq_len_q, chunk) * chunk * chunk
+    return b * h * layout.seq_len_q * layout.seq_len_kv
+
+
 def block_memory(
     layout: Layout,
     element_bytes: int,
@@ -220,18 +242,18 @@ def block_memory(
 
     q/k/v bytes are the tensors the attention core reads: b·n_q·h·d_k, b·n_kv·h_kv·d_k
     and b·n_kv·h_kv·d_v elements (V counted even when it aliases K). The score matrix
-    is b·h·n_q·n_kv elements of ``scores_element_bytes`` (default ``element_bytes``;
-    pass 4 for the SDPA math fallback on fp16/bf16 inputs, which computes scores in
-    fp32). The cache, with p = ``kv_bytes_per_position``: causal self-attention (a
-    decoder) adds p per generated token and holds p·b·min(n_kv, window); cross-attention
-    holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``) and adds nothing
-    per token; non-causal self-attention (an encoder) caches nothing.
+    is ``score_elements`` (b·h·n_q·n_kv when dense) of ``scores_element_bytes`` bytes
+    (default ``element_bytes``; pass 4 for the SDPA math fallback on fp16/bf16 inputs,
+    which computes scores in fp32). The cache, with p = ``kv_bytes_per_position``: causal
+    self-attention (a decoder) adds p per generated token and holds p·b·min(n_kv, window);
+    cross-attention holds p·b·n_kv once per source sequence (``kv_cache_bytes_static``)
+    and adds nothing per token; non-causal self-attention (an encoder) caches nothing.
     """
     b, h, h_kv = layout.batch_size, layout.num_heads, layout.num_kv_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
     e = element_bytes
     scores_e = element_bytes if scores_element_bytes is None else scores_element_bytes
-    scores_bytes = b * h * n_q * n_kv * scores_e  # (b, h, n_q, n_kv)
+    scores_bytes = score_elements(layout) * scores_e  # (b, h, n_q, n_kv) when dense
     per_position = kv_bytes_per_position(layout, element_bytes)
     per_token = per_position if grows_with_tokens(layout) else 0
     static = per_position * b * n_kv if layout.kind == "cross" else 0

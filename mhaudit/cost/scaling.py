@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mhaudit.cost.block import block_flops, block_memory
+from mhaudit.cost.block import block_flops, block_memory, score_elements
 from mhaudit.data import AttentionBlock, Layout, ScalingPoint
 
 
@@ -17,8 +17,7 @@ def at_length(layout: Layout, seq_len: int) -> Layout:
 
 def score_element_bytes(block: AttentionBlock, element_bytes: int) -> int:
     """Bytes per score as the block was costed: 4 for the math fallback on half inputs."""
-    lay = block.layout
-    elements = lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv
+    elements = score_elements(block.layout)
     if not elements:
         return element_bytes
     return block.memory.scores_bytes_if_materialized // elements

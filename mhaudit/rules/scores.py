@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mhaudit import units
+from mhaudit.cost.block import score_elements
 from mhaudit.cost.kernels import sdpa_backend
 from mhaudit.data import AttentionBlock, Severity
 from mhaudit.rules.base import Hit, NumberSpec, Rule, RuleContext, Threshold
@@ -11,8 +12,7 @@ from mhaudit.rules.target import on_target, target_of
 
 
 def _score_elements(block: AttentionBlock) -> int:
-    lay = block.layout
-    return lay.batch_size * lay.num_heads * lay.seq_len_q * lay.seq_len_kv
+    return score_elements(block.layout)
 
 
 def _score_element_bytes(block: AttentionBlock) -> int:
