@@ -14,13 +14,14 @@ from fixtures.zoo_bands import (
     SliceScatterScores,
     W,
 )
-from torch import nn
+from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from mhaudit.api import audit
 from mhaudit.cost.arithmetic import banded_attention_parts
 from mhaudit.data import Layout
 from mhaudit.detect.blocks import detect
+from mhaudit.detect.patterns.buffers import written_buffer, written_values
 from mhaudit.trace.export import trace
 
 B, N = 2, 8
@@ -80,3 +81,17 @@ def test_banded_parts_pad_the_sequence_to_the_chunk() -> None:
     assert scores == 2 * 5 * 4 * 4 * 8
     assert softmax == 3 * 12 * 5
     assert context == 2 * 6 * 2 * 6 * 8
+
+
+def test_a_buffer_holds_what_is_written_into_its_views_in_place() -> None:
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    buffer = graph.call_function(torch.ops.aten.new_zeros.default, (x, [4, 4]))
+    view = graph.call_function(torch.ops.aten.slice.Tensor, (buffer, 0, 0, 2))
+    written = graph.call_function(torch.ops.aten.copy_.default, (view, x))
+    copied = graph.call_function(torch.ops.aten.copy.default, (view, buffer))  # functional
+    scattered = graph.call_function(torch.ops.aten.slice_scatter.default, (buffer, x, 0, 0, 2))
+    assert written_values(buffer) == [x]  # the functional copy writes nothing into it
+    assert written_values(scattered) == [x, buffer]  # the values, then what they go into
+    assert written_values(x) is None
+    assert written_buffer(written, x) is buffer and written_buffer(copied, buffer) is None
