@@ -167,8 +167,8 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv)
     o_proj = projection_flops(layout.o, b * n_q)
     if layout.window_chunk:  # a band over overlapping chunks (banded_attention_parts)
-        scores, softmax, context = banded_attention_parts(b * h, n_q, layout.window_chunk,
-                                                          d_k, d_v)
+        scores, softmax, context = banded_attention_parts(
+            b * h, n_q, layout.window_chunk, d_k, d_v, layout.global_keys)
     else:
         scores, softmax, context = attention_parts(b * h, n_q, n_kv, d_k, d_v)
     causal_total = tiles_total = None

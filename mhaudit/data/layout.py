@@ -111,6 +111,9 @@ class Layout:
     overlapping chunks of this length with stride half of it (Longformer's sliding
     chunks: 2w); ``seq_len_q``/``seq_len_kv`` are then the whole (padded) sequence. None
     for a dense core."""
+    global_keys: int = 0
+    """Keys scored apart and joined beside a band (Longformer's global tokens, which
+    every query sees); 0 when none."""
     causal_alignment: str = "top-left"
     """Where a causal mask puts its diagonal when n_q ≠ n_kv: ``top-left`` (query i sees
     keys 0..i, torch's ``is_causal``) or ``bottom-right`` (query i sees keys up to

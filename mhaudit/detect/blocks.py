@@ -164,6 +164,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         streams=streams,
         window=first.band or window,
         window_chunk=first.band,
+        global_keys=first.global_keys,
         causal_alignment=alignment,
         score_dtype=score_dtype(first.output) if first.implementation == "eager" else None,
         latent_width=latent_elements_per_position(

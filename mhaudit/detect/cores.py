@@ -58,6 +58,9 @@ class Core:
     maps: int = 1
     """Softmax maps combined (picked apart and subtracted) into each map V meets
     (differential attention: 2)."""
+    global_keys: int = 0
+    """Logit columns from another scores product beside the band, read by V (Longformer's
+    global tokens as keys); 0 when none."""
     band: int | None = None
     """Chunk length 2w when the scores are a band computed over overlapping chunks of 2w
     (stride w, :mod:`~mhaudit.detect.patterns.bands`); ``seq_len_q`` and ``seq_len_kv``
@@ -144,15 +147,17 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     found = _find_scores(softmax.args[0], params)
     if found is None:
         return None
-    scores, masks, scale, sinks, mixed = found
-    context, probs, mixed_after, picked = _find_context(softmax, params)
+    scores, masks, scale, sinks, mixed, keyed = found
+    context, probs, mixed_after, picked = _find_context(softmax, params, widest=bool(keyed))
     if context is None or probs is None:
         return None
     q, k, d_k, qk_axes = _scores_operands(scores)
     v, d_v, v_axis = _context_value(context, probs)
     if q is None or k is None or v is None:
         return None
-    band = chunked_band(softmax, scores, probs)
+    band = chunked_band(softmax, scores, probs, sinks + keyed)
+    if keyed and band is None:  # two scores products side by side are read only for a band
+        return None
     n_q, n_kv = (band.queries, band.queries) if band else (dims[-2], dims[-1] - sinks)
     return Core(
         output=context,
@@ -171,6 +176,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         sinks=sinks,
         head_mixing=mixed or mixed_after,
         maps=_maps(softmax, probs) if picked else 1,
+        global_keys=keyed,
         band=band.chunk if band else None,
     )
 
@@ -181,8 +187,9 @@ def _maps(softmax: fx.Node, probs: fx.Node) -> int:
     return ratio if ratio > 1 and not rest else 1
 
 
-_Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool]
-"""The scores op, masks, scale, extra logit columns and whether heads are mixed."""
+_Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool, int]
+"""The scores op, masks, scale, extra logit columns, whether heads are mixed, and the
+columns of another scores product joined beside it."""
 
 
 def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
@@ -193,13 +200,13 @@ def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
     """
     masks: list[fx.Node] = []
     scale: float | None = None
-    sinks, mixed, moved = 0, False, False
+    sinks, mixed, moved, keyed = 0, False, False, 0
     current = start
     for _ in range(24):
         if not isinstance(current, fx.Node):
             return None
         if is_activation_matmul(current, params):
-            return current, masks, scale, sinks, mixed
+            return current, masks, scale, sinks, mixed, keyed
         name = op_name(current)
         written = written_values(current)
         if written is not None:
@@ -217,14 +224,11 @@ def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
             current = mixing if mixing is not None else current.args[0]
             continue
         if name == "cat":
-            parts = list(tensor_inputs(current))
-            branch = _branch_to_matmul(parts, params)
-            extra = extra_columns(current, branch) if branch is not None else 0
-            if branch is None or not extra or any(
-                    p is not branch and _reaches_matmul(p, params, 10) for p in parts):
+            joined = _cat_branch(current, params)
+            if joined is None:
                 return None
-            sinks += extra
-            current = branch
+            current, more_sinks, more_keyed = joined
+            sinks, keyed = sinks + more_sinks, keyed + more_keyed
             continue
         if name not in SCORE_OPS:
             return None
@@ -240,6 +244,20 @@ def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
         masks.extend(i for i in inputs if i is not nxt)
         current = nxt
     return None
+
+
+def _cat_branch(cat: fx.Node, params: dict[str, str]) -> tuple[fx.Node, int, int] | None:
+    """The scores part of a last-axis ``cat`` of logits, the columns joined beside it that
+    no product scored (sinks), and those another product scored (global keys: then the
+    widest part is the scores'); None when no part is scores."""
+    parts = list(tensor_inputs(cat))
+    scored = [p for p in parts if _reaches_matmul(p, params, 10)]
+    if len(scored) > 1:
+        widest = max(scored, key=lambda p: (shape(p) or (0,))[-1])
+        keyed = extra_columns(cat, widest)
+        return (widest, 0, keyed) if keyed else None
+    extra = extra_columns(cat, scored[0]) if scored else 0
+    return (scored[0], extra, 0) if extra else None
 
 
 def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str],
@@ -272,15 +290,18 @@ def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int,
 
 
 def _find_context(
-    softmax: fx.Node, params: dict[str, str]
+    softmax: fx.Node, params: dict[str, str], widest: bool = False
 ) -> tuple[fx.Node | None, fx.Node | None, bool, bool]:
     """Walk forward from softmax to the matmul that applies the probabilities to V.
 
     Also says whether a head-axis map mixes the probabilities on the way, and whether
     maps are picked apart (``select``) and combined (``sub``) before V. Pads and strided
     views (probabilities moved from a band back into chunks) are followed, and so are
-    writes of the probabilities into a buffer, to the buffer's readers.
+    writes of the probabilities into a buffer, to the buffer's readers. The nearest
+    such matmul is taken, or with ``widest`` the one that reads the most probabilities
+    (the band's, beside the global keys' columns).
     """
+    found: list[tuple[fx.Node, fx.Node, bool, bool]] = []
     frontier = [(softmax, False, False)]
     for _ in range(12):
         nxt: list[tuple[fx.Node, bool, bool]] = []
@@ -288,10 +309,12 @@ def _find_context(
             for user in node.users:
                 if is_activation_matmul(user, params):
                     operands = _matmul_operands(user)
-                    if operands and operands[0] is node:
-                        return user, node, mixed, picked
-                    if len(operands) == 2 and operands[1] is node and _swaps_last_two(node):
-                        return user, node, mixed, picked  # V·Pᵀ: channels-first heads
+                    if (operands and operands[0] is node) or (
+                            len(operands) == 2 and operands[1] is node
+                            and _swaps_last_two(node)):  # V·Pᵀ: channels-first heads
+                        found.append((user, node, mixed, picked))
+                        if not widest:
+                            return found[0]
                 elif head_mix_input(user, params) is node:
                     nxt.append((user, True, picked))
                 elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | PROB_CHUNK_OPS:
@@ -301,6 +324,8 @@ def _find_context(
                 elif op_name(user) in MAP_COMBINE_OPS:
                     nxt.append((user, mixed, True))
         frontier = nxt
+    if found:
+        return max(found, key=lambda f: numel(f[1]))
     return None, None, False, False
 
 

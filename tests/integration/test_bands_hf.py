@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mhaudit.api import audit_target
+from mhaudit.api import audit, audit_target
 from mhaudit.data import Report
 
 tf = pytest.importorskip("transformers")
@@ -71,3 +71,24 @@ def test_led_encoder_layers_are_banded_and_the_decoder_dense(tmp_path: Path) -> 
     assert {(lay.num_heads, lay.head_dim, lay.window_chunk) for lay in decoder} == {
         (4, 16, None)}
     assert sorted(lay.kind for lay in decoder) == ["cross", "self"]
+
+
+def test_longformer_global_tokens_are_keys_beside_the_band() -> None:
+    config = tf.LongformerConfig(vocab_size=64, hidden_size=64, num_hidden_layers=1,
+                                 num_attention_heads=4, intermediate_size=128,
+                                 attention_window=4, max_position_embeddings=64)
+    model = tf.LongformerModel(config).eval()
+    ids = torch.zeros(1, SEQ, dtype=torch.long)
+    glob = torch.zeros(1, SEQ, dtype=torch.long)
+    glob[0, 0] = 1  # one global token
+    report = audit(model, {"input_ids": ids, "global_attention_mask": glob})
+    banded = [b for b in report.blocks if b.layout.window_chunk]
+    assert len(banded) == 1
+    lay, flops = banded[0].layout, banded[0].flops
+    assert (lay.num_heads, lay.head_dim, lay.seq_len_q, lay.window, lay.global_keys) == (
+        4, 16, 16, 4, 1)
+    # the band's 14,336 and 12,288 (as without global tokens) plus the global key's column:
+    # scores 2·4·16·1·16 = 2,048, context 2·4·16·1·16 = 2,048
+    assert (flops.scores, flops.context) == (14336 + 2048, 12288 + 2048)
+    # softmax over 16 rows of 2w + 1 + 1 = 6 keys per head: 3·4·16·6 = 1,152
+    assert flops.softmax == 1152

@@ -27,20 +27,22 @@ class Band:
     """Queries (and keys) per score chunk: 2w, the chunks overlapping by w."""
 
 
-def chunked_band(softmax: fx.Node, scores: fx.Node, probs: fx.Node) -> Band | None:
+def chunked_band(softmax: fx.Node, scores: fx.Node, probs: fx.Node, extra: int = 0
+                 ) -> Band | None:
     """The band when ``scores`` computes overlapping chunks that ``softmax`` reads as a band.
 
     ``scores`` is (…, c, 2w, 2w) with (…) the b·h sequences; the softmax reads b·h·n rows
     of 2w + 1 keys; the chunks are the c = n/w − 1 windows of 2w with stride w; and
     ``probs``, the probabilities as they meet V, are the n/w skewed chunks of w queries
-    by 3w keys. None when any of these does not hold (a plain or block-diagonal core).
+    by 3w keys. ``extra`` logit columns beside the band (global keys) are not the band's.
+    None when any of these does not hold (a plain or block-diagonal core).
     """
     tiles, rows = shape(scores), shape(softmax)
     if len(tiles) < 3 or not rows or tiles[-1] != tiles[-2] or tiles[-1] % 2:
         return None
     chunk, chunks = tiles[-1], tiles[-3]
     stride, sequences = chunk // 2, math.prod(tiles[:-3])
-    if rows[-1] != chunk + 1 or not sequences:
+    if rows[-1] != chunk + 1 + extra or not sequences:
         return None
     queries, rest = divmod(numel(softmax) // rows[-1], sequences)
     if rest or not stride or queries % stride or chunks != queries // stride - 1:
