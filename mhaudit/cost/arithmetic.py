@@ -65,6 +65,43 @@ def attention_parts(
     return scores, softmax, context
 
 
+def band_length(n: int, chunk: int) -> int:
+    """``n`` padded up to a multiple of the chunk 2w (Longformer pads its input so)."""
+    return -(-n // chunk) * chunk if chunk else n
+
+
+def band_chunks(n: int, chunk: int) -> int:
+    """Overlapping chunks of 2w with stride w over n positions: n/w − 1 (n padded to 2w)."""
+    stride = chunk // 2
+    return band_length(n, chunk) // stride - 1 if stride else 0
+
+
+def banded_attention_parts(
+    batch_heads: int, n: int, chunk: int, d_k: int, d_v: int, global_keys: int = 0
+) -> tuple[int, int, int]:
+    """(scores, softmax, context) of a band computed over overlapping chunks, as
+    Longformer's sliding chunks compute it, with 2w = ``chunk`` and n padded to 2w.
+
+    Scores: c = n/w − 1 chunks of 2w queries by 2w keys, 2·bh·c·(2w)²·d_k (the tile
+    corners outside the band included: the graph computes them). Softmax over the
+    band's n rows of 2w + 1 keys, SOFTMAX_FLOPS_PER_ELEMENT·bh·n·(2w + 1). Context: the
+    probabilities skewed back into n/w chunks of w queries by 3w keys, 2·bh·n·3w·d_v
+    (the pad columns included). g ``global_keys`` scored apart and joined beside the
+    band add 2·bh·n·g·d_k, g softmax columns per row and 2·bh·n·g·d_v. Exact for that
+    algorithm; masks and scaling ignored.
+    """
+    n, stride = band_length(n, chunk), chunk // 2
+    if not stride:
+        return 0, 0, 0
+    scores = matmul_flops(chunk, d_k, chunk, batch_heads * band_chunks(n, chunk)) \
+        + matmul_flops(n, d_k, global_keys, batch_heads)  # (bh, n, d_k) @ (bh, d_k, g)
+    softmax = softmax_flops(batch_heads * n * (chunk + 1 + global_keys))
+    # (bh, n/w, w, 3w) @ (bh, n/w, 3w, d_v), and (bh, n, g) @ (bh, g, d_v)
+    context = matmul_flops(stride, chunk + stride, d_v, batch_heads * (n // stride)) \
+        + matmul_flops(n, global_keys, d_v, batch_heads)
+    return scores, softmax, context
+
+
 def attention_flops(
     batch_heads: int, n_q: int, n_kv: int, d_k: int, d_v: int, *, with_softmax: bool = True
 ) -> int:

@@ -147,8 +147,9 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT: exp, sum, divide), context
     2·b·h·n_q·n_kv·d_v, all h query heads (GQA shares K/V, not work). Masking, scaling
     and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
-    causal block. A block whose scores are not a softmax over n_q×n_kv (``score_form``)
-    costs its core by its form's formula (:func:`~mhaudit.cost.forms.core_cost`).
+    causal block. A block whose scores are not a softmax over n_q×n_kv (``score_form``),
+    or a band over overlapping chunks (``window_chunk``), costs its core by its own
+    formula (:func:`~mhaudit.cost.forms.core_cost`).
 
     Only when ``layout.causal`` is True (softmax form): ``causal_total`` counts the core over the
     unmasked pairs (``causal_pairs`` with the layout's alignment and window), a lower
@@ -225,7 +226,8 @@ def block_memory(
     q/k/v bytes are the tensors the attention core reads: b·n_q·h·d_k, b·n_kv·h_kv·d_k
     and b·n_kv·h_kv·d_v elements (V counted even when it aliases K). The score matrix
     is b·h·n_q·n_kv elements (the form's own count for other score forms:
-    b·h·d_k·d_v for channel attention, b·h·n for separable) of ``scores_element_bytes``
+    b·h·d_k·d_v for channel attention, b·h·n for separable, the chunks' tiles for a band)
+    of ``scores_element_bytes``
     (default ``element_bytes``; pass 4 for the SDPA math fallback on fp16/bf16 inputs,
     which computes scores in fp32). The cache, with p = ``kv_bytes_per_position``: causal
     self-attention (a decoder) adds p per generated token and holds p·b·min(n_kv, window);

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mhaudit.cost.arithmetic import attention_parts, matmul_flops, softmax_flops
+from mhaudit.cost.arithmetic import (
+    attention_parts,
+    band_chunks,
+    banded_attention_parts,
+    matmul_flops,
+    softmax_flops,
+)
 from mhaudit.data import Layout
 
 
@@ -34,6 +40,11 @@ class CoreShape:
     d_v: int
     map_ops: int = 0
     """Elementwise ops per score (the ``kernel`` form's map)."""
+    chunk: int | None = None
+    """2w when a softmax core is a band computed over overlapping chunks of 2w (stride w,
+    Longformer's sliding chunks); None for a dense core."""
+    global_keys: int = 0
+    """Keys scored apart and joined beside a band (global tokens)."""
 
 
 FormFormula = Callable[[CoreShape], CoreCost]
@@ -52,7 +63,17 @@ def _register(form: str) -> Callable[[FormFormula], FormFormula]:
 @_register("softmax")
 def _softmax(s: CoreShape) -> CoreCost:
     """QKᵀ 2·bh·n_q·n_kv·d_k, softmax 3·bh·n_q·n_kv, PV 2·bh·n_q·n_kv·d_v; bh·n_q·n_kv
-    scores. Dense: masks and scaling ignored (an upper bound for a masked core)."""
+    scores. Dense: masks and scaling ignored (an upper bound for a masked core).
+
+    A band over overlapping chunks (``chunk`` = 2w) costs as the chunks compute it
+    (:func:`~mhaudit.cost.arithmetic.banded_attention_parts`); its scores are the chunks'
+    tiles, bh·c·(2w)² with c = n/w − 1 (the largest score tensor the chunked computation
+    holds; the band it copies them into is bh·n·(2w + 1))."""
+    if s.chunk:
+        scores, softmax, context = banded_attention_parts(
+            s.batch_heads, s.n_q, s.chunk, s.d_k, s.d_v, s.global_keys)
+        tiles = s.batch_heads * band_chunks(s.n_q, s.chunk) * s.chunk * s.chunk
+        return CoreCost(scores, softmax, context, tiles)
     scores, softmax, context = attention_parts(s.batch_heads, s.n_q, s.n_kv, s.d_k, s.d_v)
     return CoreCost(scores, softmax, context, s.batch_heads * s.n_q * s.n_kv)
 
@@ -118,7 +139,8 @@ def core_shape(layout: Layout, batch: int | None = None, n_q: int | None = None,
     b = layout.batch_size if batch is None else batch
     return CoreShape(b * layout.num_heads, layout.seq_len_q if n_q is None else n_q,
                      layout.seq_len_kv if n_kv is None else n_kv, layout.head_dim,
-                     layout.v_head_dim, layout.score_map_ops)
+                     layout.v_head_dim, layout.score_map_ops, layout.window_chunk,
+                     layout.global_keys)
 
 
 def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,

@@ -116,7 +116,17 @@ class Layout:
     """Token streams projected apart and joined along the sequence (2 for joint
     attention over text and image tokens); 1 otherwise."""
     window: int | None = None
-    """Sliding-window length: each query sees at most this many keys; None when unbounded."""
+    """Sliding-window length: each query sees at most this many keys (a causal window),
+    or, for a band computed over overlapping chunks (``window_chunk``), the band's width
+    2w: each query sees the w keys either side of it and itself; None when unbounded."""
+    window_chunk: int | None = None
+    """Queries and keys per score chunk when the scores are a band computed over
+    overlapping chunks of this length with stride half of it (Longformer's sliding
+    chunks: 2w); ``seq_len_q``/``seq_len_kv`` are then the whole (padded) sequence. None
+    for a dense core."""
+    global_keys: int = 0
+    """Keys scored apart and joined beside a band (Longformer's global tokens, which
+    every query sees); 0 when none."""
     causal_alignment: str = "top-left"
     """Where a causal mask puts its diagonal when n_q ≠ n_kv: ``top-left`` (query i sees
     keys 0..i, torch's ``is_causal``) or ``bottom-right`` (query i sees keys up to

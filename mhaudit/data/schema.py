@@ -91,7 +91,7 @@ def _layout_to_dict(lay: Layout) -> dict[str, Any]:
               "v_head_dim", "batch_size", "seq_len_q", "seq_len_kv", "d_out", "causal", "scale",
               "kv_shared", "core_count", "cached_width", "sinks", "head_mixing",
               "padded_head_dim", "windowed", "streams", "latent_width", "score_dtype", "window",
-              "causal_alignment", "score_form")
+              "window_chunk", "global_keys", "causal_alignment", "score_form")
     data: dict[str, Any] = {"name": lay.name, "module_type": lay.module_type}
     data.update({key: getattr(lay, key) for key in fields})
     data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}

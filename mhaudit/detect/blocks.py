@@ -166,7 +166,9 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         padded_head_dim=first.padded_head_dim,
         windowed=first.seq_len_q if windows > 1 else None,
         streams=streams,
-        window=window,
+        window=first.band or window,
+        window_chunk=first.band,
+        global_keys=first.global_keys,
         causal_alignment=alignment,
         score_dtype=score_dtype(first.output) if first.implementation == "eager" else None,
         latent_width=latent_elements_per_position(

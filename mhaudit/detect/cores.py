@@ -7,15 +7,23 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.operands import (
+    context_value,
+    is_activation_matmul,
+    matmul_operands,
+    scores_operands,
+)
+from mhaudit.detect.patterns.bands import chunked_band
+from mhaudit.detect.patterns.buffers import written_buffer, written_values
 from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.patterns.padding import head_dims
-from mhaudit.trace.einsum import EinsumError, expand_einsum
-from mhaudit.trace.graphs import arg, numel, param_root, shape, tensor_inputs, val
+from mhaudit.trace.graphs import arg, numel, shape, tensor_inputs, val
 from mhaudit.trace.ops import (
+    BAND_MOVE_OPS,
     LOGIT_MOVE_OPS,
     MAP_COMBINE_OPS,
-    MATMUL_OPS,
+    PROB_CHUNK_OPS,
     PROB_OPS,
     PROB_RENORM_OPS,
     SCORE_OPS,
@@ -59,26 +67,13 @@ class Core:
     """The score form (``mhaudit.data.SCORE_FORMS``)."""
     map_ops: int = 0
     """Elementwise ops per score of a ``kernel`` core's map."""
-
-
-def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
-    """A matmul-family op whose two operands are both activations."""
-    if op_name(node) not in MATMUL_OPS:
-        return False
-    operands = _matmul_operands(node)
-    return len(operands) == 2 and all(
-        val(o) is not None and param_root(o, params) is None for o in operands
-    )
-
-
-def _matmul_operands(node: fx.Node) -> list[fx.Node]:
-    name = op_name(node)
-    if name == "einsum":
-        ops = node.args[1] if len(node.args) > 1 else []
-        return [o for o in ops if isinstance(o, fx.Node)] if isinstance(ops, (list, tuple)) else []
-    if name == "baddbmm":
-        return [a for a in node.args[1:3] if isinstance(a, fx.Node)]
-    return [a for a in node.args[:2] if isinstance(a, fx.Node)]
+    global_keys: int = 0
+    """Logit columns from another scores product beside the band, read by V (Longformer's
+    global tokens as keys); 0 when none."""
+    band: int | None = None
+    """Chunk length 2w when the scores are a band computed over overlapping chunks of 2w
+    (stride w, :mod:`~mhaudit.detect.patterns.bands`); ``seq_len_q`` and ``seq_len_kv``
+    are then the whole sequence. None for a dense core."""
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
@@ -144,14 +139,18 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     found = _find_scores(softmax.args[0], params)
     if found is None:
         return None
-    scores, masks, scale, sinks, mixed = found
-    context, probs, mixed_after, picked = _find_context(softmax, params)
+    scores, masks, scale, sinks, mixed, keyed = found
+    context, probs, mixed_after, picked = _find_context(softmax, params, widest=bool(keyed))
     if context is None or probs is None:
         return None
     q, k, d_k, qk_axes = scores_operands(scores)
     v, d_v, v_axis = context_value(context, probs)
     if q is None or k is None or v is None:
         return None
+    band = chunked_band(softmax, scores, probs, sinks + keyed)
+    if keyed and band is None:  # two scores products side by side are read only for a band
+        return None
+    n_q, n_kv = (band.queries, band.queries) if band else (dims[-2], dims[-1] - sinks)
     return Core(
         output=context,
         q=q,
@@ -159,8 +158,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         v=v,
         head_dim=d_k,
         v_head_dim=d_v,
-        seq_len_q=dims[-2],
-        seq_len_kv=dims[-1] - sinks,
+        seq_len_q=n_q,
+        seq_len_kv=n_kv,
         implementation="eager",
         causal=any(looks_causal(m) for m in masks),
         scale=scale,
@@ -169,6 +168,8 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         sinks=sinks,
         head_mixing=mixed or mixed_after,
         maps=_maps(softmax, probs) if picked else 1,
+        global_keys=keyed,
+        band=band.chunk if band else None,
     )
 
 
@@ -178,36 +179,48 @@ def _maps(softmax: fx.Node, probs: fx.Node) -> int:
     return ratio if ratio > 1 and not rest else 1
 
 
-_Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool]
-"""The scores op, masks, scale, extra logit columns and whether heads are mixed."""
+_Scores = tuple[fx.Node, list[fx.Node], float | None, int, bool, int]
+"""The scores op, masks, scale, extra logit columns, whether heads are mixed, and the
+columns of another scores product joined beside it."""
 
 
 def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
-    """Walk back from softmax's input to an activation matmul (the scores op)."""
+    """Walk back from softmax's input to an activation matmul (the scores op).
+
+    A buffer the scores are written into is followed to the values written; past it,
+    the pads, slices and strided views that move chunked scores into a band are too.
+    """
     masks: list[fx.Node] = []
     scale: float | None = None
-    sinks, mixed = 0, False
+    sinks, mixed, moved, keyed = 0, False, False, 0
     current = start
-    for _ in range(16):
+    for _ in range(24):
         if not isinstance(current, fx.Node):
             return None
         if is_activation_matmul(current, params):
-            return current, masks, scale, sinks, mixed
+            return current, masks, scale, sinks, mixed, keyed
         name = op_name(current)
+        written = written_values(current)
+        if written is not None:
+            found = _branch_to_matmul(written, params, moved=True)
+            if found is None:
+                return None
+            current, moved = found, True
+            continue
+        if moved and name in BAND_MOVE_OPS:
+            current = current.args[0]
+            continue
         mixing = head_mix_input(current, params)
         if mixing is not None or name in LOGIT_MOVE_OPS:
             mixed = mixed or mixing is not None
             current = mixing if mixing is not None else current.args[0]
             continue
         if name == "cat":
-            parts = list(tensor_inputs(current))
-            branch = _branch_to_matmul(parts, params)
-            extra = extra_columns(current, branch) if branch is not None else 0
-            if branch is None or not extra or any(
-                    p is not branch and _reaches_matmul(p, params, 10) for p in parts):
+            joined = _cat_branch(current, params)
+            if joined is None:
                 return None
-            sinks += extra
-            current = branch
+            current, more_sinks, more_keyed = joined
+            sinks, keyed = sinks + more_sinks, keyed + more_keyed
             continue
         if name not in SCORE_OPS:
             return None
@@ -225,53 +238,86 @@ def _find_scores(start: object, params: dict[str, str]) -> _Scores | None:
     return None
 
 
-def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str]) -> fx.Node | None:
-    """The input whose ancestry reaches an activation matmul through score ops."""
+def _cat_branch(cat: fx.Node, params: dict[str, str]) -> tuple[fx.Node, int, int] | None:
+    """The scores part of a last-axis ``cat`` of logits, the columns joined beside it that
+    no product scored (sinks), and those another product scored (global keys: then the
+    widest part is the scores'); None when no part is scores."""
+    parts = list(tensor_inputs(cat))
+    scored = [p for p in parts if _reaches_matmul(p, params, 10)]
+    if len(scored) > 1:
+        widest = max(scored, key=lambda p: (shape(p) or (0,))[-1])
+        keyed = extra_columns(cat, widest)
+        return (widest, 0, keyed) if keyed else None
+    extra = extra_columns(cat, scored[0]) if scored else 0
+    return (scored[0], extra, 0) if extra else None
+
+
+def _branch_to_matmul(inputs: list[fx.Node], params: dict[str, str],
+                      moved: bool = False) -> fx.Node | None:
+    """The input whose ancestry reaches an activation matmul through score ops (and,
+    when ``moved``, the ops that move written scores into a band)."""
     for candidate in inputs:
-        if _reaches_matmul(candidate, params, 10):
+        if _reaches_matmul(candidate, params, 10, moved):
             return candidate
     return None
 
 
-def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int) -> bool:
+def _reaches_matmul(node: fx.Node, params: dict[str, str], depth: int,
+                    moved: bool = False) -> bool:
     if is_activation_matmul(node, params):
         return True
     if depth == 0:
         return False
     mixing = head_mix_input(node, params)
     if mixing is not None:
-        return _reaches_matmul(mixing, params, depth - 1)
+        return _reaches_matmul(mixing, params, depth - 1, moved)
+    written = written_values(node)
+    if written is not None:
+        return any(_reaches_matmul(w, params, depth - 1, True) for w in written)
+    if moved and op_name(node) in BAND_MOVE_OPS and isinstance(node.args[0], fx.Node):
+        return _reaches_matmul(node.args[0], params, depth - 1, moved)
     if op_name(node) not in SCORE_OPS | LOGIT_MOVE_OPS | {"cat"}:
         return False
-    return any(_reaches_matmul(i, params, depth - 1) for i in tensor_inputs(node))
+    return any(_reaches_matmul(i, params, depth - 1, moved) for i in tensor_inputs(node))
 
 
 def _find_context(
-    softmax: fx.Node, params: dict[str, str]
+    softmax: fx.Node, params: dict[str, str], widest: bool = False
 ) -> tuple[fx.Node | None, fx.Node | None, bool, bool]:
     """Walk forward from softmax to the matmul that applies the probabilities to V.
 
     Also says whether a head-axis map mixes the probabilities on the way, and whether
-    maps are picked apart (``select``) and combined (``sub``) before V.
+    maps are picked apart (``select``) and combined (``sub``) before V. Pads and strided
+    views (probabilities moved from a band back into chunks) are followed, and so are
+    writes of the probabilities into a buffer, to the buffer's readers. The nearest
+    such matmul is taken, or with ``widest`` the one that reads the most probabilities
+    (the band's, beside the global keys' columns).
     """
+    found: list[tuple[fx.Node, fx.Node, bool, bool]] = []
     frontier = [(softmax, False, False)]
-    for _ in range(8):
+    for _ in range(12):
         nxt: list[tuple[fx.Node, bool, bool]] = []
         for node, mixed, picked in frontier:
             for user in node.users:
                 if is_activation_matmul(user, params):
-                    operands = _matmul_operands(user)
-                    if operands and operands[0] is node:
-                        return user, node, mixed, picked
-                    if len(operands) == 2 and operands[1] is node and _swaps_last_two(node):
-                        return user, node, mixed, picked  # V·Pᵀ: channels-first heads
+                    operands = matmul_operands(user)
+                    if (operands and operands[0] is node) or (
+                            len(operands) == 2 and operands[1] is node
+                            and _swaps_last_two(node)):  # V·Pᵀ: channels-first heads
+                        found.append((user, node, mixed, picked))
+                        if not widest:
+                            return found[0]
                 elif head_mix_input(user, params) is node:
                     nxt.append((user, True, picked))
-                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | PROB_RENORM_OPS | {"slice"}:
+                elif op_name(user) in PROB_OPS | LOGIT_MOVE_OPS | PROB_RENORM_OPS | PROB_CHUNK_OPS:
                     nxt.append((user, mixed, picked))
+                elif (buffer := written_buffer(user, node)) is not None:
+                    nxt.append((buffer, mixed, picked))
                 elif op_name(user) in MAP_COMBINE_OPS:
                     nxt.append((user, mixed, True))
         frontier = nxt
+    if found:
+        return max(found, key=lambda f: numel(f[1]))
     return None, None, False, False
 
 
@@ -282,59 +328,3 @@ def _swaps_last_two(node: fx.Node) -> bool:
     rank = len(shape(node))
     dims = {d % rank for d in node.args[1:3] if isinstance(d, int)} if rank >= 2 else set()
     return dims == {rank - 1, rank - 2}
-
-
-def scores_operands(
-    scores: fx.Node,
-) -> tuple[fx.Node | None, fx.Node | None, int, tuple[int, int]]:
-    """Q, K, d_k and the head-dim axis of Q and K of the scores op."""
-    operands = _matmul_operands(scores)
-    if op_name(scores) == "einsum":
-        sizes, inputs, output = _einsum_sizes(scores)
-        if sizes is None or len(operands) != 2:
-            return None, None, 0, (-1, -1)
-        k_index = 0 if output[-1] in inputs[0] else 1
-        contracted = (set(inputs[0]) & set(inputs[1])) - set(output)
-        d_k = math.prod(sizes[c] for c in contracted)
-        axes = [_last_of(inputs[i], contracted) for i in (1 - k_index, k_index)]
-        return operands[1 - k_index], operands[k_index], d_k, (axes[0], axes[1])
-    return operands[0], operands[1], shape(operands[0])[-1], (-1, -2)
-
-
-def _last_of(term: str, letters: set[str]) -> int:
-    """Index of the rightmost of ``letters`` in ``term`` (-1 when none)."""
-    picks = [i for i, c in enumerate(term) if c in letters]
-    return picks[-1] if picks else -1
-
-
-def context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int, int]:
-    """V, d_v and V's head-dim axis of the probs·V op."""
-    operands = _matmul_operands(context)
-    others = [o for o in operands if o is not probs]
-    if len(others) != 1:
-        return None, 0, -1
-    if op_name(context) == "einsum":
-        sizes, inputs, output = _einsum_sizes(context)
-        if sizes is None:
-            return None, 0, -1
-        v_index = operands.index(others[0])
-        own = set(inputs[v_index]) & set(output)
-        own -= set(inputs[1 - v_index])
-        return others[0], math.prod(sizes[c] for c in own), _last_of(inputs[v_index], own)
-    if operands.index(probs) == 1:  # V·Pᵀ: V is (…, d_v, n) and so is the context
-        return others[0], shape(context)[-2], -2
-    return others[0], shape(context)[-1], -1
-
-
-def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]:
-    """Subscript letters to sizes, the operands' subscripts and the output's."""
-    equation = str(node.args[0])
-    if "->" not in equation:
-        return None, [], ""
-    try:
-        inputs, output, sizes = expand_einsum(
-            equation, [shape(o) for o in _matmul_operands(node)]
-        )
-    except EinsumError:
-        return None, [], ""
-    return sizes, inputs, output

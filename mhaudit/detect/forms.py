@@ -7,13 +7,8 @@ from dataclasses import replace
 
 from torch import fx
 
-from mhaudit.detect.cores import (
-    Core,
-    context_value,
-    find_cores,
-    is_activation_matmul,
-    scores_operands,
-)
+from mhaudit.detect.cores import Core, find_cores
+from mhaudit.detect.operands import context_value, is_activation_matmul, scores_operands
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.sources.walker import Source
 from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs

@@ -22,6 +22,7 @@ from mhaudit.trace.ops import (
     SOFTMAX_OPS,
     VIEW_OPS,
     WRITE_VIEW_OPS,
+    is_in_place,
     op_name,
 )
 from mhaudit.trace.walks import chain
@@ -118,7 +119,8 @@ def tokens(node: fx.Node) -> int:
 
 
 def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
-    """(view of ``buffer``, value copied into it) for each in-place ``copy_`` into it."""
+    """(view of ``buffer``, value copied into it) for each in-place ``copy_`` into it
+    (a functional ``copy`` returns a new tensor and leaves ``buffer`` as it was)."""
     found: list[tuple[fx.Node, fx.Node]] = []
     frontier = [buffer]
     for _ in range(3):
@@ -126,7 +128,8 @@ def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
         for node in frontier:
             for user in node.users:
                 name = op_name(user)
-                if name == "copy" and user.args[0] is node and isinstance(user.args[1], fx.Node):
+                if (name == "copy" and is_in_place(user) and user.args[0] is node
+                        and isinstance(user.args[1], fx.Node)):
                     found.append((node, user.args[1]))
                 elif name in WRITE_VIEW_OPS and user.args and user.args[0] is node:
                     nxt.append(user)

@@ -23,6 +23,14 @@ def strip_inplace(name: str) -> str:
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
+def is_in_place(node: fx.Node) -> bool:
+    """True for a call of an in-place op (``aten.copy_``), which writes its first argument."""
+    if node.op != "call_function":
+        return False
+    name = qualified_name(node.target).rpartition(".")[2]
+    return name.endswith("_") and not name.endswith("__")
+
+
 def qualified_name(target: Any) -> str:
     """Registry name of a call_function target: ``aten.mm``, ``operator.getitem``, ...
 
@@ -192,6 +200,26 @@ PARAM_VIEW_OPS = frozenset(
 """Ops a parameter is read through and still counts as that parameter: views, casts, picks."""
 WRITE_VIEW_OPS = frozenset({"slice", "narrow", "select", "view", "alias"})
 """Views of a buffer that an in-place ``copy_`` writes through."""
+WRITTEN_VALUE_ARG: dict[str, int] = {"copy": 1, "index_put": 2, "masked_scatter": 2,
+                                     "index_copy": 3, "scatter": 3}
+"""Ops that, called in place (``copy_``), write values into their first argument: the
+position of the argument holding the values."""
+IN_PLACE_WRITE_OPS = frozenset(WRITTEN_VALUE_ARG)
+SCATTERED_VALUE_ARG: dict[str, int] = {
+    "slice_scatter": 1, "select_scatter": 1, "diagonal_scatter": 1, "as_strided_scatter": 1,
+    "index_put": 2, "masked_scatter": 2}
+"""Functional writes, a copy of the first argument with values written into part of it:
+the position of the argument holding the values."""
+SCATTER_OPS = frozenset(SCATTERED_VALUE_ARG)
+WRITE_TARGET_OPS = ALIAS_OPS - frozenset({"dropout", "feature_dropout", "alpha_dropout"})
+"""Views of a buffer through which an in-place write reaches it (any alias of it)."""
+BAND_MOVE_OPS = PAD_OPS | frozenset(
+    {"slice", "narrow", "select", "diagonal", "view", "_unsafe_view", "reshape", "as_strided",
+     "transpose", "permute", "contiguous", "clone"})
+"""Ops that move scores or probabilities between chunked and banded layouts (the pads,
+strided views and slices that skew a chunk's diagonals into rows) without computing."""
+PROB_CHUNK_OPS = PAD_OPS | frozenset({"slice", "narrow", "as_strided"})
+"""Ops that pad and cut probabilities back into chunks on their way to V."""
 WHOLE_OPS = frozenset({"linear", "scaled_dot_product_attention", "einsum", "matmul",
                        "__matmul__", "softmax", "pad", "rms_norm"})
 """Composite torch functions the recorder keeps as one node, as export does

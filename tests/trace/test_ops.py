@@ -17,6 +17,7 @@ from mhaudit.trace.ops import (
     FORMULA_FAMILIES,
     NON_ATEN,
     SDPA_VARIANTS,
+    is_in_place,
     op_name,
     op_tables,
     qualified_name,
@@ -123,3 +124,14 @@ def test_one_op_name_function_gives_short_and_qualified_names() -> None:
 ])
 def test_in_place_names_strip_to_their_functional_form(name: str, stripped: str) -> None:
     assert strip_inplace(name) == stripped
+
+
+def test_in_place_is_read_from_the_qualified_name_not_the_short_one() -> None:
+    # aten.copy_ writes its first argument; aten.copy returns a new tensor. Both are "copy".
+    graph = fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    in_place = graph.call_function(torch.ops.aten.copy_.default, (x, y))
+    functional = graph.call_function(torch.ops.aten.copy.default, (x, y))
+    assert op_name(in_place) == op_name(functional) == "copy"
+    assert is_in_place(in_place) and not is_in_place(functional)
+    assert not is_in_place(graph.call_function(operator.getitem, (x, 0)))

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 from torch import fx
 
-from mhaudit.detect.cores import is_activation_matmul
+from mhaudit.detect.operands import is_activation_matmul
 from mhaudit.detect.patterns.score_bias import position_vector
 from mhaudit.detect.sources.along import along_sequence, maps_positions_of
 from mhaudit.detect.sources.barriers import is_barrier

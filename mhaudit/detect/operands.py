@@ -1,0 +1,88 @@
+"""Operands of the matmuls of an attention core: Q, K, V, their head dims and axes."""
+
+from __future__ import annotations
+
+import math
+
+from torch import fx
+
+from mhaudit.trace.einsum import EinsumError, expand_einsum
+from mhaudit.trace.graphs import param_root, shape, val
+from mhaudit.trace.ops import MATMUL_OPS, op_name
+
+
+def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
+    """A matmul-family op whose two operands are both activations."""
+    if op_name(node) not in MATMUL_OPS:
+        return False
+    operands = matmul_operands(node)
+    return len(operands) == 2 and all(
+        val(o) is not None and param_root(o, params) is None for o in operands
+    )
+
+
+def matmul_operands(node: fx.Node) -> list[fx.Node]:
+    """The activation operands of a matmul-family op (einsum's list, baddbmm's two)."""
+    name = op_name(node)
+    if name == "einsum":
+        ops = node.args[1] if len(node.args) > 1 else []
+        return [o for o in ops if isinstance(o, fx.Node)] if isinstance(ops, (list, tuple)) else []
+    if name == "baddbmm":
+        return [a for a in node.args[1:3] if isinstance(a, fx.Node)]
+    return [a for a in node.args[:2] if isinstance(a, fx.Node)]
+
+
+def scores_operands(
+    scores: fx.Node,
+) -> tuple[fx.Node | None, fx.Node | None, int, tuple[int, int]]:
+    """Q, K, d_k and the head-dim axis of Q and K of the scores op."""
+    operands = matmul_operands(scores)
+    if op_name(scores) == "einsum":
+        sizes, inputs, output = _einsum_sizes(scores)
+        if sizes is None or len(operands) != 2:
+            return None, None, 0, (-1, -1)
+        k_index = 0 if output[-1] in inputs[0] else 1
+        contracted = (set(inputs[0]) & set(inputs[1])) - set(output)
+        d_k = math.prod(sizes[c] for c in contracted)
+        axes = [_last_of(inputs[i], contracted) for i in (1 - k_index, k_index)]
+        return operands[1 - k_index], operands[k_index], d_k, (axes[0], axes[1])
+    return operands[0], operands[1], shape(operands[0])[-1], (-1, -2)
+
+
+def _last_of(term: str, letters: set[str]) -> int:
+    """Index of the rightmost of ``letters`` in ``term`` (-1 when none)."""
+    picks = [i for i, c in enumerate(term) if c in letters]
+    return picks[-1] if picks else -1
+
+
+def context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int, int]:
+    """V, d_v and V's head-dim axis of the probs·V op."""
+    operands = matmul_operands(context)
+    others = [o for o in operands if o is not probs]
+    if len(others) != 1:
+        return None, 0, -1
+    if op_name(context) == "einsum":
+        sizes, inputs, output = _einsum_sizes(context)
+        if sizes is None:
+            return None, 0, -1
+        v_index = operands.index(others[0])
+        own = set(inputs[v_index]) & set(output)
+        own -= set(inputs[1 - v_index])
+        return others[0], math.prod(sizes[c] for c in own), _last_of(inputs[v_index], own)
+    if operands.index(probs) == 1:  # V·Pᵀ: V is (…, d_v, n) and so is the context
+        return others[0], shape(context)[-2], -2
+    return others[0], shape(context)[-1], -1
+
+
+def _einsum_sizes(node: fx.Node) -> tuple[dict[str, int] | None, list[str], str]:
+    """Subscript letters to sizes, the operands' subscripts and the output's."""
+    equation = str(node.args[0])
+    if "->" not in equation:
+        return None, [], ""
+    try:
+        inputs, output, sizes = expand_einsum(
+            equation, [shape(o) for o in matmul_operands(node)]
+        )
+    except EinsumError:
+        return None, [], ""
+    return sizes, inputs, output
