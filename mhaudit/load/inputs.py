@@ -198,7 +198,7 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
             made.update(_make(req, name, docs, made))
         except NoSize as exc:
             raise _no_inputs_error(exc.name, exc.dims) from None
-    _multimodal(req, mains, made)
+    _multimodal(req, mains, made, frozenset(name for name, _ in shapes))
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" not in made:
         limit = getattr(config, "max_target_positions", None)
         n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 else seq_len
@@ -206,7 +206,8 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
     return made
 
 
-def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> None:
+def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any],
+                fixed: frozenset[str]) -> None:
     """Pixels beside the text of a text-and-vision model, tokens for every modality."""
     params = _signature(req.model)
     has_vision = modality_config(req.config, ("vision", "image")) is not req.config
@@ -214,4 +215,4 @@ def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> Non
     if "input_ids" in mains and has_vision and takes_pixels and "pixel_values" not in made:
         made.update(pixels(req))
     if req.model is not None:
-        place_tokens(req, made, params or {})
+        place_tokens(req, made, params or {}, lambda doc: _from_doc(req, doc), fixed)

@@ -110,7 +110,9 @@ def _front_end_width(model: nn.Module | None) -> int | None:
     return None
 
 
-def _audio(req: Request) -> Any:
+def audio_config(req: Request) -> Any:
+    """The config that sizes the audio input: the one holding a feature width, else the
+    audio config."""
     return find_node(req.config, AUDIO_WIDTHS, AUDIO_WORDS) or modality_config(
         req.config, AUDIO_WORDS)
 
@@ -162,14 +164,14 @@ def _whisper_style(req: Request, audio: Any) -> bool:
 
 def frames_axis(req: Request) -> int:
     """The frame axis of the audio features :func:`features` makes."""
-    return -1 if _whisper_style(req, _audio(req)) else 1
+    return -1 if _whisper_style(req, audio_config(req)) else 1
 
 
 def features(req: Request, name: str = "input_features") -> dict[str, Any]:
     """Audio features: Whisper-style ``(B, mel bins, 2 · positions)`` where the config fixes
     the encoder positions, else ``(B, frames, width)`` with frames = seq_len · the
     config's subsampling."""
-    audio = _audio(req)
+    audio = audio_config(req)
     factor = find_size(audio, AUDIO_SUBSAMPLING) or 2 ** int(read(audio, "num_conv_layers") or 0)
     frames = req.seq_len * factor
     if _whisper_style(req, audio):  # (B, mel bins, frames), 2 frames per encoder position

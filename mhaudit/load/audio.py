@@ -1,0 +1,70 @@
+"""Audio inputs in the layouts and frame counts an audio tower may accept, in the order tried."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mhaudit.load.configtree import is_size, read
+from mhaudit.load.modalities import Request, audio_config, frames_axis
+
+WINDOW_WORDS = ("window", "chunk")
+"""Config names holding one of these words size the windows an encoder cuts its frames
+into; the frames must fill whole windows (Qwen3-ASR's encoder takes a multiple of
+``2 · n_window`` mel frames)."""
+
+WINDOW_FACTORS = (1, 2)
+"""A window's frame count as a multiple of its config size (a window of ``n`` positions
+often spans ``2 · n`` frames before the encoder's stride-2 convolution)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One audio input to try, and the axis that holds its frames (or samples)."""
+
+    tensor: torch.Tensor
+    frames_axis: int
+    """Non-negative axis of ``tensor`` along which a mask over its frames runs."""
+
+
+def window_frames(audio: Any) -> list[int]:
+    """Frame counts a windowed encoder may need its input to be a multiple of, smallest
+    first: each window or chunk size the audio config gives, once and twice."""
+    names = sorted(vars(audio)) if hasattr(audio, "__dict__") else []
+    sizes = {int(value) * factor for name in names if any(w in name for w in WINDOW_WORDS)
+             for value in (read(audio, name),) if is_size(value) for factor in WINDOW_FACTORS}
+    return sorted(sizes)
+
+
+def _resized(tensor: torch.Tensor, axis: int, size: int) -> torch.Tensor:
+    shape = list(tensor.shape)
+    shape[axis] = size
+    return tensor.new_zeros(shape)
+
+
+def candidates(req: Request, name: str, tensor: torch.Tensor) -> Iterator[Candidate]:
+    """The input as made first, then the other layout, then frame counts rounded up to each
+    window the config names.
+
+    A waveform ``(B, samples)`` is also tried as ``(B, 1, samples)`` (a 1-D convolution
+    front end that takes the channel axis from its caller). Features are tried as
+    ``(B, frames, width)`` and ``(B, width, frames)``: the front end does not say which
+    (a 2-D convolution over ``(B, 1, mels, frames)`` and one over ``(B, 1, frames, mels)``
+    look alike)."""
+    if tensor.dim() == 2:  # (B, samples)
+        yield Candidate(tensor, 1)
+        yield Candidate(tensor.unsqueeze(1), 2)  # (B, 1, samples)
+        return
+    if tensor.dim() != 3 or name == "input_values":
+        yield Candidate(tensor, 1)
+        return
+    axis = frames_axis(req) % 3
+    frames = int(tensor.shape[axis])
+    rounded = (-(-frames // size) * size for size in window_frames(audio_config(req)))
+    for size in dict.fromkeys((frames, *rounded)):
+        base = _resized(tensor, axis, size) if size != frames else tensor
+        yield Candidate(base, axis)
+        yield Candidate(base.transpose(1, 2), 3 - axis)  # the other layout
