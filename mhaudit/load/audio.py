@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from mhaudit.load.configtree import is_size, read
-from mhaudit.load.modalities import Request, audio_config, frames_axis
+from mhaudit.load.modalities import AUDIO_WIDTHS, Request, audio_config, frames_axis
 
 WINDOW_WORDS = ("window", "chunk")
 """Config names holding one of these words size the windows an encoder cuts its frames
@@ -39,15 +39,15 @@ def window_frames(audio: Any) -> list[int]:
     return sorted(sizes)
 
 
-def _resized(tensor: torch.Tensor, axis: int, size: int) -> torch.Tensor:
+def _zeros(tensor: torch.Tensor, axis: int, frames: int, width: int) -> torch.Tensor:
     shape = list(tensor.shape)
-    shape[axis] = size
+    shape[axis], shape[3 - axis] = frames, width
     return tensor.new_zeros(shape)
 
 
 def candidates(req: Request, name: str, tensor: torch.Tensor) -> Iterator[Candidate]:
-    """The input as made first, then the other layout, then frame counts rounded up to each
-    window the config names.
+    """The input as made first, then the other layout, the width the config names (where
+    the input stacked frames), and frame counts rounded up to each window the config names.
 
     A waveform ``(B, samples)`` is also tried as ``(B, 1, samples)`` (a 1-D convolution
     front end that takes the channel axis from its caller). Features are tried as
@@ -61,10 +61,14 @@ def candidates(req: Request, name: str, tensor: torch.Tensor) -> Iterator[Candid
     if tensor.dim() != 3 or name == "input_values":
         yield Candidate(tensor, 1)
         return
+    audio = audio_config(req)
     axis = frames_axis(req) % 3
-    frames = int(tensor.shape[axis])
-    rounded = (-(-frames // size) * size for size in window_frames(audio_config(req)))
+    frames, width = int(tensor.shape[axis]), int(tensor.shape[3 - axis])
+    named = next((int(read(audio, k)) for k in AUDIO_WIDTHS if is_size(read(audio, k))), width)
+    rounded = (-(-frames // size) * size for size in window_frames(audio))
     for size in dict.fromkeys((frames, *rounded)):
-        base = _resized(tensor, axis, size) if size != frames else tensor
-        yield Candidate(base, axis)
-        yield Candidate(base.transpose(1, 2), 3 - axis)  # the other layout
+        for columns in dict.fromkeys((width, named)):
+            base = tensor if (size, columns) == (frames, width) else \
+                _zeros(tensor, axis, size, columns)
+            yield Candidate(base, axis)
+            yield Candidate(base.transpose(1, 2), 3 - axis)  # the other layout
