@@ -12,6 +12,7 @@ from torch import nn
 from mhaudit.errors import LoadError
 from mhaudit.load.configtree import find_size, modality_config
 from mhaudit.load.docshapes import BATCH_DIMS, DocInput, Unresolved, documented_inputs, resolve_dim
+from mhaudit.load.fit import fit_audio
 from mhaudit.load.modalities import (
     FRAMES,
     IMAGE_SIZES,
@@ -198,11 +199,13 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
             made.update(_make(req, name, docs, made))
         except NoSize as exc:
             raise _no_inputs_error(exc.name, exc.dims) from None
-    _multimodal(req, mains, made, frozenset(name for name, _ in shapes))
+    fixed = frozenset(name for name, _ in shapes)
+    _multimodal(req, mains, made, fixed)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" not in made:
         limit = getattr(config, "max_target_positions", None)
         n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 else seq_len
         made["decoder_input_ids"] = torch.zeros(batch, n, dtype=torch.long)  # (B, n)
+    fit_audio(req, mains[0], made, fixed)
     return made
 
 

@@ -150,6 +150,13 @@ def _rows_of(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows =
         return 0
 
 
+def runs(model: nn.Module, made: Mapping[str, Any]) -> bool:
+    """Whether the model's forward runs on ``made`` (on the meta device, else on a CPU copy
+    of a meta model small enough to copy)."""
+    with kept_twins():
+        return bool(_rows_of(model, lambda m: m.forward, made, lambda _: 1))
+
+
 def count_tokens(model: nn.Module, name: str, made: Mapping[str, Any],
                  width: int | None = None) -> int:
     """How many placeholder tokens ``model.<name>`` fills from the inputs in ``made``

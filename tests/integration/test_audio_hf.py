@@ -89,6 +89,35 @@ def test_the_audio_tower_runs_on_the_inputs_its_config_implies(tmp_path: Path,
     assert not [m for m in report["coverage"]["untraced_modules"] if "audio_tower" in m]
 
 
+ENCODERS: dict[str, tuple[dict[str, Any], dict[str, list[int]], int]] = {
+    # the encoder alone: chunks of 2 · n_window = 100 frames, with the mask its forward
+    # requires; 13 positions per chunk
+    "qwen3_asr_encoder": (
+        {"model_type": "qwen3_asr_encoder", "num_mel_bins": 16, "encoder_layers": 1,
+         "encoder_attention_heads": 4, "encoder_ffn_dim": 64, "d_model": 32,
+         "output_dim": 32, "downsample_hidden_size": 8},
+        {"input_features": [1, 16, 100], "input_features_mask": [1, 100]}, 13),
+    # raw audio with the channel axis its convolutions expect: 7 frames of 2,560 samples
+    "omniasr_audio": ({"model_type": "omniasr_audio", **LAYER},
+                      {"input_values": [1, 1, 2560]}, 7),
+    # an optional mask the encoder needs all the same (it sums it for the lengths)
+    "audioflamingo3_encoder": ({"model_type": "audioflamingo3_encoder", **WHISPER_STYLE},
+                               {"input_features": [1, 16, 16],
+                                "input_features_mask": [1, 16]}, 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENCODERS))
+def test_an_audio_encoder_gets_the_input_its_forward_accepts(tmp_path: Path,
+                                                             name: str) -> None:
+    data, inputs, positions = ENCODERS[name]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    report = audit_target(str(path), seq_len=8).to_dict()
+    assert {k: v["shape"] for k, v in report["model"]["inputs"].items()} == inputs
+    assert [b["seq_len_q"] for b in report["blocks"]] == [positions]
+
+
 def test_a_tower_no_token_can_reach_is_named_as_untraced(tmp_path: Path) -> None:
     # Voxtral's config class leaves audio_token_id unset: no placeholder can carry audio,
     # the text runs alone, and the report names the audio tower's modules as untraced

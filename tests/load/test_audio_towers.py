@@ -183,3 +183,30 @@ def test_raw_audio_with_a_channel_axis_and_the_inputs_the_feature_method_require
     kwargs = config_inputs("input_ids", config, 1, 5, model=Waveform())
     assert _shapes(kwargs) == {"input_ids": (1, 5 + 5), "input_values": (1, 1, 20),
                                "padding_mask": (1, 5)}
+
+
+class Chunked(nn.Module):
+    """An audio encoder whose forward takes whole windows of 10 frames as (B, mels, frames)
+    and needs the mask over them, though its signature calls the mask optional."""
+
+    main_input_name = "input_features"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames = nn.Conv1d(4, 8, 2, 2)
+
+    def forward(self, input_features: torch.Tensor,
+                input_features_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if input_features.shape[1] != 4 or input_features.shape[-1] % 10:
+            raise ValueError("expects (B, 4 mels, a multiple of 10 frames)")
+        assert input_features_mask is not None
+        return self.frames(input_features * input_features_mask[:, None, :])
+
+
+def test_an_encoders_own_input_is_fitted_to_what_its_forward_accepts() -> None:
+    # 6 frames as (B, 6, 4) fail; (B, 4, 10) with a mask over the 10 frames runs
+    kwargs = config_inputs("input_features", WINDOWED, 1, 6, model=Chunked())
+    assert _shapes(kwargs) == {"input_features": (1, 4, 10), "input_features_mask": (1, 10)}
+    fixed = config_inputs("input_features", WINDOWED, 1, 6, model=Chunked(),
+                          shapes=(("input_features", (1, 6, 4)),))
+    assert _shapes(fixed) == {"input_features": (1, 6, 4)}  # the user's shape stays
