@@ -63,6 +63,9 @@ class Coverage:
     """Op name to number of calls that no formula covers."""
     untraced_modules: tuple[str, ...] = ()
     """Modules the tracer could not see into."""
+    untraced_towers: tuple[str, ...] = ()
+    """The outermost modules none of whose parameters the forward used: a tower no input
+    reached (an audio encoder with no placeholder token, a decoder only generation runs)."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
 

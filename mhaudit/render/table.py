@@ -149,6 +149,9 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"measured peak memory: {units.nbytes(t.measured_peak_memory_bytes)}")
     if t.latency_ms is not None:
         lines.append(f"measured forward latency: {t.latency_ms:.3f} ms (median)")
+    towers = report.coverage.untraced_towers
+    if towers:
+        lines.append(f"towers the forward did not run (not counted): {', '.join(towers)}")
     untraced = report.coverage.untraced_modules
     if untraced:
         shown = ", ".join(plain(m) or "(root)" for m in untraced[:8])

@@ -120,7 +120,7 @@ def test_an_audio_encoder_gets_the_input_its_forward_accepts(tmp_path: Path,
 
 def test_a_tower_no_token_can_reach_is_named_as_untraced(tmp_path: Path) -> None:
     # Voxtral's config class leaves audio_token_id unset: no placeholder can carry audio,
-    # the text runs alone, and the report names the audio tower's modules as untraced
+    # the text runs alone, and the report names the audio tower and its projector
     data = {"model_type": "voxtral",
             "audio_config": {"model_type": "voxtral_encoder", **WHISPER_STYLE},
             "text_config": {"model_type": "llama", **TEXT}}
@@ -128,6 +128,7 @@ def test_a_tower_no_token_can_reach_is_named_as_untraced(tmp_path: Path) -> None
     path.write_text(json.dumps(data))
     report = audit_target(str(path), seq_len=8).to_dict()
     assert [b["name"] for b in report["blocks"]] == ["language_model.layers.0.self_attn"]
+    assert report["coverage"]["untraced_towers"] == ["audio_tower", "multi_modal_projector"]
     untraced = report["coverage"]["untraced_modules"]
     assert {"audio_tower.layers.0.self_attn.q_proj", "audio_tower.layers.0.self_attn.k_proj",
             "audio_tower.layers.0.self_attn.v_proj"} <= set(untraced)
