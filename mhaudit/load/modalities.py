@@ -185,11 +185,19 @@ def features(req: Request, name: str = "input_features") -> dict[str, Any]:
     return {name: torch.zeros(req.batch, frames, width)}  # (B, frames, features)
 
 
+SAMPLES_PER_POSITION = ("samples_per_token", "hop_length")
+"""Config names of how many raw samples make one encoder position, where no convolution
+strides (``conv_stride``) say."""
+
+
 def waveform(req: Request) -> dict[str, Any]:
+    """Raw audio of about ``seq_len`` encoder positions: the product of the feature
+    encoder's strides, else the samples per position the config names, per position."""
     audio = modality_config(req.config, AUDIO_WORDS)
-    strides = read(audio, "conv_stride") or (1,)
-    samples = req.seq_len * math.prod(int(s) for s in strides)  # about seq_len frames
-    return {"input_values": torch.zeros(req.batch, samples)}  # (B, samples)
+    strides = read(audio, "conv_stride")
+    per = math.prod(int(s) for s in strides) if isinstance(strides, (list, tuple)) and \
+        strides else find_size(audio, SAMPLES_PER_POSITION) or 1
+    return {"input_values": torch.zeros(req.batch, req.seq_len * per)}  # (B, samples)
 
 
 def embeddings(req: Request, name: str) -> dict[str, Any]:

@@ -210,3 +210,15 @@ def test_an_encoders_own_input_is_fitted_to_what_its_forward_accepts() -> None:
     fixed = config_inputs("input_features", WINDOWED, 1, 6, model=Chunked(),
                           shapes=(("input_features", (1, 6, 4)),))
     assert _shapes(fixed) == {"input_features": (1, 6, 4)}  # the user's shape stays
+
+
+@pytest.mark.parametrize(("audio", "samples"), [
+    (Config(conv_stride=[5, 2, 2]), 4 * 20),  # the feature encoder's strides: 20 per frame
+    (Config(samples_per_token=96), 4 * 96),  # no strides: the config's samples per token
+    (Config(hop_length=160), 4 * 160),
+    (Config(), 4),
+])
+def test_raw_audio_spans_the_positions_at_the_configs_samples_each(audio: Config,
+                                                                   samples: int) -> None:
+    kwargs = config_inputs("input_values", Config(audio_config=audio), 1, 4)
+    assert _shapes(kwargs) == {"input_values": (1, samples)}
