@@ -185,6 +185,19 @@ def features(req: Request, name: str = "input_features") -> dict[str, Any]:
     return {name: torch.zeros(req.batch, frames, width)}  # (B, frames, features)
 
 
+def _front_end_stride(model: nn.Module | None) -> int:
+    """Samples per position of a 1-D convolution front end over raw audio: the product of
+    the strides of the convolutions from the first one over one channel to the first
+    linear layer; 1 where the model has none."""
+    stride = 0
+    for module in model.modules() if model is not None else ():
+        if isinstance(module, nn.Conv1d) and (stride or module.in_channels == 1):
+            stride = max(stride, 1) * int(module.stride[0])
+        elif isinstance(module, nn.Linear) and stride:
+            break
+    return max(stride, 1)
+
+
 SAMPLES_PER_POSITION = ("samples_per_token", "hop_length")
 """Config names of how many raw samples make one encoder position, where no convolution
 strides (``conv_stride``) say."""
@@ -192,11 +205,12 @@ strides (``conv_stride``) say."""
 
 def waveform(req: Request) -> dict[str, Any]:
     """Raw audio of about ``seq_len`` encoder positions: the product of the feature
-    encoder's strides, else the samples per position the config names, per position."""
+    encoder's strides, else the samples per position the config names, else the strides
+    of the model's convolution front end, per position."""
     audio = modality_config(req.config, AUDIO_WORDS)
     strides = read(audio, "conv_stride")
     per = math.prod(int(s) for s in strides) if isinstance(strides, (list, tuple)) and \
-        strides else find_size(audio, SAMPLES_PER_POSITION) or 1
+        strides else find_size(audio, SAMPLES_PER_POSITION) or _front_end_stride(req.model)
     return {"input_values": torch.zeros(req.batch, req.seq_len * per)}  # (B, samples)
 
 

@@ -222,3 +222,25 @@ def test_raw_audio_spans_the_positions_at_the_configs_samples_each(audio: Config
                                                                    samples: int) -> None:
     kwargs = config_inputs("input_values", Config(audio_config=audio), 1, 4)
     assert _shapes(kwargs) == {"input_values": (1, samples)}
+
+
+class Strided(nn.Module):
+    """Raw audio through convolutions of stride 4 and 3 (no strides in the config)."""
+
+    main_input_name = "input_values"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.front = nn.Sequential(nn.Conv1d(1, 8, 4, 4), nn.Conv1d(8, 8, 3, 3))
+        self.proj = nn.Linear(8, 8)
+        self.later = nn.Conv1d(8, 8, 5, 5)  # after the first linear layer: not the front end
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.front(input_values[:, None]).transpose(1, 2))
+
+
+def test_raw_audio_spans_the_positions_at_the_front_ends_strides() -> None:
+    # 4 positions · (4 · 3) samples each = 48 samples
+    kwargs = config_inputs("input_values", Config(audio_config=Config()), 1, 4,
+                           model=Strided())
+    assert _shapes(kwargs) == {"input_values": (1, 48)}
