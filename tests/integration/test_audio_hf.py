@@ -118,6 +118,24 @@ def test_an_audio_encoder_gets_the_input_its_forward_accepts(tmp_path: Path,
     assert [b["seq_len_q"] for b in report["blocks"]] == [positions]
 
 
+def test_raw_audio_follows_the_front_ends_strides(tmp_path: Path) -> None:
+    # Moonshine's config names no strides; its convolutions (kernel 127 stride 64, 7 / 3,
+    # 3 / 2) take 64 · 3 · 2 = 384 samples per position: 8 · 384 = 3,072 samples, and
+    # (3072 - 127) / 64 + 1 = 47, (47 - 7) / 3 + 1 = 14, (14 - 3) / 2 + 1 = 6 positions
+    data = {"model_type": "moonshine", "vocab_size": 64, "hidden_size": 32,
+            "intermediate_size": 64, "encoder_num_hidden_layers": 1,
+            "decoder_num_hidden_layers": 1, "encoder_num_attention_heads": 4,
+            "decoder_num_attention_heads": 4, "encoder_num_key_value_heads": 4,
+            "decoder_num_key_value_heads": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    report = audit_target(str(path), seq_len=8).to_dict()
+    assert report["model"]["inputs"]["input_values"]["shape"] == [1, 3072]
+    assert {b["name"]: (b["seq_len_q"], b["seq_len_kv"]) for b in report["blocks"]} == {
+        "encoder.layers.0.self_attn": (6, 6), "decoder.layers.0.self_attn": (8, 8),
+        "decoder.layers.0.encoder_attn": (8, 6)}
+
+
 def test_a_tower_no_token_can_reach_is_named_as_untraced(tmp_path: Path) -> None:
     # Voxtral's config class leaves audio_token_id unset: no placeholder can carry audio,
     # the text runs alone, and the report names the audio tower and its projector
