@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from mhaudit.load.configtree import is_size, read
+from mhaudit.load.configtree import find_size, is_size, read
+from mhaudit.load.docshapes import DocInput
 from mhaudit.load.modalities import AUDIO_WIDTHS, Request, audio_config, frames_axis
 
 WINDOW_WORDS = ("window", "chunk")
@@ -72,3 +73,27 @@ def candidates(req: Request, name: str, tensor: torch.Tensor) -> Iterator[Candid
                 _zeros(tensor, axis, size, columns)
             yield Candidate(base, axis)
             yield Candidate(base.transpose(1, 2), 3 - axis)  # the other layout
+
+
+CHANNELS = ("audio_channels", "channels", "num_channels")
+"""Config names of a waveform's channel count."""
+
+
+def documented_waveform(req: Request, tensor: torch.Tensor, doc: DocInput) -> torch.Tensor:
+    """Raw audio ``(B, samples)`` in the three-axis shape the forward's docstring gives:
+    ``(B, channels, samples)`` (one channel, or the config's count), or a spectrogram
+    ``(B, frames, mel bins)`` where the last axis is the mel bins (the config's
+    ``max_length`` frames, else the sequence length)."""
+    if len(doc.dims) != 3 or tensor.dim() != 2:
+        return tensor
+    audio = audio_config(req)
+    last = doc.dims[-1].removeprefix("config.")
+    if last in AUDIO_WIDTHS:  # (B, frames, mel bins)
+        width = find_size(audio, (last,)) or find_size(req.config, (last,))
+        frames = find_size(audio, ("max_length",)) or req.seq_len
+        return tensor.new_zeros(tensor.shape[0], frames, width) if width else tensor
+    middle = doc.dims[1]
+    channels = 1 if middle == "1" else find_size(audio, CHANNELS) or 1
+    if middle != "1" and "channel" not in middle:
+        return tensor
+    return tensor.new_zeros(tensor.shape[0], channels, tensor.shape[1])  # (B, C, samples)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from mhaudit.errors import LoadError
+from mhaudit.load.audio import documented_waveform
 from mhaudit.load.configtree import find_size, modality_config
 from mhaudit.load.docshapes import BATCH_DIMS, DocInput, Unresolved, documented_inputs, resolve_dim
 from mhaudit.load.fit import fit_audio
@@ -128,7 +129,10 @@ def _make(req: Request, name: str, docs: dict[str, DocInput],
           made: dict[str, Any]) -> dict[str, Any]:
     """One input by the first rule that sizes it; :class:`NoSize` when none does."""
     if name in MAKERS:
-        return MAKERS[name](req)
+        made = MAKERS[name](req)
+        if name == "input_values" and name in docs:  # raw audio with a channel axis
+            made[name] = documented_waveform(req, made[name], docs[name])
+        return made
     companion = _companion(name, made, docs.get(name))
     if companion is not None:
         return {name: companion}

@@ -244,3 +244,29 @@ def test_raw_audio_spans_the_positions_at_the_front_ends_strides() -> None:
     kwargs = config_inputs("input_values", Config(audio_config=Config()), 1, 4,
                            model=Strided())
     assert _shapes(kwargs) == {"input_values": (1, 48)}
+
+
+def _documented(shape: str) -> nn.Module:
+    """A model whose raw audio input is shaped by its forward's docstring only."""
+
+    class Documented(nn.Module):
+        main_input_name = "input_values"
+
+        def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+            return input_values
+
+    Documented.forward.__doc__ = f"input_values (`torch.Tensor` of shape `{shape}`):\n    Audio."
+    return Documented()
+
+
+@pytest.mark.parametrize(("shape", "expected"), [
+    ("(batch_size, 1, num_samples)", (1, 1, 4)),  # 4 positions of 1 sample: one channel
+    ("(batch_size, channels, sequence_length)", (1, 2, 4)),  # the config's 2 channels
+    ("(batch_size, max_length, num_mel_bins)", (1, 12, 6)),  # a spectrogram at max_length
+    ("(batch_size, sequence_length)", (1, 4)),
+])
+def test_raw_audio_takes_the_axes_the_docstring_gives(shape: str,
+                                                      expected: tuple[int, ...]) -> None:
+    config = Config(audio_config=Config(audio_channels=2, num_mel_bins=6, max_length=12))
+    kwargs = config_inputs("input_values", config, 1, 4, model=_documented(shape))
+    assert _shapes(kwargs) == {"input_values": expected}
