@@ -10,6 +10,7 @@ from torch import nn
 from mhaudit.assemble.expand import expand_names
 from mhaudit.assemble.grouping import group_blocks
 from mhaudit.assemble.totals import model_totals
+from mhaudit.assemble.unreached import untraced_attention
 from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
 from mhaudit.flops.graph import graph_flops
@@ -52,9 +53,11 @@ def build_report(
         inputs_inferred=loaded.inputs_inferred,
         location=location,
     )
+    untraced = untraced_modules(model, traced, plans)
     coverage = Coverage(
         ops_without_formula=dict(costs.ops_without_formula),
-        untraced_modules=untraced_modules(model, traced, plans),
+        untraced_modules=untraced,
+        untraced_attention=untraced_attention(model, untraced),
         untraced_towers=untraced_towers(model, traced, plans),
         data_dependent=traced.data_dependent,
     )

@@ -63,6 +63,9 @@ class Coverage:
     """Op name to number of calls that no formula covers."""
     untraced_modules: tuple[str, ...] = ()
     """Modules the tracer could not see into."""
+    untraced_attention: tuple[str, ...] = ()
+    """Of those, the modules laid out as attention (three or more projections of one input
+    or output width): attention layers the forward never ran, so no block describes them."""
     untraced_towers: tuple[str, ...] = ()
     """The outermost modules none of whose parameters the forward used: a tower no input
     reached (an audio encoder with no placeholder token, a decoder only generation runs)."""

@@ -106,6 +106,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "coverage": {
             "ops_without_formula": dict(report.coverage.ops_without_formula),
             "untraced_modules": list(report.coverage.untraced_modules),
+            "untraced_attention": list(report.coverage.untraced_attention),
         },
     }
     if report.coverage.untraced_towers:

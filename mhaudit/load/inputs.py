@@ -17,7 +17,6 @@ from mhaudit.load.fit import fit_audio
 from mhaudit.load.modalities import (
     FRAMES,
     IMAGE_SIZES,
-    MAKERS,
     WIDTHS,
     NoSize,
     Request,
@@ -25,8 +24,10 @@ from mhaudit.load.modalities import (
     features,
     image_size,
     pixels,
+    text,
 )
 from mhaudit.load.placement import place_tokens
+from mhaudit.load.vision import INPUT_MAKERS
 
 Shapes = Sequence[tuple[str, tuple[int, ...]]]
 """Named input shapes, ``(("input_features", (1, 80, 3000)), ...)``."""
@@ -128,8 +129,8 @@ def _companion(name: str, made: dict[str, Any], doc: DocInput | None) -> torch.T
 def _make(req: Request, name: str, docs: dict[str, DocInput],
           made: dict[str, Any]) -> dict[str, Any]:
     """One input by the first rule that sizes it; :class:`NoSize` when none does."""
-    if name in MAKERS:
-        made = MAKERS[name](req)
+    if name in INPUT_MAKERS:
+        made = INPUT_MAKERS[name](req)
         if name == "input_values" and name in docs:  # raw audio with a channel axis
             made[name] = documented_waveform(req, made[name], docs[name])
         return made
@@ -164,7 +165,7 @@ def needed_inputs(mains: Sequence[str], model: nn.Module | None,
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     names = [m for m in mains if m in params]
     names += [n for n, p in params.items() if p.kind in kinds and p.default is p.empty]
-    if any(m not in MAKERS for m in names):
+    if any(m not in INPUT_MAKERS for m in names):
         names += [n for n, d in docs.items() if n in params and d.dims and not d.optional
                   and n != "labels"]
     return list(dict.fromkeys(names))
@@ -221,5 +222,8 @@ def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any],
     takes_pixels = params is None or "pixel_values" in params
     if "input_ids" in mains and has_vision and takes_pixels and "pixel_values" not in made:
         made.update(pixels(req))
+    has_text = modality_config(req.config, ("text",)) is not req.config
+    if has_text and params is not None and "input_ids" in params and "input_ids" not in made:
+        made.update(text(req))  # an image-first model whose text tower reads the image
     if req.model is not None:
         place_tokens(req, made, params or {}, lambda doc: _from_doc(req, doc), fixed)

@@ -80,9 +80,11 @@ def pixels(req: Request) -> dict[str, Any]:
     return {"pixel_values": torch.zeros(req.batch, channels, height, width)}  # (B, C, H, W)
 
 
-def video(req: Request) -> dict[str, Any]:
+def video(req: Request, default_frames: int | None = None) -> dict[str, Any]:
+    """A clip at the config's frame count, else ``default_frames``; :class:`NoSize` where
+    neither gives one."""
     vision = modality_config(req.config, ("vision", "video"))
-    frames = find_size(vision, FRAMES) or find_size(req.config, FRAMES)
+    frames = find_size(vision, FRAMES) or find_size(req.config, FRAMES) or default_frames
     height, width = image_size(vision)
     channels = int(read(vision, "num_channels") or 3)
     if frames is None:

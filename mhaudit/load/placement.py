@@ -14,7 +14,7 @@ import torch
 from mhaudit.load.audio import Candidate, candidates
 from mhaudit.load.configtree import read
 from mhaudit.load.docshapes import DocInput, documented_inputs
-from mhaudit.load.modalities import MAKERS, NoSize, Request
+from mhaudit.load.modalities import NoSize, Request
 from mhaudit.load.rows import (
     count_tokens,
     cpu_value,
@@ -24,6 +24,7 @@ from mhaudit.load.rows import (
     tower,
     tower_rows,
 )
+from mhaudit.load.vision import TOWER_MAKERS, patch_grids
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Modality:
     """Forward arguments that carry it, first match wins."""
     method: str
     """The model's feature method, which returns one row per placeholder token."""
+    position_mask: str = ""
+    """The forward argument that marks where the features go when no token id does (1 at
+    each of their positions in ``input_ids``, 0 elsewhere)."""
     tower_rows: bool = False
     """Whether the rows of the tower that reads the input count the tokens where the model
     has no feature method (an audio encoder's frames, which its projector keeps)."""
@@ -46,7 +50,8 @@ class Modality:
 
 
 MODALITIES = (
-    Modality(("image_token_id", "image_token_index"), ("pixel_values",), "get_image_features"),
+    Modality(("image_token_id", "image_token_index"), ("pixel_values", "flattened_patches"),
+             "get_image_features", "image_embeds_position_mask"),
     Modality(("video_token_id", "video_token_index"), ("pixel_values_videos",),
              "get_video_features"),
     Modality(("audio_token_id", "audio_token_index"), ("input_features", "input_values"),
@@ -61,6 +66,47 @@ def _token_id(config: Any, names: tuple[str, ...]) -> int | None:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 return value
     return None
+
+
+def _declared(config: Any, names: tuple[str, ...]) -> tuple[Any, str] | None:
+    """The config and attribute that declare a token id but hold None (the tokenizer sets
+    it when the processor is loaded; the forward skips the tower while it is None)."""
+    for node in (config, read(config, "text_config")):
+        for name in names:
+            if node is not None and name in getattr(node, "__dict__", {}) \
+                    and read(node, name) is None:
+                return node, name
+    return None
+
+
+def _free_token(config: Any, rank: int) -> int | None:
+    """An id the example text never uses: the ``rank``-th from the end of the vocabulary
+    (the text is all zeros)."""
+    size = read(read(config, "text_config"), "vocab_size") or read(config, "vocab_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= rank + 1:
+        return None
+    return size - 1 - rank
+
+
+def _placement(req: Request, modality: Modality, params: Mapping[str, Any]) -> int | None:
+    """The token id that marks ``modality``'s features; 0 where the forward marks them by
+    a position mask instead; a free id of the vocabulary, set on the config, where the
+    config declares the token id but holds None; None where nothing places them."""
+    token = _token_id(req.config, modality.tokens)
+    if token is None and modality.position_mask and modality.position_mask in params:
+        return 0
+    declared = _declared(req.config, modality.tokens) if token is None else None
+    if declared is not None:
+        token = _free_token(req.config, MODALITIES.index(modality))
+        if token is not None:
+            setattr(declared[0], declared[1], token)
+    return token
+
+
+TOKEN_TYPES = "mm_token_type_ids"
+"""The forward argument that labels each position with its modality, as transformers'
+processors write it: 0 for text, then 1, 2, 3 in the order of :data:`MODALITIES` (image,
+video, audio)."""
 
 
 MakeDoc = Callable[[DocInput], dict[str, Any]]
@@ -149,13 +195,16 @@ def _fed(req: Request, modality: Modality, name: str, token: int, params: Mappin
     base = dict(made)
     if name not in base:
         try:
-            base.update(MAKERS[name](req))
+            base.update(TOWER_MAKERS[name](req))
         except NoSize:
             return 0, made
     tries = [Candidate(base[name], 1)] if name in fixed else candidates(req, name, base[name])
     for candidate in tries:
         trial = dict(base, **{name: candidate.tensor})
         _masks(req, method, name, candidate, params, trial)
+        if method is not None:
+            trial.update({k: v for k, v in patch_grids(req, method, candidate.tensor,
+                                                       trial).items() if k in params})
         _extras(method, params, trial, make_doc)
         count = _trial_count(req, modality, name, token, trial)
         if count and count % made["input_ids"].shape[0] == 0:
@@ -170,38 +219,59 @@ def _no_doc(doc: DocInput) -> dict[str, Any]:
 def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any],
                  make_doc: MakeDoc = _no_doc, fixed: frozenset[str] = frozenset()) -> None:
     """Put the placeholder tokens of every modality the model takes before the text of
-    ``made["input_ids"]``, as many as its feature method returns rows, in place; the
-    inputs named in ``fixed`` (the user's) keep their shapes."""
+    ``made["input_ids"]``, as many as its feature method returns rows, in place; where the
+    forward marks their positions by a mask, the mask too, and where it takes each
+    position's modality, those labels. The inputs named in ``fixed`` (the user's) keep
+    their shapes."""
     ids = made.get("input_ids")
     if req.model is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return
     with kept_twins():
-        blocks = _placeholders(req, made, params, make_doc, fixed)
+        blocks, kinds, masks = _placeholders(req, made, params, make_doc, fixed)
     if blocks:
         made["input_ids"] = torch.cat([*blocks, ids], dim=1)  # (B, tokens + n)
+        if TOKEN_TYPES in params and TOKEN_TYPES not in made:
+            made[TOKEN_TYPES] = torch.cat([*kinds, torch.zeros_like(ids)], dim=1)
+    for mask, first, width in masks:
+        marks = torch.zeros_like(made["input_ids"])  # (B, tokens + n)
+        marks[:, first:first + width] = 1
+        made[mask] = marks
+
+
+Placed = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[str, int, int]]]
+"""Token blocks, their modality labels, and (mask input, first position, positions)."""
 
 
 def _placeholders(req: Request, made: dict[str, Any], params: Mapping[str, Any],
-                  make_doc: MakeDoc, fixed: frozenset[str]) -> list[torch.Tensor]:
+                  make_doc: MakeDoc, fixed: frozenset[str]) -> Placed:
     """A block of placeholder tokens per modality whose tower runs; ``made`` gains the
     inputs each block's tower was fed."""
     assert req.model is not None
     ids = made["input_ids"]
     blocks: list[torch.Tensor] = []
-    for modality in MODALITIES:
-        token = _token_id(req.config, modality.tokens)
+    kinds: list[torch.Tensor] = []
+    masks: list[tuple[str, int, int]] = []
+    declared = {m.method: _declared(req.config, m.tokens) for m in MODALITIES}
+    for rank, modality in enumerate(MODALITIES):
         name = next((n for n in modality.inputs if n in params), None)
+        readable = name is not None and (
+            feature_method(req.model, modality.method) is not None
+            or (modality.tower_rows and tower(req.model, name) is not None))
+        token = _placement(req, modality, params) if readable else None
         if token is None or name is None:
             continue
-        readable = feature_method(req.model, modality.method) is not None or (
-            modality.tower_rows and tower(req.model, name) is not None)
-        if not readable:
-            continue
         count, fed = _fed(req, modality, name, token, params, made, make_doc, fixed)
-        if not count:
-            continue  # no tokens: the tower's inputs would only upset the forward
+        if not count:  # no tokens: the tower's inputs would only upset the forward
+            unset = declared[modality.method]
+            if unset is not None:
+                setattr(unset[0], unset[1], None)  # the id the config declared stays unset
+            continue
         made.clear()
         made.update(fed)
-        blocks.append(torch.full((ids.shape[0], count // ids.shape[0]), token,
-                                 dtype=ids.dtype, device=ids.device))
-    return blocks
+        width = count // ids.shape[0]
+        if modality.position_mask in params and _token_id(req.config, modality.tokens) is None:
+            masks.append((modality.position_mask, sum(b.shape[1] for b in blocks), width))
+        blocks.append(torch.full((ids.shape[0], width), token, dtype=ids.dtype,
+                                 device=ids.device))
+        kinds.append(torch.full_like(blocks[-1], rank + 1))
+    return blocks, kinds, masks

@@ -157,6 +157,11 @@ def total_lines(report: Report) -> list[str]:
         shown = ", ".join(plain(m) or "(root)" for m in untraced[:8])
         more = f" and {len(untraced) - 8} more" if len(untraced) > 8 else ""
         lines.append(f"modules the forward did not use (not counted): {shown}{more}")
+    unreached = report.coverage.untraced_attention
+    if unreached:
+        shown = ", ".join(plain(m) or "(root)" for m in unreached[:8])
+        more = f" and {len(unreached) - 8} more" if len(unreached) > 8 else ""
+        lines.append(f"attention the forward never ran (no block, not audited): {shown}{more}")
     missing = report.coverage.ops_without_formula
     if missing:
         listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))

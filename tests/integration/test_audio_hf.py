@@ -136,17 +136,30 @@ def test_raw_audio_follows_the_front_ends_strides(tmp_path: Path) -> None:
         "decoder.layers.0.encoder_attn": (8, 6)}
 
 
-def test_a_tower_no_token_can_reach_is_named_as_untraced(tmp_path: Path) -> None:
-    # Voxtral's config class leaves audio_token_id unset: no placeholder can carry audio,
-    # the text runs alone, and the report names the audio tower and its projector
+def test_an_unset_audio_token_gets_a_free_id_and_the_tower_runs(tmp_path: Path) -> None:
+    # Voxtral's config class leaves audio_token_id unset: a free id of the vocabulary
+    # carries the audio; 8 encoder positions, two of them per projector row (Voxtral's
+    # projector reads rows of intermediate_size = 2 · hidden_size): 4 audio tokens
     data = {"model_type": "voxtral",
             "audio_config": {"model_type": "voxtral_encoder", **WHISPER_STYLE},
             "text_config": {"model_type": "llama", **TEXT}}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     report = audit_target(str(path), seq_len=8).to_dict()
+    assert {b["name"]: b["seq_len_q"] for b in report["blocks"]} == {
+        "audio_tower.layers.0.self_attn": 8, "language_model.layers.0.self_attn": 12}
+    assert "untraced_towers" not in report["coverage"]
+
+
+def test_a_tower_whose_rows_cannot_fill_the_text_is_named_as_untraced(tmp_path: Path) -> None:
+    # a projector to 48 features cannot fill 32-wide text embeddings (Qwen3-ASR's own
+    # defaults project to 3,584 for a text width of 2,048): no audio tokens are placed,
+    # the text runs alone, and the report names the audio tower and its projector
+    data = json.loads(json.dumps(CASES["qwen3_asr"][0]))
+    data["audio_config"]["output_dim"] = 48
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    report = audit_target(str(path), seq_len=8).to_dict()
     assert [b["name"] for b in report["blocks"]] == ["language_model.layers.0.self_attn"]
     assert report["coverage"]["untraced_towers"] == ["audio_tower", "multi_modal_projector"]
-    untraced = report["coverage"]["untraced_modules"]
-    assert {"audio_tower.layers.0.self_attn.q_proj", "audio_tower.layers.0.self_attn.k_proj",
-            "audio_tower.layers.0.self_attn.v_proj"} <= set(untraced)
+    assert report["coverage"]["untraced_attention"] == ["audio_tower.layers.0.self_attn"]

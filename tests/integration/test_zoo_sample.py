@@ -35,6 +35,8 @@ SLOW = {
     "whisper": "audio features, encoder-decoder",
     "wav2vec2": "raw audio",
     "clip": "text and image towers",
+    "video_llava": "a video tower beside the text, no frame count in the config",
+    "kosmos-2.5": "flattened patches placed by a position mask",
 }
 KNOWN_MISSES: dict[str, str] = {}
 """Architectures of the sample that are not exact yet, with why (xfail, strict)."""

@@ -1,0 +1,92 @@
+"""Vision inputs beyond plain pixels: flattened patches, patch grids, clips beside text."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from mhaudit.load.configtree import find_size, modality_config
+from mhaudit.load.docshapes import documented_inputs
+from mhaudit.load.modalities import MAKERS, NoSize, Request, video
+
+PATCH_WIDTHS = ("patch_embed_hidden_size",)
+"""Config names of one flattened patch's width (``patch height · width · channels``)."""
+
+PATCH_INDEX_COLUMNS = 2
+"""Leading columns of a flattened patch that hold its row and column index (Pix2Struct's
+layout: ``(B, patches, 2 + patch height · width · channels)``)."""
+
+DEFAULT_FRAMES = 8
+"""Frames of the clip a video tower beside the text reads when no config names a frame
+count (the clips Video-LLaVA and LLaVA-NeXT-Video sample); the report's inputs show it,
+and ``--input-shape pixel_values_videos=...`` sets another."""
+
+
+def flattened_patches(req: Request) -> dict[str, Any]:
+    """Patches flattened as Pix2Struct's processor writes them, one per position up to
+    ``seq_len`` (bounded by the config's patch table): row and column index 0, pixels 1,
+    so that a mask read from non-zero patches keeps every patch."""
+    vision = modality_config(req.config, ("vision", "image"))
+    width = find_size(vision, PATCH_WIDTHS)
+    side = find_size(vision, ("patch_size",))
+    if width is None and side is not None:
+        width = side * side * (find_size(vision, ("num_channels",)) or 3)
+    patches = min(req.seq_len, find_size(vision, ("max_num_patches", "max_patches")) or
+                  req.seq_len)
+    if width is None:
+        raise NoSize("flattened_patches", [str(req.batch), str(patches),
+                                           f"{PATCH_INDEX_COLUMNS}+PATCH_WIDTH"])
+    values = torch.ones(req.batch, patches, PATCH_INDEX_COLUMNS + width)
+    values[:, :, :PATCH_INDEX_COLUMNS] = 0  # (B, patches, 2 + width): indices, pixels
+    return {"flattened_patches": values}
+
+
+def clip_beside_text(req: Request) -> dict[str, Any]:
+    """A video at the config's frame count, else :data:`DEFAULT_FRAMES` frames: a text
+    model's video tower is not the input the audit was asked about, and without a clip it
+    would not run at all."""
+    return video(req, DEFAULT_FRAMES)
+
+
+def _described(method: Callable[..., Any], name: str) -> str:
+    """The docstring entry of ``name``: its line and the indented lines under it."""
+    found = re.search(rf"^([ \t]*){re.escape(name)}[ \t]*\((?P<body>.*(?:\n\1[ \t]+.*)*)",
+                      inspect.getdoc(method) or "", re.MULTILINE)
+    return found["body"] if found else ""
+
+
+def patch_grids(req: Request, method: Callable[..., Any], pixels: torch.Tensor,
+                made: Mapping[str, Any]) -> dict[str, Any]:
+    """The required integer inputs of a feature method that its docstring shapes
+    ``(num_images, 2)`` and calls heights and widths in patches (NaViT-packed towers read
+    each image's patch grid from them): the pixel input's height and width over the
+    config's patch side, on the CPU so that their values are there to read."""
+    vision = modality_config(req.config, ("vision", "image"))
+    side = find_size(vision, ("patch_size",))
+    if side is None or pixels.dim() != 4:
+        return {}
+    grid = (int(pixels.shape[-2]) // side, int(pixels.shape[-1]) // side)
+    out: dict[str, Any] = {}
+    params = inspect.signature(method).parameters
+    for name, doc in documented_inputs(method).items():
+        param = params.get(name)
+        if param is None or param.default is not inspect.Parameter.empty or name in made:
+            continue
+        text = _described(method, name).lower()
+        if "int" in doc.type_name.lower() and doc.dims[-1:] == ("2",) and "patch" in text:
+            out[name] = torch.tensor([grid] * pixels.shape[0], dtype=torch.int32,
+                                     device="cpu")  # (images, 2): (rows, columns)
+    return out
+
+
+INPUT_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {
+    **MAKERS, "flattened_patches": flattened_patches}
+"""Every input maker by input name: the shared ones and the vision ones."""
+
+TOWER_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {
+    **INPUT_MAKERS, "pixel_values_videos": clip_beside_text}
+"""Input makers for a tower beside the text (a clip gets a default frame count)."""
