@@ -122,6 +122,26 @@ def test_modules_the_forward_never_uses_are_listed() -> None:
     with torch.device("meta"):
         report = audit(WithSpare(), (torch.zeros(1, 8, 32),))
     assert report.coverage.untraced_modules == ("spare",)
+    assert report.coverage.untraced_towers == ("spare",)
+
+
+def test_a_tower_the_forward_never_runs_is_named_once() -> None:
+    class WithTower(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+            self.tower = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+            self.norm = nn.LayerNorm(32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(self.norm(x), x, x, need_weights=False)[0]
+
+    with torch.device("meta"):
+        report = audit(WithTower(), (torch.zeros(1, 8, 32),))
+    # the encoder layer's attention, feed-forward and norms: each listed, one tower named
+    assert len(report.coverage.untraced_modules) == 6
+    assert report.coverage.untraced_towers == ("tower",)
+    assert report.to_dict()["coverage"]["untraced_towers"] == ["tower"]
 
 
 def test_folded_layers_do_not_count_as_untraced() -> None:

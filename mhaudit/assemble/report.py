@@ -60,6 +60,7 @@ def build_report(
         untraced_modules=untraced,
         untraced_attention=untraced_attention(model, untraced),
         unread_projections=unread_projections(traced),
+        untraced_towers=untraced_towers(model, traced, plans),
         data_dependent=traced.data_dependent,
     )
     flags = tuple(f for b in blocks for f in b.findings)
@@ -68,10 +69,8 @@ def build_report(
                   experts=experts, extras=extras)
 
 
-def untraced_modules(
-    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
-) -> tuple[str, ...]:
-    """Modules holding parameters the forward never used (their costs are not counted)."""
+def _used(model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]) -> set[int]:
+    """``id`` of each parameter the forward read."""
     read = {
         traced.params[node.name] for node in traced.graph.nodes
         if node.op == "placeholder" and node.name in traced.params and node.users
@@ -80,7 +79,29 @@ def untraced_modules(
     for name in expand_names(read, plans):
         with contextlib.suppress(AttributeError):
             used.add(id(model.get_parameter(name)))
+    return used
+
+
+def untraced_modules(
+    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
+) -> tuple[str, ...]:
+    """Modules holding parameters the forward never used (their costs are not counted)."""
+    used = _used(model, traced, plans)
     owners = {
         name.rpartition(".")[0] for name, p in model.named_parameters() if id(p) not in used
     }
     return tuple(sorted(owners))
+
+
+def untraced_towers(
+    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
+) -> tuple[str, ...]:
+    """The outermost submodules that hold parameters, none of which the forward used."""
+    used = _used(model, traced, plans)
+    towers: list[str] = []
+    for name, module in model.named_modules():
+        params = [id(p) for p in module.parameters()]
+        inside = any(name.startswith(f"{t}.") for t in towers)
+        if name and params and not inside and used.isdisjoint(params):
+            towers.append(name)
+    return tuple(towers)

@@ -69,6 +69,9 @@ class Coverage:
     unread_projections: tuple[str, ...] = ()
     """Modules whose projections the forward computed but no output reads (an attention
     path that returned a constant without reading Q, K or V): no block is made of them."""
+    untraced_towers: tuple[str, ...] = ()
+    """The outermost modules none of whose parameters the forward used: a tower no input
+    reached (an audio encoder with no placeholder token, a decoder only generation runs)."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
 

@@ -112,6 +112,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "unread_projections": list(report.coverage.unread_projections),
         },
     }
+    if report.coverage.untraced_towers:
+        data["coverage"]["untraced_towers"] = list(report.coverage.untraced_towers)
     if report.coverage.data_dependent is not None:
         data["coverage"]["data_dependent"] = data_dependence_to_dict(
             report.coverage.data_dependent)

@@ -10,8 +10,10 @@ import torch
 from torch import nn
 
 from mhaudit.errors import LoadError
+from mhaudit.load.audio import documented_waveform
 from mhaudit.load.configtree import find_size, modality_config
 from mhaudit.load.docshapes import BATCH_DIMS, DocInput, Unresolved, documented_inputs, resolve_dim
+from mhaudit.load.fit import fit_audio
 from mhaudit.load.modalities import (
     FRAMES,
     IMAGE_SIZES,
@@ -128,7 +130,10 @@ def _make(req: Request, name: str, docs: dict[str, DocInput],
           made: dict[str, Any]) -> dict[str, Any]:
     """One input by the first rule that sizes it; :class:`NoSize` when none does."""
     if name in INPUT_MAKERS:
-        return INPUT_MAKERS[name](req)
+        made = INPUT_MAKERS[name](req)
+        if name == "input_values" and name in docs:  # raw audio with a channel axis
+            made[name] = documented_waveform(req, made[name], docs[name])
+        return made
     companion = _companion(name, made, docs.get(name))
     if companion is not None:
         return {name: companion}
@@ -199,15 +204,18 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
             made.update(_make(req, name, docs, made))
         except NoSize as exc:
             raise _no_inputs_error(exc.name, exc.dims) from None
-    _multimodal(req, mains, made)
+    fixed = frozenset(name for name, _ in shapes)
+    _multimodal(req, mains, made, fixed)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" not in made:
         limit = getattr(config, "max_target_positions", None)
         n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 else seq_len
         made["decoder_input_ids"] = torch.zeros(batch, n, dtype=torch.long)  # (B, n)
+    fit_audio(req, mains[0], made, fixed)
     return made
 
 
-def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> None:
+def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any],
+                fixed: frozenset[str]) -> None:
     """Pixels beside the text of a text-and-vision model, tokens for every modality."""
     params = _signature(req.model)
     has_vision = modality_config(req.config, ("vision", "image")) is not req.config
@@ -218,4 +226,4 @@ def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any]) -> Non
     if has_text and params is not None and "input_ids" in params and "input_ids" not in made:
         made.update(text(req))  # an image-first model whose text tower reads the image
     if req.model is not None:
-        place_tokens(req, made, params or {})
+        place_tokens(req, made, params or {}, lambda doc: _from_doc(req, doc), fixed)

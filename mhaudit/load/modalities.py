@@ -112,7 +112,9 @@ def _front_end_width(model: nn.Module | None) -> int | None:
     return None
 
 
-def _audio(req: Request) -> Any:
+def audio_config(req: Request) -> Any:
+    """The config that sizes the audio input: the one holding a feature width, else the
+    audio config."""
     return find_node(req.config, AUDIO_WIDTHS, AUDIO_WORDS) or modality_config(
         req.config, AUDIO_WORDS)
 
@@ -164,14 +166,14 @@ def _whisper_style(req: Request, audio: Any) -> bool:
 
 def frames_axis(req: Request) -> int:
     """The frame axis of the audio features :func:`features` makes."""
-    return -1 if _whisper_style(req, _audio(req)) else 1
+    return -1 if _whisper_style(req, audio_config(req)) else 1
 
 
 def features(req: Request, name: str = "input_features") -> dict[str, Any]:
     """Audio features: Whisper-style ``(B, mel bins, 2 · positions)`` where the config fixes
     the encoder positions, else ``(B, frames, width)`` with frames = seq_len · the
     config's subsampling."""
-    audio = _audio(req)
+    audio = audio_config(req)
     factor = find_size(audio, AUDIO_SUBSAMPLING) or 2 ** int(read(audio, "num_conv_layers") or 0)
     frames = req.seq_len * factor
     if _whisper_style(req, audio):  # (B, mel bins, frames), 2 frames per encoder position
@@ -185,11 +187,33 @@ def features(req: Request, name: str = "input_features") -> dict[str, Any]:
     return {name: torch.zeros(req.batch, frames, width)}  # (B, frames, features)
 
 
+def _front_end_stride(model: nn.Module | None) -> int:
+    """Samples per position of a 1-D convolution front end over raw audio: the product of
+    the strides of the convolutions from the first one over one channel to the first
+    linear layer; 1 where the model has none."""
+    stride = 0
+    for module in model.modules() if model is not None else ():
+        if isinstance(module, nn.Conv1d) and (stride or module.in_channels == 1):
+            stride = max(stride, 1) * int(module.stride[0])
+        elif isinstance(module, nn.Linear) and stride:
+            break
+    return max(stride, 1)
+
+
+SAMPLES_PER_POSITION = ("samples_per_token", "hop_length")
+"""Config names of how many raw samples make one encoder position, where no convolution
+strides (``conv_stride``) say."""
+
+
 def waveform(req: Request) -> dict[str, Any]:
+    """Raw audio of about ``seq_len`` encoder positions: the product of the feature
+    encoder's strides, else the samples per position the config names, else the strides
+    of the model's convolution front end, per position."""
     audio = modality_config(req.config, AUDIO_WORDS)
-    strides = read(audio, "conv_stride") or (1,)
-    samples = req.seq_len * math.prod(int(s) for s in strides)  # about seq_len frames
-    return {"input_values": torch.zeros(req.batch, samples)}  # (B, samples)
+    strides = read(audio, "conv_stride")
+    per = math.prod(int(s) for s in strides) if isinstance(strides, (list, tuple)) and \
+        strides else find_size(audio, SAMPLES_PER_POSITION) or _front_end_stride(req.model)
+    return {"input_values": torch.zeros(req.batch, req.seq_len * per)}  # (B, samples)
 
 
 def embeddings(req: Request, name: str) -> dict[str, Any]:

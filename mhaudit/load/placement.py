@@ -1,25 +1,30 @@
 """Image, audio and video tokens placed in ``input_ids``, counted by the model's own
-feature method (``get_image_features`` and its kin), so that every tower runs."""
+feature method (``get_image_features`` and its kin) or by the tower that reads the input,
+fed the masks and inputs the method requires, so that every tower runs."""
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
+from mhaudit.load.audio import Candidate, candidates
 from mhaudit.load.configtree import read
-from mhaudit.load.modalities import NoSize, Request, frames_axis
+from mhaudit.load.docshapes import DocInput, documented_inputs
+from mhaudit.load.modalities import NoSize, Request
+from mhaudit.load.rows import (
+    count_tokens,
+    cpu_value,
+    feature_method,
+    kept_twins,
+    text_width,
+    tower,
+    tower_rows,
+)
 from mhaudit.load.vision import TOWER_MAKERS, patch_grids
-
-CPU_COPY_LIMIT = 1 << 28
-"""Most parameter elements of a meta model copied to the CPU (uninitialised) to count the
-tokens of a feature method that the meta device cannot run (one with a data-dependent
-shape, such as a mask applied by indexing)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,13 @@ class Modality:
     position_mask: str = ""
     """The forward argument that marks where the features go when no token id does (1 at
     each of their positions in ``input_ids``, 0 elsewhere)."""
+    tower_rows: bool = False
+    """Whether the rows of the tower that reads the input count the tokens where the model
+    has no feature method (an audio encoder's frames, which its projector keeps)."""
+    text_width: bool = False
+    """Whether the feature method's rows are already projected to the text embedding width
+    (the forward scatters them into the embeddings as they come): rows of another width
+    cannot fill the placeholders, and no tokens are placed."""
 
 
 MODALITIES = (
@@ -43,7 +55,7 @@ MODALITIES = (
     Modality(("video_token_id", "video_token_index"), ("pixel_values_videos",),
              "get_video_features"),
     Modality(("audio_token_id", "audio_token_index"), ("input_features", "input_values"),
-             "get_audio_features"),
+             "get_audio_features", tower_rows=True, text_width=True),
 )
 
 
@@ -54,101 +66,6 @@ def _token_id(config: Any, names: tuple[str, ...]) -> int | None:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 return value
     return None
-
-
-def _rows(result: Any) -> int:
-    """Feature rows (one per placeholder token) of what a feature method returned."""
-    if isinstance(result, torch.Tensor):
-        return result.numel() // result.shape[-1] if result.dim() >= 2 else 0
-    pooled = getattr(result, "pooler_output", None)
-    if pooled is not None:
-        return _rows(pooled)
-    if isinstance(result, (list, tuple)):
-        return sum(_rows(item) for item in result)
-    hidden = getattr(result, "last_hidden_state", None)
-    return _rows(hidden) if hidden is not None else 0
-
-
-def feature_method(model: nn.Module, name: str) -> Callable[..., Any] | None:
-    """``model.<name>``, else its encoder's (an encoder-decoder keeps its towers there)."""
-    method = getattr(model, name, None)
-    get_encoder = getattr(model, "get_encoder", None)
-    if method is None and callable(get_encoder):
-        try:
-            method = getattr(get_encoder(), name, None)
-        except Exception:  # a model without a separate encoder
-            return None
-    return method if callable(method) else None
-
-
-def _call(method: Callable[..., Any], made: Mapping[str, Any]) -> int:
-    params = inspect.signature(method).parameters
-    with torch.no_grad():
-        return _rows(method(**{k: v for k, v in made.items() if k in params}))
-
-
-def _on_cpu(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
-    """The rows of ``model.<name>`` run on an uninitialised CPU copy of a meta model."""
-    params = list(model.parameters())
-    if not params or params[0].device.type != "meta" or \
-            sum(p.numel() for p in params) > CPU_COPY_LIMIT:
-        return 0
-    with torch.device("cpu"):  # inside the meta default device the loader builds under
-        twin = copy.deepcopy(model).to_empty(device="cpu")
-        method = feature_method(twin, name)
-        if method is None:
-            return 0
-        return _call(method, {k: _cpu(k, v) for k, v in made.items()})
-
-
-def _cpu(name: str, value: Any) -> Any:
-    """A CPU tensor filled as the loader fills ``name`` (masks keep all), for a meta one."""
-    if not isinstance(value, torch.Tensor) or value.device.type != "meta":
-        return value
-    keep = name.endswith("_mask") and value.dtype != torch.bool
-    fill = torch.ones if keep else torch.zeros
-    return fill(value.shape, dtype=value.dtype, device="cpu")
-
-
-def count_tokens(model: nn.Module, name: str, made: Mapping[str, Any]) -> int:
-    """How many placeholder tokens ``model.<name>`` fills from the inputs in ``made``;
-    0 where it cannot run on them."""
-    method = feature_method(model, name)
-    if method is None:
-        return 0
-    try:
-        return _call(method, made)
-    except Exception:  # model code: the meta device cannot run a data-dependent step
-        pass
-    try:
-        return _on_cpu(model, name, made)
-    except Exception:  # model code that needs more than these inputs
-        return 0
-
-
-def _feature_inputs(req: Request, modality: Modality, params: Mapping[str, Any],
-                    made: dict[str, Any]) -> str | None:
-    """The forward argument that carries ``modality``, made if need be, with the mask
-    over its frames where the feature method requires one."""
-    name = next((n for n in modality.inputs if n in params), None)
-    if name is None:
-        return None
-    if name not in made:
-        try:
-            made.update(TOWER_MAKERS[name](req))
-        except NoSize:
-            return None
-    mask = f"{name}_mask"
-    method = feature_method(req.model, modality.method) if req.model is not None else None
-    wanted = inspect.signature(method).parameters.get(mask) if method is not None else None
-    required = wanted is not None and wanted.default is inspect.Parameter.empty
-    if required and mask in params and mask not in made and made[name].dim() >= 2:
-        frames = made[name].shape[frames_axis(req) if name == "input_features" else 1]
-        made[mask] = torch.ones(made[name].shape[0], frames, dtype=torch.long)
-    if method is not None and isinstance(made[name], torch.Tensor):
-        made.update({k: v for k, v in patch_grids(req, method, made[name], made).items()
-                     if k in params})
-    return name
 
 
 def _declared(config: Any, names: tuple[str, ...]) -> tuple[Any, str] | None:
@@ -192,38 +109,125 @@ processors write it: 0 for text, then 1, 2, 3 in the order of :data:`MODALITIES`
 video, audio)."""
 
 
-def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any]) -> None:
+MakeDoc = Callable[[DocInput], dict[str, Any]]
+"""Makes one input as its docstring shapes it (the loader's rule); raises NoSize."""
+
+
+def _required(method: Callable[..., Any] | None, name: str) -> bool:
+    params = inspect.signature(method).parameters if method is not None else {}
+    return name in params and params[name].default is inspect.Parameter.empty and \
+        params[name].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _shares_word(mask: str, name: str) -> bool:
+    """``feature_attention_mask`` for ``input_features``: a mask named with a word of the
+    input's name other than ``input`` (plural or not)."""
+    words = {w.rstrip("s") for w in name.split("_")} - {"input", ""}
+    return bool(words & {w.rstrip("s") for w in mask.split("_")[:-1]})
+
+
+def _masks(req: Request, method: Callable[..., Any] | None, name: str, candidate: Candidate,
+           params: Mapping[str, Any], trial: dict[str, Any]) -> None:
+    """Masks over the candidate's frames, nothing masked: ``<input>_mask`` where the feature
+    method requires it; without a feature method, each mask named after the input that the
+    forward's docstring does not call optional."""
+    docs = documented_inputs(req.model.forward) if req.model is not None else {}
+    for mask in params:
+        if not mask.endswith("_mask") or mask in trial:
+            continue
+        if method is not None:
+            needed = mask == f"{name}_mask" and _required(method, mask)
+        else:
+            needed = _shares_word(mask, name) and mask in docs and not docs[mask].optional
+        if needed and candidate.tensor.dim() >= 2:
+            frames = candidate.tensor.shape[candidate.frames_axis]
+            trial[mask] = torch.ones(candidate.tensor.shape[0], frames, dtype=torch.long)
+
+
+def _extras(method: Callable[..., Any] | None, params: Mapping[str, Any],
+            trial: dict[str, Any], make_doc: MakeDoc) -> None:
+    """The other inputs the feature method requires and the forward takes, as the feature
+    method's docstring shapes them (a raw-audio padding mask beside the features)."""
+    docs = documented_inputs(method) if method is not None else {}
+    for arg, doc in docs.items():
+        if arg in trial or arg not in params or not doc.dims or not _required(method, arg):
+            continue
+        try:
+            trial.update(make_doc(doc))
+        except NoSize:
+            continue
+
+
+def _with_tokens(ids: torch.Tensor, token: int, count: int) -> torch.Tensor:
+    block = torch.full((ids.shape[0], count // ids.shape[0]), token, dtype=ids.dtype,
+                       device=ids.device)
+    return torch.cat([block, ids], dim=1)  # (B, tokens + n)
+
+
+def _trial_count(req: Request, modality: Modality, name: str, token: int,
+                 trial: dict[str, Any]) -> int:
+    """Tokens the feature method fills from ``trial``; where it cannot run, the rows of the
+    tower that reads ``name``, if the feature method accepts that many placeholders (it
+    may read them, to time its rows) or there is none and the modality allows it."""
+    model = req.model
+    assert model is not None
+    method = feature_method(model, modality.method)
+    width = text_width(model) if modality.text_width else None
+    count = count_tokens(model, modality.method, trial, width) if method is not None else 0
+    if count or (method is None and not modality.tower_rows):
+        return count
+    rows = tower_rows(model, name, trial)
+    if not rows or method is None:
+        return rows
+    ids = cpu_value("input_ids", trial["input_ids"])  # on the CPU, so the placeholders hold values
+    check = dict(trial, input_ids=_with_tokens(ids, token, rows))
+    return rows if rows % ids.shape[0] == 0 and \
+        count_tokens(model, modality.method, check, width) == rows else 0
+
+
+def _fed(req: Request, modality: Modality, name: str, token: int, params: Mapping[str, Any],
+         made: dict[str, Any], make_doc: MakeDoc,
+         fixed: frozenset[str]) -> tuple[int, dict[str, Any]]:
+    """The token count and the inputs of the first candidate the tower accepts: the input as
+    made, then its other layouts and frame counts (:func:`~mhaudit.load.audio.candidates`),
+    with the masks and other inputs the feature method requires."""
+    method = feature_method(req.model, modality.method) if req.model is not None else None
+    base = dict(made)
+    if name not in base:
+        try:
+            base.update(TOWER_MAKERS[name](req))
+        except NoSize:
+            return 0, made
+    tries = [Candidate(base[name], 1)] if name in fixed else candidates(req, name, base[name])
+    for candidate in tries:
+        trial = dict(base, **{name: candidate.tensor})
+        _masks(req, method, name, candidate, params, trial)
+        if method is not None:
+            trial.update({k: v for k, v in patch_grids(req, method, candidate.tensor,
+                                                       trial).items() if k in params})
+        _extras(method, params, trial, make_doc)
+        count = _trial_count(req, modality, name, token, trial)
+        if count and count % made["input_ids"].shape[0] == 0:
+            return count, trial
+    return 0, made
+
+
+def _no_doc(doc: DocInput) -> dict[str, Any]:
+    raise NoSize(doc.name, [])
+
+
+def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any],
+                 make_doc: MakeDoc = _no_doc, fixed: frozenset[str] = frozenset()) -> None:
     """Put the placeholder tokens of every modality the model takes before the text of
     ``made["input_ids"]``, as many as its feature method returns rows, in place; where the
     forward marks their positions by a mask, the mask too, and where it takes each
-    position's modality, those labels."""
+    position's modality, those labels. The inputs named in ``fixed`` (the user's) keep
+    their shapes."""
     ids = made.get("input_ids")
     if req.model is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return
-    blocks: list[torch.Tensor] = []
-    kinds: list[torch.Tensor] = []
-    masks: list[tuple[str, int, int]] = []  # (mask input, first position, positions)
-    declared = {m.method: _declared(req.config, m.tokens) for m in MODALITIES}
-    for rank, modality in enumerate(MODALITIES):
-        token = _placement(req, modality, params)
-        if token is None or feature_method(req.model, modality.method) is None:
-            continue
-        before = dict(made)
-        name = _feature_inputs(req, modality, params, made)
-        count = count_tokens(req.model, modality.method, made) if name else 0
-        if not count or count % ids.shape[0]:
-            made.clear()
-            made.update(before)  # no tokens: the tower's inputs would only upset the forward
-            unset = declared[modality.method]
-            if unset is not None:
-                setattr(unset[0], unset[1], None)  # the id the config declared stays unset
-            continue
-        width = count // ids.shape[0]
-        if modality.position_mask in params and _token_id(req.config, modality.tokens) is None:
-            masks.append((modality.position_mask, sum(b.shape[1] for b in blocks), width))
-        blocks.append(torch.full((ids.shape[0], width), token, dtype=ids.dtype,
-                                 device=ids.device))
-        kinds.append(torch.full_like(blocks[-1], rank + 1))
+    with kept_twins():
+        blocks, kinds, masks = _placeholders(req, made, params, make_doc, fixed)
     if blocks:
         made["input_ids"] = torch.cat([*blocks, ids], dim=1)  # (B, tokens + n)
         if TOKEN_TYPES in params and TOKEN_TYPES not in made:
@@ -232,3 +236,42 @@ def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any]) 
         marks = torch.zeros_like(made["input_ids"])  # (B, tokens + n)
         marks[:, first:first + width] = 1
         made[mask] = marks
+
+
+Placed = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[str, int, int]]]
+"""Token blocks, their modality labels, and (mask input, first position, positions)."""
+
+
+def _placeholders(req: Request, made: dict[str, Any], params: Mapping[str, Any],
+                  make_doc: MakeDoc, fixed: frozenset[str]) -> Placed:
+    """A block of placeholder tokens per modality whose tower runs; ``made`` gains the
+    inputs each block's tower was fed."""
+    assert req.model is not None
+    ids = made["input_ids"]
+    blocks: list[torch.Tensor] = []
+    kinds: list[torch.Tensor] = []
+    masks: list[tuple[str, int, int]] = []
+    declared = {m.method: _declared(req.config, m.tokens) for m in MODALITIES}
+    for rank, modality in enumerate(MODALITIES):
+        name = next((n for n in modality.inputs if n in params), None)
+        readable = name is not None and (
+            feature_method(req.model, modality.method) is not None
+            or (modality.tower_rows and tower(req.model, name) is not None))
+        token = _placement(req, modality, params) if readable else None
+        if token is None or name is None:
+            continue
+        count, fed = _fed(req, modality, name, token, params, made, make_doc, fixed)
+        if not count:  # no tokens: the tower's inputs would only upset the forward
+            unset = declared[modality.method]
+            if unset is not None:
+                setattr(unset[0], unset[1], None)  # the id the config declared stays unset
+            continue
+        made.clear()
+        made.update(fed)
+        width = count // ids.shape[0]
+        if modality.position_mask in params and _token_id(req.config, modality.tokens) is None:
+            masks.append((modality.position_mask, sum(b.shape[1] for b in blocks), width))
+        blocks.append(torch.full((ids.shape[0], width), token, dtype=ids.dtype,
+                                 device=ids.device))
+        kinds.append(torch.full_like(blocks[-1], rank + 1))
+    return blocks, kinds, masks

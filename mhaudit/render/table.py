@@ -151,6 +151,7 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"measured forward latency: {t.latency_ms:.3f} ms (median)")
     coverage = report.coverage
     for names, what in (
+        (coverage.untraced_towers, "towers the forward did not run (not counted)"),
         (coverage.untraced_modules, "modules the forward did not use (not counted)"),
         (coverage.untraced_attention, "attention the forward never ran (no block, not audited)"),
         (coverage.unread_projections,
