@@ -120,7 +120,8 @@ def _operands(node: fx.Node, name: str, params: dict[str, str]
               ) -> tuple[object, object, object] | None:
     """The activation, weight and bias arguments of projection op ``name`` at ``node``."""
     if name in ("linear", *POINTWISE_CONV_OPS):
-        x, w, bias = node.args[0], node.args[1], arg(node, 2, "bias")
+        # By keyword too: ``F.linear(x, weight=w, bias=b)`` (EVA's fused qkv with its bias).
+        x, w, bias = arg(node, 0, "input"), arg(node, 1, "weight"), arg(node, 2, "bias")
         if name != "linear" and not _pointwise(node, w):
             return None
         return x, w, bias
