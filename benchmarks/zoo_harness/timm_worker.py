@@ -11,7 +11,7 @@ from typing import Any
 
 from zoo_harness.worker import FLOP_TOLERANCE, Result, _exception_line, run_cli
 
-SIZES = (64, 96, 128, 160, 224)
+SIZES = (64, 96, 128, 160, 224, 256)
 """Image sizes tried in order: the first at which the model builds and runs is audited."""
 MAX_PARAMS = 400_000_000
 """Models larger than this are not built on CPU here (the reference and mhaudit's CPU twin

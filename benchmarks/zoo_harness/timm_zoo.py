@@ -24,7 +24,7 @@ PREAMBLE = (
     "module and the letters of the name's first token: `vision_transformer/vit`, "
     "`resnet/resnet` for resnet18 and resnet50d), its smallest member by name, "
     "built by `python benchmarks/zoo.py --timm` with `timm.create_model(name, pretrained=False)` "
-    "at the first image size in 64, 96, 128, 160, 224 pixels at which it "
+    "at the first image size in 64, 96, 128, 160, 224, 256 pixels at which it "
     "builds and runs on CPU (`img_size=` where the constructor takes it), and audited from a "
     "model file with `mhaudit report model.py --format json`. *exact*: every module that "
     "declares a head count (`num_heads`) has a block with its heads, KV heads, head dim and "
