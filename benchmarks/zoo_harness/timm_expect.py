@@ -18,6 +18,8 @@ KV_HEAD_ATTRS = ("num_kv_heads", "num_key_value_heads", "kv_heads")
 HEAD_DIM_ATTRS = ("head_dim", "dim_head", "key_dim", "head_size")
 PROJECTIONS = ("qkv", "in_proj", "q", "q_proj", "query", "to_q")
 """Names of the query (or fused query-key-value) projection, first match wins."""
+KEY_PROJECTIONS = {"k": 1, "key": 1, "k_proj": 1, "to_k": 1, "kv": 2}
+"""Names of the key (or fused key-value) projection, with how many roles share its width."""
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,29 @@ def _first_int(module: nn.Module, names: tuple[str, ...]) -> int | None:
     return None
 
 
+def _as_projection(child: object) -> nn.Module | None:
+    """A Linear or conv, or the one named ``proj`` in a Sequential (a norm, then the conv)."""
+    if isinstance(child, nn.Sequential):
+        child = getattr(child, "proj", None)
+    return child if isinstance(child, (nn.Linear, nn.Conv1d, nn.Conv2d)) else None
+
+
 def _projection(module: nn.Module) -> tuple[str, nn.Module] | None:
     for attr in PROJECTIONS:
-        child = getattr(module, attr, None)
-        if isinstance(child, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+        child = _as_projection(getattr(module, attr, None))
+        if child is not None:
             return attr, child
+    return None
+
+
+def _key_heads(module: nn.Module, head_dim: int | None) -> int | None:
+    """KV heads from the key projection's width: out / (roles · head dim) (multi-query
+    attention keeps one key head and declares only ``num_heads``)."""
+    for attr, roles in KEY_PROJECTIONS.items():
+        child = _as_projection(getattr(module, attr, None))
+        if child is not None and head_dim:
+            out = _widths(child)[1]
+            return out // (roles * head_dim) if out % (roles * head_dim) == 0 else None
     return None
 
 
@@ -84,6 +104,8 @@ def _declared(name: str, module: nn.Module) -> Declared | None:
             head_dim = out // (3 * heads)  # fused (q, k, v), each heads x head_dim wide
         elif head_dim is None and attr not in ("qkv", "in_proj") and out % heads == 0:
             head_dim = out // heads
+    if kv is None:
+        kv = _key_heads(module, head_dim)
     params = sum(p.numel() for p in module.parameters())
     return Declared(name, heads, kv, head_dim, width, params)
 
@@ -137,8 +159,15 @@ def layout_problems(block: dict[str, Any], declared: Declared) -> list[str]:
 
 
 def compare_layouts(blocks: list[dict[str, Any]], declared: list[Declared]) -> list[str]:
-    """The failed layout checks: each declared module must have a block that fits it."""
+    """The failed layout checks: each declared module must have a block that fits it, and a
+    block in no declared module must have one head (a module that declares no heads may
+    attend with one over its width, as single-head attention does)."""
     failed = []
+    for block in blocks:
+        name = str(block.get("name", ""))
+        if block.get("num_heads") != 1 and not any(_related(name, d.name) for d in declared):
+            failed.append(f"block {name!r} of {block.get('num_heads')} heads where no "
+                          "module declares heads")
     for module in declared:
         mine = [b for b in blocks if _related(str(b.get("name", "")), module.name)]
         if not mine:

@@ -16,7 +16,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from fixtures.zoo_fused import FusedKeywordCatBias, FusedUnbind
+from fixtures.zoo_fused import FusedKeywordCatBias, FusedUnbind, MultiQueryAttention
 from zoo_harness.timm_expect import Declared, compare_layouts, declared_modules
 from zoo_harness.timm_worker import Built, classify, model_file
 from zoo_harness.timm_zoo import family, mixed_order, pick_families
@@ -51,6 +51,18 @@ def test_fused_qkv_without_head_dim_gives_it() -> None:
     # qkv Linear(48, 144): 144 / (3 * 3 heads) = 16
     (declared,) = declared_modules(module)
     assert (declared.heads, declared.head_dim, declared.width) == (3, 16, 48)
+
+
+def test_key_projection_width_gives_kv_heads() -> None:
+    # MultiQueryAttention(64, 8): head_dim 8, k_proj Linear(64, 8): 8 / 8 = 1 KV head
+    (declared,) = declared_modules(MultiQueryAttention(64, 8))
+    assert (declared.heads, declared.kv_heads, declared.head_dim) == (8, 1, 8)
+
+
+def test_blocks_outside_declared_modules_must_have_one_head() -> None:
+    assert compare_layouts([_block("mixer", 1, 1, 32, 32)], []) == []
+    (extra,) = compare_layouts([_block("mixer", 2, 2, 16, 32)], [])
+    assert "block 'mixer' of 2 heads where no module declares heads" in extra
 
 
 def test_compare_layouts_passes_a_fitting_block_and_names_what_differs() -> None:
