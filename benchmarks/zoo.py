@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --timm: every registered model, not one per family")
     args = parser.parse_args(argv)
     args.deadline = _deadline(args.stop_at)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
     if args.timm:
         return timm_zoo.main(args)
     results_path = args.results or args.out.with_suffix(".jsonl")
@@ -90,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
         todo = todo[: args.limit]
     preload()
     preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
 
     results_path.parent.mkdir(parents=True, exist_ok=True)
     sweep = run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
