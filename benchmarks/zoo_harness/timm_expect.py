@@ -18,8 +18,8 @@ KV_HEAD_ATTRS = ("num_kv_heads", "num_key_value_heads", "kv_heads")
 HEAD_DIM_ATTRS = ("head_dim", "dim_head", "key_dim", "head_size")
 PROJECTIONS = ("qkv", "in_proj", "q", "q_proj", "query", "to_q")
 """Names of the query (or fused query-key-value) projection, first match wins."""
-KEY_PROJECTIONS = {"k": 1, "key": 1, "k_proj": 1, "to_k": 1, "kv": 2}
-"""Names of the key (or fused key-value) projection, with how many roles share its width."""
+KEY_PROJECTIONS = ("k", "key", "k_proj", "to_k")
+"""Names of the key projection (a fused kv one does not say how it splits K from V)."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,11 @@ def _projection(module: nn.Module) -> tuple[str, nn.Module] | None:
 def _key_heads(module: nn.Module, head_dim: int | None) -> int | None:
     """KV heads from the key projection's width: out / (roles · head dim) (multi-query
     attention keeps one key head and declares only ``num_heads``)."""
-    for attr, roles in KEY_PROJECTIONS.items():
+    for attr in KEY_PROJECTIONS:
         child = _as_projection(getattr(module, attr, None))
         if child is not None and head_dim:
             out = _widths(child)[1]
-            return out // (roles * head_dim) if out % (roles * head_dim) == 0 else None
+            return out // head_dim if out % head_dim == 0 else None
     return None
 
 

@@ -138,15 +138,14 @@ def _operands(node: fx.Node, name: str, params: dict[str, str]
 
 def _pointwise(node: fx.Node, weight: object) -> bool:
     """A convolution that applies its weight at each position alone: every kernel size 1,
-    no padding, stride 1, not transposed (a 1×1 convolution is a linear map of the
-    channels)."""
+    no padding, not transposed (a 1×1 convolution is a linear map of the channels; with a
+    stride it maps the positions it keeps, as halo attention's strided query conv does)."""
     if not isinstance(weight, fx.Node) or len(shape(weight)) < 3:
         return False
     if any(k != 1 for k in shape(weight)[2:]):
         return False
     transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
-    return (_all(arg(node, 3, "stride", 1), 1) and _all(arg(node, 4, "padding", 0), 0)
-            and not transposed)
+    return _all(arg(node, 4, "padding", 0), 0) and not transposed
 
 
 def _conv_groups(node: fx.Node) -> int:
