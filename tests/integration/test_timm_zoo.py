@@ -120,6 +120,7 @@ TIMM_CASES = {
     "vit_tiny_patch16_224": "fused qkv unbound after a (B, N, 3, h, d) view",
     "eva02_tiny_patch14_224": "F.linear by keyword with a cat(q_bias, 0, v_bias) bias",
     "swin_tiny_patch4_window7_224": "window attention with a relative position table",
+    "halonet26t": "halo windows unfolded from a fused kv conv, a strided 1x1 query conv",
     "resnet18": "no attention",
 }
 
