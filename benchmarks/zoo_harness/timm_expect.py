@@ -87,9 +87,16 @@ def _widths(proj: nn.Module) -> tuple[int, int]:
     return proj.in_channels, proj.out_channels
 
 
+def _has_projection(module: nn.Module) -> bool:
+    """Whether the module holds a Linear or conv at all: a rotary embedding that keeps
+    ``num_heads`` and learned frequencies is no attention module."""
+    return any(isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.MultiheadAttention))
+               for m in module.modules())
+
+
 def _declared(name: str, module: nn.Module) -> Declared | None:
     heads = _first_int(module, HEAD_ATTRS)
-    if heads is None or next(module.parameters(), None) is None:
+    if heads is None or not _has_projection(module):
         return None
     kv = _first_int(module, KV_HEAD_ATTRS)
     head_dim = _first_int(module, HEAD_DIM_ATTRS)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -43,6 +44,17 @@ def test_declared_modules_are_the_innermost_with_heads() -> None:
     assert found["attn"] == Declared("attn", 4, None, 16, 64, 16640)
     # nn.MultiheadAttention(32, 2): head_dim 16, embed_dim 32; in_proj 32*96 + 96, out 32*32 + 32
     assert found["mha"] == Declared("mha", 2, None, 16, 32, 4224)
+
+
+class _Rope(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_heads = 4  # learned frequencies per head, no projection
+        self.freqs = nn.Parameter(torch.zeros(4, 8))
+
+
+def test_a_module_without_projections_declares_no_attention() -> None:
+    assert declared_modules(_Rope()) == []
 
 
 def test_fused_qkv_without_head_dim_gives_it() -> None:
