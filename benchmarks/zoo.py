@@ -11,6 +11,7 @@ JSON-lines file, so a second run resumes where the first stopped.
     python benchmarks/zoo.py --out docs/zoo.md               # the whole zoo
     python benchmarks/zoo.py --only gpt2 --only t5           # some of it
     python benchmarks/zoo.py --limit 20 --jobs 2 --stop-at 20:30
+    python benchmarks/zoo.py --timm --out docs/zoo_timm.md  # timm's registry (its own venv)
 """
 
 from __future__ import annotations
@@ -73,9 +74,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="run again the architectures whose earlier result is STATUS")
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
     parser.add_argument("--timm", action="store_true", help="sweep timm's registry instead")
+    parser.add_argument("--all", action="store_true",
+                        help="with --timm: every registered model, not one per family")
     args = parser.parse_args(argv)
+    args.deadline = _deadline(args.stop_at)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
     if args.timm:
-        return timm_zoo.main(args.out)
+        return timm_zoo.main(args)
     results_path = args.results or args.out.with_suffix(".jsonl")
     done = {} if args.fresh else load_results(results_path)
     names = args.only or model_types()
@@ -86,11 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         todo = todo[: args.limit]
     preload()
     preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so running children are killed
 
     results_path.parent.mkdir(parents=True, exist_ok=True)
     sweep = run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
-                    deadline=_deadline(args.stop_at))
+                    deadline=args.deadline)
     with results_path.open("a") as log, contextlib.closing(sweep):
         for result in sweep:
             done[result.name] = result

@@ -163,6 +163,16 @@ def _fwd_reduce(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
     return frozenset(kept.index(a) for a in axes if a in kept)
 
 
+def _fwd_unfold(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
+    """``unfold(dim, size, step)`` turns axis ``dim`` into window counts and appends the
+    window as a new last axis: the other axes stay where they are (halo attention's
+    overlapping K/V windows, unfolded along H and W, keep the channels on axis 1)."""
+    dim = arg(step.node, 1, "dimension")
+    if not isinstance(dim, int) or len(step.after) != len(step.before) + 1:
+        return None
+    return None if dim % len(step.before) in axes else axes
+
+
 _FORWARD: dict[str, _AxesHandler] = {
     **dict.fromkeys(SPLIT_OPS | {"unbind"}, _fwd_keep),
     "select": _fwd_removed,
@@ -173,6 +183,7 @@ _FORWARD: dict[str, _AxesHandler] = {
     "permute": _fwd_permute,
     "view_as_complex": _fwd_view_as_complex,
     "view_as_real": _fwd_view_as_real,
+    "unfold": _fwd_unfold,
     **dict.fromkeys(REDUCE_OPS, _fwd_reduce),
 }
 """Ops with their own rule for where features go; the rest follow shapes."""

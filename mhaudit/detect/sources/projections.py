@@ -123,7 +123,8 @@ def _operands(node: fx.Node, name: str, params: dict[str, str]
               ) -> tuple[object, object, object] | None:
     """The activation, weight and bias arguments of projection op ``name`` at ``node``."""
     if name in ("linear", *POINTWISE_CONV_OPS):
-        x, w, bias = node.args[0], node.args[1], arg(node, 2, "bias")
+        # By keyword too: ``F.linear(x, weight=w, bias=b)`` (EVA's fused qkv with its bias).
+        x, w, bias = arg(node, 0, "input"), arg(node, 1, "weight"), arg(node, 2, "bias")
         if name != "linear" and not _pointwise(node, w):
             return None
         return x, w, bias
@@ -140,15 +141,14 @@ def _operands(node: fx.Node, name: str, params: dict[str, str]
 
 def _pointwise(node: fx.Node, weight: object) -> bool:
     """A convolution that applies its weight at each position alone: every kernel size 1,
-    no padding, stride 1, not transposed (a 1×1 convolution is a linear map of the
-    channels)."""
+    no padding, not transposed (a 1×1 convolution is a linear map of the channels; with a
+    stride it maps the positions it keeps, as halo attention's strided query conv does)."""
     if not isinstance(weight, fx.Node) or len(shape(weight)) < 3:
         return False
     if any(k != 1 for k in shape(weight)[2:]):
         return False
     transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
-    return (_all(arg(node, 3, "stride", 1), 1) and _all(arg(node, 4, "padding", 0), 0)
-            and not transposed)
+    return _all(arg(node, 4, "padding", 0), 0) and not transposed
 
 
 def _conv_groups(node: fx.Node) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import fx
 
 from mhaudit.trace.graphs import arg, param_root, shape
-from mhaudit.trace.ops import SPLIT_OPS, op_name
+from mhaudit.trace.ops import PLAIN_RESHAPE_OPS, SPLIT_OPS, op_name
 
 Range = tuple[int, int]
 """Half-open feature range [start, stop) of a projection's output."""
@@ -42,18 +42,31 @@ def read_range(path: tuple[fx.Node, ...], width: int) -> Range | None:
     """The output features of ``path[-1]`` (a projection) that reach ``path[0]``.
 
     Follows splits, chunks and slices of the last axis until the first op that
-    reshapes it; None when the path does not cut the last axis in a way this follows.
+    reshapes it, and a reshape that splits the last axis into factors (ViT's
+    ``(B, N, 3·h·d) -> (B, N, 3, h, d)``) through permutes to the ``unbind`` or
+    ``select`` of its outermost factor (``q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)``);
+    None when the path does not cut the last axis in a way this follows.
     """
     lo, hi = 0, width
     pending: list[int] | None = None
+    factors: dict[int, tuple[int, int]] | None = None  # dim -> (size, features per step)
+    unbound: int | None = None  # features per step of the factor an unbind just split
     for node, source in zip(reversed(path[:-1]), reversed(path[1:]), strict=True):
         name = op_name(node)
         if pending is not None:
             if name != "getitem" or not isinstance(node.args[1], int):
-                return None
+                return None if factors is None else (lo, hi)
             index = node.args[1]
             lo, hi = lo + sum(pending[:index]), lo + sum(pending[: index + 1])
             pending = None
+            continue
+        if factors is not None:
+            step = _factor_step(node, name, factors, unbound)
+            if step is None:
+                return lo, hi
+            factors, unbound, picked = step
+            if picked is not None:
+                lo, hi = lo + picked[0], lo + picked[1]
             continue
         dims = shape(source)
         last = len(dims) - 1
@@ -75,9 +88,63 @@ def read_range(path: tuple[fx.Node, ...], width: int) -> Range | None:
                 return None
             lo = lo + begin
             hi = lo + shape(node)[-1]
+        elif name in PLAIN_RESHAPE_OPS and dims and dims[-1] == hi - lo \
+                and shape(node)[-1:] != (hi - lo,):
+            factors = _split_factors(dims, shape(node), hi - lo)
+            if factors is None:
+                return lo, hi
         elif not shape(node) or shape(node)[-1] != hi - lo:
             return lo, hi
     return lo, hi
+
+
+def _split_factors(before: tuple[int, ...], after: tuple[int, ...], width: int
+                   ) -> dict[int, tuple[int, int]] | None:
+    """The trailing dims of ``after`` that a reshape split the last axis of ``before``
+    (``width`` features) into, each with its size and features per index step."""
+    if tuple(after[: len(before) - 1]) != tuple(before[:-1]):
+        return None
+    found: dict[int, tuple[int, int]] = {}
+    stride = 1
+    for dim in range(len(after) - 1, len(before) - 2, -1):
+        found[dim] = (after[dim], stride)
+        stride *= after[dim]
+    return found if stride == width else None
+
+
+def _factor_step(node: fx.Node, name: str, factors: dict[int, tuple[int, int]],
+                 unbound: int | None) -> tuple[dict[int, tuple[int, int]], int | None,
+                                               Range | None] | None:
+    """The factors after ``node``, the step of a factor it unbinds, and the features it
+    picks (from the current start); None for an op this does not follow."""
+    if unbound is not None:  # the getitem after an unbind picks one index
+        index = node.args[1] if name == "getitem" and len(node.args) > 1 else None
+        if not isinstance(index, int) or index < 0:
+            return None
+        return factors, None, (index * unbound, (index + 1) * unbound)
+    rank = len(shape(node.args[0])) if node.args and isinstance(node.args[0], fx.Node) else 0
+    if name == "permute":
+        order = arg(node, 1, "dims", None)
+        if not isinstance(order, (list, tuple)) or len(order) != rank:
+            return None
+        where = {int(old) % rank: new for new, old in enumerate(order)}
+        return {where[d]: f for d, f in factors.items()}, None, None
+    if name not in ("unbind", "select") or not rank:
+        return None
+    dim = arg(node, 1, "dim", 0)
+    if not isinstance(dim, int) or dim % rank not in factors:
+        return None
+    dim %= rank
+    size, stride = factors[dim]
+    if stride != max(s for _, s in factors.values()):
+        return None  # not the outermost factor: the picked features are not contiguous
+    rest = {(d - 1 if d > dim else d): f for d, f in factors.items() if d != dim}
+    if name == "unbind":
+        return rest, stride, None
+    index = arg(node, 2, "index", None)
+    if not isinstance(index, int):
+        return None
+    return rest, None, (index % size * stride, (index % size + 1) * stride)
 
 
 def _sizes(node: fx.Node, name: str, width: int) -> list[int] | None:
