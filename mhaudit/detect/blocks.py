@@ -22,6 +22,7 @@ from mhaudit.detect.patterns.streams import stream_outputs
 from mhaudit.detect.patterns.windows import chunk_count, same_sequence
 from mhaudit.detect.sources.features import same_tokens_source
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.sources.shared_output import context_slice
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import numel, shape, tokens
@@ -54,9 +55,17 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
         o = outs[0] if outs else find_output_projection(core.output, params, walker.cache)
         groups[o.node if o is not None else core.output].append(
             _Draft(core, sources, o, outs or ((o,) if o else ())))
-    layouts = [_layout(drafts, traced, model) for drafts in groups.values()]
+    layouts = [_layout(_context_columns(drafts), traced, model) for drafts in groups.values()]
     layouts = _with_score_biases(layouts, list(groups.values()), traced, walker)
     return _unique_names([lay for lay in layouts if _readable(lay)])
+
+
+def _context_columns(drafts: list[_Draft]) -> list[_Draft]:
+    """Output projections shared with another branch keep the columns that read a context."""
+    contexts = [d.core.output for d in drafts]
+    return [replace(d, o=context_slice(d.o, contexts) if d.o else None,
+                    outputs=tuple(context_slice(p, contexts) for p in d.outputs))
+            for d in drafts]
 
 
 def _with_score_biases(layouts: list[Layout], groups: list[list[_Draft]],
