@@ -1,4 +1,5 @@
-"""An output matrix shared with another branch counts only the columns that read the context."""
+"""Output projections behind joins: a matrix shared with another branch counts only the
+columns that read the context; a per-sample loop is one block."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from fixtures.zoo_parallel import HIDDEN, B, D, FusedOutput, HeadsConcatenated, N
+from fixtures.zoo_parallel import HIDDEN, B, D, FusedOutput, HeadsConcatenated, N, PerSampleJoint
 
 from mhaudit.api import audit
 from mhaudit.data import AttentionBlock
@@ -55,3 +56,32 @@ def test_flux_single_stream_block_output_is_its_context_columns() -> None:
     # cat([context, mlp]) (32 + 128 → 32). The O is its 32·32 context columns + bias.
     assert (block.layout.num_heads, block.layout.head_dim, block.layout.seq_len_kv) == (4, 8, 11)
     assert block.params.total == QKV + D * D + D
+
+
+def test_per_sample_loop_of_joint_attention_is_one_block() -> None:
+    with torch.device("meta"):
+        model, x, c = PerSampleJoint(text=16), torch.randn(B, N, D), torch.randn(B, 5, 16)
+    block = _block_of_many(model, x, c)
+    # Image q, k, v, o 4·1,056; text tq, tk, tv 16 → 32 3·512; out_text 32 → 16 + 16 = 528:
+    # 4,224 + 1,536 + 528 = 6,288, both samples' cores in one block with both outputs.
+    assert (block.layout.num_heads, block.layout.head_dim, block.layout.streams) == (4, 8, 2)
+    assert block.params.total == 4 * (D * D + D) + 3 * 16 * D + D * 16 + 16
+    assert block.layout.core_count == B
+
+
+def test_mochi_block_is_one_joint_block_of_two_widths() -> None:
+    mochi = pytest.importorskip("diffusers.models.transformers.transformer_mochi")
+    with torch.device("meta"):
+        model = mochi.MochiTransformerBlock(D, 4, 8, pooled_projection_dim=16)
+        inputs = (torch.randn(B, N, D), torch.randn(B, 5, 16), torch.randn(B, D),
+                  torch.ones(B, 5, dtype=torch.bool))
+    block = _block_of_many(model, *inputs)
+    # to_q/k/v 3·1,024, add_q/k/v 16 → 32 3·512, to_out 1,056, to_add_out 32 → 16 + 16:
+    # 3,072 + 1,536 + 1,056 + 528 = 6,192.
+    assert block.params.total == 6192
+    assert (block.layout.num_heads, block.layout.num_kv_heads) == (4, 4)
+
+
+def _block_of_many(model: Any, *inputs: torch.Tensor) -> AttentionBlock:
+    (block,) = audit(model.eval(), inputs).blocks
+    return block
