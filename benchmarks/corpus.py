@@ -32,7 +32,8 @@ from zoo_harness.worker import STATUSES, Result
 
 COLUMNS = ("exact", "wrong", "missed", "exit 3", "exit 4", "skipped", "timeout")
 PREAMBLE = (
-    "Third-party attention implementations that no test of mhaudit reads, built by "
+    "Third-party attention implementations that no test or zoo of mhaudit read when the "
+    "corpus was assembled, built by "
     "`python benchmarks/corpus.py` from installed packages with small constructor arguments "
     "(width 32, 4 heads of 8 unless an entry says otherwise). *exact*: as many blocks as the "
     "constructor declares attention layers, each with the declared heads, KV heads, head "
