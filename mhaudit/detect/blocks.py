@@ -60,6 +60,16 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
     return _unique_names([lay for lay in layouts if _readable(lay)])
 
 
+def _query_rows(draft: _Draft) -> int:
+    """Token rows the queries are projected from: the first source's, summed over the
+    streams of joint attention (each stream projects its own tokens, so one stream's rows
+    over the joint sequence would undercount the batch)."""
+    first: dict[object, Source] = {}
+    for source in draft.sources["q"]:
+        first.setdefault(source.stream, source)
+    return sum(s.projection.rows if s.projection else tokens(s.root) for s in first.values())
+
+
 def _context_columns(drafts: list[_Draft]) -> list[_Draft]:
     """Output projections shared with another branch keep the columns that read a context."""
     contexts = [d.core.output for d in drafts]
@@ -133,7 +143,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
                      for p in drafts[0].outputs])
     q_source = drafts[0].sources["q"][0]
     d_model = roles["q"].in_features if roles["q"] else (shape(q_source.root) or (0,))[-1]
-    rows = q_source.projection.rows if q_source.projection else tokens(q_source.root)
+    rows = _query_rows(drafts[0])
     windows = chunk_count([(s.projection.weight, s.projection.node) for d in drafts
                            for s in d.sources["q"] if s.projection is not None])
     batch = (max(1, rows // first.seq_len_q) if first.seq_len_q else 1) * windows
