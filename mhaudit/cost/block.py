@@ -159,10 +159,13 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     b, h = layout.batch_size, layout.num_heads
     n_q, n_kv = layout.seq_len_q, layout.seq_len_kv
     d_k, d_v = layout.head_dim, layout.v_head_dim
-    q_proj = projection_flops(layout.q, b * n_q)
-    k_proj = projection_flops(layout.k, b * n_kv)
-    v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv)
-    o_proj = projection_flops(layout.o, b * n_q)
+    # Joint attention: each role's projection holds every stream's weights side by side,
+    # and each token goes through its own stream's only (exact when the streams are as wide).
+    streams = max(layout.streams, 1)
+    q_proj = projection_flops(layout.q, b * n_q) // streams
+    k_proj = projection_flops(layout.k, b * n_kv) // streams
+    v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv) // streams
+    o_proj = projection_flops(layout.o, b * n_q) // streams
     core = core_cost(layout)
     scores, softmax, context = core.scores, core.softmax, core.context
     causal_total = tiles_total = None

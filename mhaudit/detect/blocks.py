@@ -24,6 +24,7 @@ from mhaudit.detect.patterns.windows import chunk_count, same_sequence
 from mhaudit.detect.sources.features import same_tokens_source
 from mhaudit.detect.sources.mixes import sibling_mixes
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.sources.shared_output import context_slice
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import numel, shape, tokens
@@ -57,9 +58,27 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
         o = outs[0] if outs else find_output_projection(core.output, params, walker.cache)
         groups[o.node if o is not None else core.output].append(
             _Draft(core, sources, o, outs or ((o,) if o else ())))
-    layouts = [_layout(drafts, traced, model) for drafts in groups.values()]
+    layouts = [_layout(_context_columns(drafts), traced, model) for drafts in groups.values()]
     layouts = _with_score_biases(layouts, list(groups.values()), traced, walker)
     return _unique_names([lay for lay in layouts if _readable(lay)])
+
+
+def _query_rows(draft: _Draft) -> int:
+    """Token rows the queries are projected from: the first source's, summed over the
+    streams of joint attention (each stream projects its own tokens, so one stream's rows
+    over the joint sequence would undercount the batch)."""
+    first: dict[object, Source] = {}
+    for source in draft.sources["q"]:
+        first.setdefault(source.stream, source)
+    return sum(s.projection.rows if s.projection else tokens(s.root) for s in first.values())
+
+
+def _context_columns(drafts: list[_Draft]) -> list[_Draft]:
+    """Output projections shared with another branch keep the columns that read a context."""
+    contexts = [d.core.output for d in drafts]
+    return [replace(d, o=context_slice(d.o, contexts) if d.o else None,
+                    outputs=tuple(context_slice(p, contexts) for p in d.outputs))
+            for d in drafts]
 
 
 def _with_score_biases(layouts: list[Layout], groups: list[list[_Draft]],
@@ -127,7 +146,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
                      for p in drafts[0].outputs])
     q_source = drafts[0].sources["q"][0]
     d_model = roles["q"].in_features if roles["q"] else (shape(q_source.root) or (0,))[-1]
-    rows = q_source.projection.rows if q_source.projection else tokens(q_source.root)
+    rows = _query_rows(drafts[0])
     windows = chunk_count([(s.projection.weight, s.projection.node) for d in drafts
                            for s in d.sources["q"] if s.projection is not None])
     batch = (max(1, rows // first.seq_len_q) if first.seq_len_q else 1) * windows

@@ -1,0 +1,1 @@
+"""A corpus of third-party attention implementations, each with its ground truth."""
