@@ -21,10 +21,10 @@ from mhaudit.detect.patterns.score_bias import score_bias_names
 from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
 from mhaudit.detect.patterns.windows import chunk_count, same_sequence
-from mhaudit.detect.sources.features import same_tokens_source
 from mhaudit.detect.sources.mixes import sibling_mixes
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.sources.shared_output import context_slice
+from mhaudit.detect.sources.tokens import same_tokens_source
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import numel, shape, tokens
