@@ -27,7 +27,7 @@ from mhaudit.load.modalities import (
     text,
 )
 from mhaudit.load.placement import place_tokens
-from mhaudit.load.vision import INPUT_MAKERS
+from mhaudit.load.vision import INPUT_MAKERS, packed_patches
 
 Shapes = Sequence[tuple[str, tuple[int, ...]]]
 """Named input shapes, ``(("input_features", (1, 80, 3000)), ...)``."""
@@ -197,6 +197,9 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
     mains = [main] if isinstance(main, str) else [str(m) for m in main]
     docs = documented_inputs(model.forward) if model is not None else {}
     made = with_shapes({}, shapes)
+    packed = packed_patches(req)  # pixels and grid together, unless the user shaped one
+    if not packed.keys() & made.keys():
+        made.update(packed)
     for name in needed_inputs(mains, model, docs):
         if name in made:
             continue

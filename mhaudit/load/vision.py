@@ -83,6 +83,40 @@ def patch_grids(req: Request, method: Callable[..., Any], pixels: torch.Tensor,
     return out
 
 
+PACKED_SIDE = 4
+"""Patches along each side of the one image a packed tower reads (rounded up to the
+config's spatial merge size): 16 patches, about the audit's default sequence length."""
+
+
+def packed_patches(req: Request) -> dict[str, Any]:
+    """Packed pixels and their grid for a tower whose forward reads every image's patches
+    concatenated (``(patches, channels · temporal patch · patch²)``) beside a grid it
+    documents as ``(num_images, 3)``: temporal, height and width in patches (NaViT-style
+    packed vision towers). One image of :data:`PACKED_SIDE`² patches per batch row; the
+    grid is on the CPU so that its values are there to read. Empty when the forward has
+    no such grid or the config gives no patch size."""
+    if req.model is None:
+        return {}
+    method = req.model.forward
+    params = list(inspect.signature(method).parameters)
+    docs = documented_inputs(method)
+    grid = next((name for name in params if name in docs and docs[name].dims[-1:] == ("3",)
+                 and "temporal" in _described(method, name).lower()), None)
+    values = next((name for name in params if name != grid), None)
+    vision = modality_config(req.config, ("vision", "image"))
+    side = find_size(vision, ("patch_size",))
+    if grid is None or values is None or side is None:
+        return {}
+    frames = find_size(vision, ("temporal_patch_size",)) or 1
+    channels = find_size(vision, ("in_channels", "num_channels", "in_chans")) or 3
+    merge = find_size(vision, ("spatial_merge_size",)) or 1
+    rows = merge * -(-PACKED_SIDE // merge)  # patches per side, a multiple of the merge
+    return {
+        values: torch.randn(req.batch * rows * rows, channels * frames * side * side),
+        grid: torch.tensor([[1, rows, rows]] * req.batch, dtype=torch.long, device="cpu"),
+    }
+
+
 INPUT_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {
     **MAKERS, "flattened_patches": flattened_patches}
 """Every input maker by input name: the shared ones and the vision ones."""

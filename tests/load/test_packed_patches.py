@@ -1,0 +1,74 @@
+"""Packed vision towers: every image's patches concatenated beside a (num_images, 3) grid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from mhaudit.load.inputs import config_inputs
+from mhaudit.load.vision import PACKED_SIDE
+
+
+class PackedTower(nn.Module):
+    """Reads ``(patches, C·t·p²)`` and a grid of (t, h, w) per image, as NaViT-packed
+    towers do: the patch embedding views each row back into a (C, t, p, p) patch."""
+
+    def __init__(self, channels: int, frames: int, side: int) -> None:
+        super().__init__()
+        self.shape = (channels, frames, side, side)
+        self.embed = nn.Conv3d(channels, 8, (frames, side, side), stride=(frames, side, side))
+
+    def forward(self, hidden_states: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        """
+        Args:
+            hidden_states (`torch.Tensor` of shape `(seq_len, hidden_size)`):
+                The patches.
+            grid_thw (`torch.Tensor` of shape `(num_images_or_videos, 3)`):
+                The temporal, height and width of feature shape of each image.
+        """
+        patches = self.embed(hidden_states.view(-1, *self.shape)).flatten(1)  # (patches, 8)
+        assert int(grid_thw.prod(-1).sum()) == patches.shape[0]
+        return patches
+
+
+@pytest.mark.parametrize("merge", [1, 2, 3])
+def test_a_packed_tower_gets_patches_and_their_grid(merge: int) -> None:
+    config = SimpleNamespace(patch_size=2, temporal_patch_size=2, in_channels=3,
+                             spatial_merge_size=merge)
+    model = PackedTower(3, 2, 2)
+    made = config_inputs("hidden_states", config, 2, 16, model=model)
+    rows = merge * -(-PACKED_SIDE // merge)  # merge 1, 2: 4 patches a side; 3: 6
+    # two images (the batch) of rows² patches, each 3 channels · 2 frames · 2² pixels
+    assert tuple(made["hidden_states"].shape) == (2 * rows * rows, 3 * 2 * 2 * 2)
+    assert made["grid_thw"].tolist() == [[1, rows, rows]] * 2
+    assert made["grid_thw"].device.type == "cpu"  # values the forward reads
+    assert model(**made).shape == (2 * rows * rows, 8)
+
+
+def test_a_grid_the_user_shapes_is_left_to_the_user() -> None:
+    config = SimpleNamespace(patch_size=2, temporal_patch_size=1, in_channels=3)
+    made = config_inputs("hidden_states", config, 1, 16, model=PackedTower(3, 1, 2),
+                         shapes=(("hidden_states", (4, 12)), ("grid_thw", (1, 3))))
+    assert tuple(made["hidden_states"].shape) == (4, 12)
+
+
+def test_qwen2_5_vl_vision_tower_audits_from_its_config(tmp_path: Path) -> None:
+    tf = pytest.importorskip("transformers")
+    from mhaudit import audit_target
+
+    config = tf.Qwen2_5_VLVisionConfig(depth=2, hidden_size=64, num_heads=4,
+                                       intermediate_size=128, out_hidden_size=64,
+                                       patch_size=14, temporal_patch_size=2,
+                                       spatial_merge_size=2, fullatt_block_indexes=[1])
+    config.save_pretrained(tmp_path)
+    report = audit_target(str(tmp_path / "config.json"))
+    # 4×4 patches per image, each 3 channels · 2 frames · 14² pixels = 1176 wide
+    assert report.model.inputs["hidden_states"]["shape"] == [16, 3 * 2 * 14 * 14]
+    assert report.model.inputs["grid_thw"]["shape"] == [1, 3]
+    # every layer: 4 heads of 64 / 4 = 16 over the width 64, fused qkv
+    assert [(b.layout.num_heads, b.layout.head_dim, b.layout.d_model)
+            for b in report.blocks] == [(4, 16, 64)] * 2
