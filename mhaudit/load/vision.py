@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from mhaudit.load.configtree import find_size, modality_config
-from mhaudit.load.docshapes import documented_inputs
+from mhaudit.load.docshapes import DocInput, documented_inputs
 from mhaudit.load.modalities import MAKERS, NoSize, Request, video
 
 PATCH_WIDTHS = ("patch_embed_hidden_size",)
@@ -88,21 +88,47 @@ PACKED_SIDE = 4
 config's spatial merge size): 16 patches, about the audit's default sequence length."""
 
 
+def _patch_shape(doc: DocInput | None, channels: int, frames: int,
+                 side: int) -> tuple[int, ...]:
+    """One packed patch as the forward's docstring ranks the pixel input: (C, p, p) for
+    rank 4, (C, t, p, p) for rank 5, else flat C·t·p² (the processors' packed rows)."""
+    rank = len(doc.dims) if doc is not None else 2
+    if rank == 4 and frames == 1:
+        return (channels, side, side)
+    if rank == 5:
+        return (channels, frames, side, side)
+    return (channels * frames * side * side,)
+
+
+_FLOAT = DocInput("", "torch.Tensor", (), optional=False)
+"""An undocumented input, read as a float tensor."""
+
+MERGE_WORDS = ("merge", "downsampl")
+"""Words of a per-image input's docstring that call it the spatial merge (downsampling)
+ratio, which a packed tower reads beside its grid (the config's ``spatial_merge_size``)."""
+
+
 def packed_patches(req: Request) -> dict[str, Any]:
     """Packed pixels and their grid for a tower whose forward reads every image's patches
-    concatenated (``(patches, channels · temporal patch · patch²)``) beside a grid it
+    concatenated (``(patches, channels · temporal patch · patch²)``, or one patch per row
+    at the rank the docstring gives the pixels) beside a grid it
     documents as ``(num_images, 3)``: temporal, height and width in patches (NaViT-style
     packed vision towers). One image of :data:`PACKED_SIDE`² patches per batch row; the
-    grid is on the CPU so that its values are there to read. Empty when the forward has
-    no such grid or the config gives no patch size."""
+    grid, and a per-image merge ratio the forward documents beside it, are on the CPU so
+    that their values are there to read. Empty when the forward does not require such a
+    grid (a whole model whose grid is optional places images its own way) or the config
+    gives no patch size."""
     if req.model is None:
         return {}
     method = req.model.forward
-    params = list(inspect.signature(method).parameters)
+    signature = inspect.signature(method).parameters
+    params = [n for n, p in signature.items() if p.default is inspect.Parameter.empty
+              and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]  # required inputs
     docs = documented_inputs(method)
     grid = next((name for name in params if name in docs and docs[name].dims[-1:] == ("3",)
                  and "temporal" in _described(method, name).lower()), None)
-    values = next((name for name in params if name != grid), None)
+    values = next((name for name in params if name != grid
+                   and "long" not in docs.get(name, _FLOAT).type_name.lower()), None)
     vision = modality_config(req.config, ("vision", "image"))
     side = find_size(vision, ("patch_size",))
     if grid is None or values is None or side is None:
@@ -111,10 +137,16 @@ def packed_patches(req: Request) -> dict[str, Any]:
     channels = find_size(vision, ("in_channels", "num_channels", "in_chans")) or 3
     merge = find_size(vision, ("spatial_merge_size",)) or 1
     rows = merge * -(-PACKED_SIDE // merge)  # patches per side, a multiple of the merge
-    return {
-        values: torch.randn(req.batch * rows * rows, channels * frames * side * side),
+    patch = _patch_shape(docs.get(values), channels, frames, side)
+    made = {
+        values: torch.randn(req.batch * rows * rows, *patch),
         grid: torch.tensor([[1, rows, rows]] * req.batch, dtype=torch.long, device="cpu"),
     }
+    for name in params:  # a merge ratio per image, counted as the grid counts images
+        if name in docs and name not in made and docs[name].dims == docs[grid].dims[:1] \
+                and any(w in _described(method, name).lower() for w in MERGE_WORDS):
+            made[name] = torch.full((req.batch,), merge, dtype=torch.long, device="cpu")
+    return made
 
 
 INPUT_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {

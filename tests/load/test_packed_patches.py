@@ -72,3 +72,32 @@ def test_qwen2_5_vl_vision_tower_audits_from_its_config(tmp_path: Path) -> None:
     # every layer: 4 heads of 64 / 4 = 16 over the width 64, fused qkv
     assert [(b.layout.num_heads, b.layout.head_dim, b.layout.d_model)
             for b in report.blocks] == [(4, 16, 64)] * 2
+
+
+class MergedTower(PackedTower):
+    """A packed tower that also reads each image's merge ratio, as VideoLLaMA3's does."""
+
+    def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor,  # type: ignore[override]
+                merge_sizes: torch.Tensor) -> torch.Tensor:
+        """
+        Args:
+            pixel_values (`torch.Tensor` of shape `(seq_len, hidden_size)`):
+                The patches.
+            grid_thw (`torch.LongTensor` of shape `(num_images_or_videos, 3)`):
+                The temporal, height and width dimensions of each image.
+            merge_sizes (`torch.Tensor` of shape `(num_images_or_videos,)`):
+                The spatial downsampling ratio of each image or video feature.
+        """
+        assert bool((grid_thw[:, 1] % merge_sizes == 0).all())
+        return super().forward(pixel_values, grid_thw)
+
+
+def test_a_merge_ratio_beside_the_grid_is_the_configs() -> None:
+    config = SimpleNamespace(patch_size=2, temporal_patch_size=1, num_channels=3,
+                             spatial_merge_size=2)
+    model = MergedTower(3, 1, 2)
+    made = config_inputs("pixel_values", config, 3, 16, model=model)
+    # one merge ratio per image (3 images, the batch), the config's spatial_merge_size
+    assert made["merge_sizes"].tolist() == [2, 2, 2]
+    assert made["grid_thw"].tolist() == [[1, 4, 4]] * 3
+    assert model(**made).shape == (3 * 16, 8)
