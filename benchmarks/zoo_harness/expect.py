@@ -259,21 +259,37 @@ def _feature_gate(module: nn.Module) -> bool:
     return holders[0].in_features == holders[0].out_features
 
 
+HEAD_DIM_ATTRS = ("head_dim", "attention_head_size")
+"""Attributes a module sets to its head dim (``attention_head_size``: BERT-style
+self-attention, ``int(hidden_size / num_attention_heads)`` with the heads it was built with)."""
+
+
+def module_name(block: str) -> str:
+    """The module a report block names: mhaudit names the second and later attentions one
+    module runs ``NAME#2``, ``NAME#3`` (a bi-directional attention's second direction)."""
+    return block.split("#")[0]
+
+
 def declared_head_dims(model: nn.Module, names: list[str]) -> dict[str, int]:
-    """The head dim each attention module declares for itself, by module name: its
-    ``head_dim``, else the d of the ``d**-0.5`` it scales the scores by (``scale``).
+    """The head dim each attention module declares for itself, by module name: one of its
+    :data:`HEAD_DIM_ATTRS`, else the d of the ``d**-0.5`` it scales the scores by (``scale``).
 
     A module may set it in code, not from the config's heads: VideoPrism's
     ``VideoPrismMultiheadAttentionPoolingHead`` sets ``self.head_dim =
     config.intermediate_size // config.num_attention_heads`` and splits Q, K and V
     (``num_attention_heads * head_dim`` wide) into heads of that size; GroupViT's
     ``GroupViTAssignAttention`` sets ``self.scale = config.hidden_size**-0.5`` and computes
-    ``query @ key.transpose(-2, -1)`` on the whole width, one head of ``hidden_size``."""
+    ``query @ key.transpose(-2, -1)`` on the whole width, one head of ``hidden_size``;
+    Grounding DINO's text enhancer builds its ``GroundingDinoMultiheadAttention`` with
+    ``config.encoder_attention_heads // 2`` heads, so its ``attention_head_size`` is
+    ``d_model // (encoder_attention_heads // 2)``, twice the config's head dim
+    (modeling_grounding_dino.py)."""
     found: dict[str, int] = {}
     for name in names:
         module = model.get_submodule(name)
-        dim = getattr(module, "head_dim", None)
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+        dim = next((v for v in (getattr(module, a, None) for a in HEAD_DIM_ATTRS)
+                    if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+        if dim is None:
             dim = _scaled_dim(getattr(module, "scale", getattr(module, "scaling", None)))
         if dim:
             found[name] = dim

@@ -172,13 +172,13 @@ def _reference(config: Path) -> Reference:
 
 def compare(report: dict[str, Any], ref: Reference) -> tuple[list[str], dict[str, Any]]:
     """The failed checks of a report against the reference, and the figures compared."""
-    from zoo_harness.expect import block_problems, expected_layouts
+    from zoo_harness.expect import block_problems, expected_layouts, module_name
 
     blocks = report.get("blocks") or []
     layouts = expected_layouts(ref.config) if ref.config is not None else []
     failed: list[str] = []
     for block in blocks:
-        name = str(block.get("name"))
+        name = module_name(str(block.get("name")))
         problems = block_problems(block, layouts, ref.groups.get(name), ref.head_dims.get(name))
         if problems:
             failed.append(f"layout {block.get('name')!r}: {'; '.join(problems)}")
