@@ -25,6 +25,11 @@ LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "di
 DERIVED_WIDTH_KEYS = ("true_hidden_size",)
 """Widths a config derives for its attention (MobileBERT's bottleneck: the attention runs
 on ``intra_bottleneck_size`` features, not on ``hidden_size``)."""
+INPUT_WIDTH_KEYS = ("input_size",)
+"""Input feature widths a first attention may project from into the model width:
+FunAsrNanoEncoder builds layer 0's attention with ``hidden_size=config.input_size``
+(``num_mel_bins * num_stacked_frames``, configuration_fun_asr_nano.py), so its Q, K, V
+read 560 stacked mel features and its O writes ``hidden_size``."""
 NOT_DOT_PRODUCT = ("Deformable",)
 """Classes called attention that compute no QKᵀ: deformable attention's weights are a
 linear map of the query, softmaxed over sampling points whose values are sampled at
@@ -50,6 +55,8 @@ class Expected:
     """Channel groups (``num_groups``), the heads of channel attention: DaViT's channel
     block (Florence2VisionChannelAttention) splits its C channels into
     ``config.num_groups[stage]`` groups of C / groups, whatever ``num_heads`` says."""
+    inputs: frozenset[int] = frozenset()
+    """Input widths (:data:`INPUT_WIDTH_KEYS`) a block may read when it writes a width."""
     declared: bool = True
     """False for a config that declares a width but no heads: its attention picks its own
     heads (one over the whole width, or CLIP's width // 64), and the config alone does
@@ -138,7 +145,9 @@ def _expected(path: str, config: Any) -> Expected | None:
     if ratio and len(heads) == 1:
         heads = _softmax_heads(next(iter(heads)), ratio[0])
     groups = frozenset(_ints(_get(config, "num_groups")))
-    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths), groups)
+    inputs = frozenset(w for key in INPUT_WIDTH_KEYS for w in _ints(_get(config, key)))
+    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths), groups,
+                    inputs)
 
 
 def _softmax_heads(heads: int, ratio: int) -> set[int]:
@@ -345,7 +354,8 @@ def block_problems(block: dict[str, Any], layouts: list[Expected],
         if not e.head_dims and not own and isinstance(h, int) and isinstance(d, int) \
                 and h * d not in e.widths:
             problems.append(f"heads x head dim {h}x{d} is no config width")
-        if width not in e.widths and e.widths:
+        projected_in = width in e.inputs and block.get("d_out") in e.widths
+        if width not in e.widths and e.widths and not projected_in:
             problems.append(f"width {width} (config {sorted(e.widths)})")
         if not problems:
             return []

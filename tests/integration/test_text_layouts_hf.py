@@ -1,12 +1,16 @@
-"""Text layouts of real transformers models: ESMC's QK-norm over Q's whole width and
-ProphetNet's n-gram predict streams keep the config's heads."""
+"""Text layouts of real transformers models: ESMC's QK-norm over Q's whole width,
+ProphetNet's n-gram predict streams and Perception Encoder's pair rotations keep the
+config's heads."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from mhaudit.api import audit
+from mhaudit.api import audit, audit_target
 
 tf = pytest.importorskip("transformers")
 
@@ -21,6 +25,24 @@ def test_esmc_layer_norm_over_all_query_features() -> None:
     assert (lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.d_model, lay.kind) == (
         4, 4, 16, 64, "self")
     assert block.params.total == 4 * 64 * 64  # no biases; q_norm/k_norm stay the norms'
+
+
+def test_pe_audio_pair_rotations_keep_the_kv_heads(tmp_path: Path) -> None:
+    # PeAudioEncoderAttention's apply_rotary_pos_emb: (k.reshape(..., 8, 1, 2) * freqs_cis)
+    # .sum(5).flatten(3), freqs_cis (…, 16 / 2, 2, 2): a 2×2 matmul per pair of features,
+    # so K keeps its 2 heads of head_dim 16 (k_proj 64 → 2 · 16) for 4 query heads.
+    data = {"model_type": "pe_audio_encoder", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "dac_config": {"encoder_hidden_size": 8}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    (block,) = audit_target(str(path), seq_len=8).blocks
+    lay = block.layout
+    assert (lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.d_model, lay.kind) == (
+        4, 2, 16, 64, "self")
+    # q_proj and o_proj 64·64, k_proj and v_proj 64·32, no biases (attention_bias False).
+    assert [p.params for p in (lay.q, lay.k, lay.v, lay.o)] == [64 * 64, 64 * 32, 64 * 32,
+                                                                 64 * 64]
 
 
 def test_prophetnet_predict_streams_keep_the_decoder_heads() -> None:

@@ -37,6 +37,8 @@ SLOW = {
     "clip": "text and image towers",
     "video_llava": "a video tower beside the text, no frame count in the config",
     "kosmos-2.5": "flattened patches placed by a position mask",
+    "fun_asr_nano_encoder": "first attention reads stacked mel frames (input_size)",
+    "pe_audio_encoder": "rotary pairs as a broadcast product and a sum",
 }
 KNOWN_MISSES: dict[str, str] = {}
 """Architectures of the sample that are not exact yet, with why (xfail, strict)."""
@@ -340,3 +342,13 @@ def test_the_scale_a_module_declares_gives_its_head_dim_and_heads() -> None:
     assert block_problems(block, [layout], head_dim=64) == []  # 1 head of 64 spans 64
     assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2}, [layout],
                           head_dim=64) == ["config: heads 2 (config [4])"]
+
+
+def test_a_block_may_read_the_input_width_when_it_writes_a_config_width() -> None:
+    # FunAsrNano's layer 0: Q, K, V read input_size = 80 mels · 7 frames = 560, O writes 64.
+    layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}),
+                      inputs=frozenset({560}))
+    block = {"num_heads": 4, "num_kv_heads": 4, "head_dim": 16, "d_model": 560, "d_out": 64}
+    assert block_problems(block, [layout]) == []
+    assert block_problems({**block, "d_out": 560}, [layout]) == ["config: width 560 (config [64])"]
+    assert block_problems({**block, "d_model": 80}, [layout]) == ["config: width 80 (config [64])"]

@@ -246,6 +246,7 @@ def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
     width = float(math.prod(dims[a] for a in axes))
     before = dims
     cuts: set[fx.Node] = set()
+    spread = 1  # copies of each feature a product made by broadcasting a size-1 feature axis
     for index in range(len(path) - 2, -1, -1):
         was = width
         node, source = path[index], path[index + 1]
@@ -260,8 +261,13 @@ def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
                 width /= before[removed]
         elif name in REDUCE_OPS and len(after) < len(before):
             # A reduction that drops feature axes (a mean over each group of heads)
-            # leaves one feature per group.
-            width /= math.prod(before[a] for a in _reduced_dims(node, before) & axes)
+            # leaves one feature per group; after a broadcast product it is a matmul
+            # written out, (x[..., None, :] * M).sum(-1), that keeps the features it mixes.
+            reduced = math.prod(before[a] for a in _reduced_dims(node, before) & axes)
+            width = width * min(spread, reduced) / reduced
+            spread = 1
+        elif name == "mul" and len(after) == len(before):
+            spread *= _broadcast(before, after, axes)
         elif len(after) == len(before) and name not in FEATURE_KEEP_OPS | RESHAPE_OPS | PERMUTE_OPS:
             for a in axes:
                 if after[a] < before[a] and (name in SLICE_OPS or before[a] % after[a] == 0):
@@ -271,6 +277,13 @@ def carried(path: list[fx.Node], feature_axes: tuple[int, ...] = ()
         if after:
             axes, before = moved, after
     return round(width), frozenset(cuts)
+
+
+def _broadcast(before: tuple[int, ...], after: tuple[int, ...], axes: frozenset[int]) -> int:
+    """How many copies a same-rank elementwise op makes of each feature by broadcasting
+    size-1 feature axes (a pair rotation's ``x.reshape(..., d // 2, 1, 2) * R``, R of
+    shape (..., d // 2, 2, 2), before the ``sum(-1)`` that completes R·x)."""
+    return math.prod(after[a] for a in axes if before[a] == 1 and after[a] > 1)
 
 
 _AxisHandler = Callable[[_Step, int], "int | None"]
