@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_harness.check import run_entry
 from corpus_harness.registry import ENTRIES
 from zoo_harness.sweep import run_all
-from zoo_harness.table import write_atomic
+from zoo_harness.table import cell, write_atomic
 from zoo_harness.worker import STATUSES, Result
 
 COLUMNS = ("exact", "wrong", "missed", "exit 3", "exit 4", "skipped", "timeout")
@@ -42,10 +42,6 @@ PREAMBLE = (
     "real CPU forward (within 1%). *exit 3*: mhaudit could not read the model; *exit 4*: "
     "an internal error. *skipped*: the entry itself cannot be built here."
 )
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def headline(results: list[Result]) -> str:
@@ -63,7 +59,7 @@ def render(results: list[Result]) -> str:
              "| entries | " + " | ".join(COLUMNS) + " |", "|---:|" + "---:|" * len(COLUMNS),
              f"| {len(results)} | " + " | ".join(str(counts[s]) for s in COLUMNS) + " |",
              "", "| entry | package | result | reason |", "|---|---|---|---|"]
-    lines += [f"| {r.name} | {ENTRIES[r.name].package} | {r.status} | {_cell(r.reason)} |"
+    lines += [f"| {r.name} | {ENTRIES[r.name].package} | {r.status} | {cell(r.reason)} |"
               for r in results]
     return "\n".join(lines) + "\n"
 

@@ -17,9 +17,7 @@ JSON-lines file, so a second run resumes where the first stopped.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import hashlib
 import os
 import signal
 import sys
@@ -32,8 +30,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from zoo_harness import timm_zoo
-from zoo_harness.sweep import load_results, model_types, run_all
-from zoo_harness.table import headline, render, write_atomic
+from zoo_harness.sweep import load_results, mixed_order, model_types, record
+from zoo_harness.table import headline, render
 from zoo_harness.worker import SEQ, preload, run_one
 
 PREAMBLE = (
@@ -86,24 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     names = args.only or model_types()
     todo = [n for n in names if n not in done or args.only or done[n].status in args.retry]
     if args.order == "mixed":
-        todo.sort(key=lambda n: hashlib.sha1(n.encode()).hexdigest())
+        todo = mixed_order(todo)
     if args.limit is not None:
         todo = todo[: args.limit]
     preload()
     preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
 
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    sweep = run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
-                    deadline=args.deadline)
-    with results_path.open("a") as log, contextlib.closing(sweep):
-        for result in sweep:
-            done[result.name] = result
-            log.write(result.to_json() + "\n")
-            log.flush()
-            print(f"{result.name:32} {result.status:8} {result.seconds:5.0f}s "
-                  f"{result.reason[:120]}", flush=True)
-            write_atomic(args.out, render(done.values(), "The transformers zoo", preamble))
-    write_atomic(args.out, render(done.values(), "The transformers zoo", preamble))
+    record(todo, run_one, done, out=args.out, results_path=results_path,
+           page=lambda results: render(results, "The transformers zoo", preamble),
+           jobs=args.jobs, timeout_s=args.timeout, deadline=args.deadline)
     print(headline(done.values()))
     return 0
 

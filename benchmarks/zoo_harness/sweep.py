@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import multiprocessing as mp
 import time
@@ -10,6 +12,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from zoo_harness.table import write_atomic
 from zoo_harness.worker import Result
 
 
@@ -85,3 +88,26 @@ def load_results(path: Path) -> dict[str, Result]:
             result = Result(**json.loads(line))
             out[result.name] = result
     return out
+
+
+def mixed_order(names: Iterable[str]) -> list[str]:
+    """A fixed hash order, so a partial sweep is a fair sample."""
+    return sorted(names, key=lambda n: hashlib.sha1(n.encode()).hexdigest())
+
+
+def record(todo: list[str], run: Callable[[str], Result], done: dict[str, Result], *,
+           out: Path, results_path: Path, page: Callable[[Iterable[Result]], str],
+           jobs: int, timeout_s: float, deadline: float | None, width: int = 32) -> None:
+    """Run ``todo``, appending each result to the JSON-lines log and rewriting the page
+    atomically after each one, so a sweep that stops keeps every answer it had."""
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    sweep = run_all(todo, run, jobs=jobs, timeout_s=timeout_s, deadline=deadline)
+    with results_path.open("a") as log, contextlib.closing(sweep):
+        for result in sweep:
+            done[result.name] = result
+            log.write(result.to_json() + "\n")
+            log.flush()
+            print(f"{result.name:{width}} {result.status:8} {result.seconds:5.0f}s "
+                  f"{result.reason[:120]}", flush=True)
+            write_atomic(out, page(done.values()))
+    write_atomic(out, page(done.values()))

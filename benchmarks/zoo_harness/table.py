@@ -11,7 +11,8 @@ from pathlib import Path
 from zoo_harness.worker import STATUSES, Result
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
+    """``text`` as one markdown table cell: pipes escaped, newlines joined."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -38,7 +39,7 @@ def render(results: Iterable[Result], title: str, preamble: str,
              "|---:|" + "---:|" * len(STATUSES),
              f"| {len(results)} | " + " | ".join(str(counts[s]) for s in STATUSES) + " |",
              "", "| architecture | result | reason | seconds |", "|---|---|---|---:|"]
-    lines += [f"| {r.name} | {r.status} | {_cell(r.reason)} | {r.seconds:.0f} |"
+    lines += [f"| {r.name} | {r.status} | {cell(r.reason)} | {r.seconds:.0f} |"
               for r in results]
     return "\n".join(lines) + "\n"
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import re
 import sys
 from collections.abc import Iterable
 from typing import Any
 
-from zoo_harness.sweep import load_results, run_all
-from zoo_harness.table import headline, render, write_atomic
+from zoo_harness.sweep import load_results, mixed_order, record
+from zoo_harness.table import headline, render
 
 SIZE_WORDS = ("atto", "femto", "pico", "nano", "xxxs", "xxs", "tiny", "xs", "mini", "small",
               "s", "lite", "b0", "t", "medium", "m", "base", "b")
@@ -81,11 +79,6 @@ def pick_families(models: Iterable[tuple[str, str]]) -> dict[str, str]:
     return {fam: min(names, key=_size_rank) for fam, names in sorted(members.items())}
 
 
-def mixed_order(names: Iterable[str]) -> list[str]:
-    """A fixed hash order, so a partial sweep is a fair sample."""
-    return sorted(names, key=lambda n: hashlib.sha1(n.encode()).hexdigest())
-
-
 def registry(every: bool) -> list[str]:
     """The names to sweep: one per family, or every registered model with ``every``."""
     import timm
@@ -120,18 +113,9 @@ def main(args: Any) -> int:
     if args.limit is not None:
         todo = todo[: args.limit]
     preload()
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    sweep = run_all(todo, run_one, jobs=args.jobs, timeout_s=args.timeout,
-                    deadline=args.deadline)
-    with results_path.open("a") as log, contextlib.closing(sweep):
-        for result in sweep:
-            done[result.name] = result
-            log.write(result.to_json() + "\n")
-            log.flush()
-            print(f"{result.name:40} {result.status:8} {result.seconds:5.0f}s "
-                  f"{result.reason[:120]}", flush=True)
-            write_atomic(args.out, render(done.values(), TITLE, PREAMBLE, RAN_BY))
-    write_atomic(args.out, render(done.values(), TITLE, PREAMBLE, RAN_BY))
+    record(todo, run_one, done, out=args.out, results_path=results_path,
+           page=lambda results: render(results, TITLE, PREAMBLE, RAN_BY),
+           jobs=args.jobs, timeout_s=args.timeout, deadline=args.deadline, width=40)
     print(headline(done.values(), RAN_BY))
     return 0
 
