@@ -7,23 +7,11 @@ from typing import Any
 
 import pytest
 import torch
+from fixtures.configs import Config, shapes_of
 from torch import nn
 
 from mhaudit.load.audio import window_frames
 from mhaudit.load.inputs import config_inputs
-
-
-class Config(SimpleNamespace):
-    """A config as transformers' loader sees one: attributes, a model type, to_dict."""
-
-    model_type = "hand-made"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-
-def _shapes(kwargs: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in kwargs.items()}
 
 
 class Speaker(nn.Module):
@@ -66,7 +54,7 @@ def test_frames_fill_the_windows_the_config_names_in_the_layout_the_tower_takes(
     # 10 frames as (B, 4 mels, 10) do: 10 / 2 = 5 rows, so 5 placeholders before the text
     assert window_frames(WINDOWED.audio_config) == [5, 10]
     kwargs = config_inputs("input_ids", WINDOWED, 1, 6, model=Windowed())
-    assert _shapes(kwargs) == {"input_ids": (1, 5 + 6), "input_features": (1, 4, 10),
+    assert shapes_of(kwargs) == {"input_ids": (1, 5 + 6), "input_features": (1, 4, 10),
                                "input_features_mask": (1, 10)}
     assert (kwargs["input_ids"][0, :5] == 3).all() and not kwargs["input_ids"][0, 5:].any()
 
@@ -74,13 +62,13 @@ def test_frames_fill_the_windows_the_config_names_in_the_layout_the_tower_takes(
 def test_rows_of_another_width_than_the_text_place_no_tokens() -> None:
     # 6-wide rows cannot fill placeholders in 8-wide embeddings: the forward would fail
     kwargs = config_inputs("input_ids", WINDOWED, 1, 6, model=Windowed(width=6))
-    assert _shapes(kwargs) == {"input_ids": (1, 6)}
+    assert shapes_of(kwargs) == {"input_ids": (1, 6)}
 
 
 def test_a_users_feature_shape_is_never_changed() -> None:
     kwargs = config_inputs("input_ids", WINDOWED, 1, 6, model=Windowed(),
                            shapes=(("input_features", (1, 6, 4)),))
-    assert _shapes(kwargs) == {"input_features": (1, 6, 4), "input_ids": (1, 6)}
+    assert shapes_of(kwargs) == {"input_features": (1, 6, 4), "input_ids": (1, 6)}
 
 
 class Encoder(nn.Module):
@@ -118,7 +106,7 @@ def test_without_a_feature_method_the_towers_rows_count_the_tokens() -> None:
     config = Config(audio_token_index=3, audio_config=Config(num_mel_bins=4,
                                                              max_source_positions=8))
     kwargs = config_inputs("input_ids", config, 1, 5, model=Untold())
-    assert _shapes(kwargs) == {"input_ids": (1, 8 + 5), "input_features": (1, 4, 16),
+    assert shapes_of(kwargs) == {"input_ids": (1, 8 + 5), "input_features": (1, 4, 16),
                                "feature_attention_mask": (1, 16)}
 
 
@@ -149,7 +137,7 @@ def test_a_feature_method_that_reads_the_placeholders_confirms_the_towers_count(
     with torch.device(device):
         kwargs = config_inputs("input_ids", config, 1, 5, model=Timed())
     # 2 · 4 = 8 frames, stride 2: 4 rows
-    assert _shapes(kwargs) == {"input_ids": (1, 4 + 5), "input_features": (1, 4, 8)}
+    assert shapes_of(kwargs) == {"input_ids": (1, 4 + 5), "input_features": (1, 4, 8)}
 
 
 class Waveform(Speaker):
@@ -181,7 +169,7 @@ def test_raw_audio_with_a_channel_axis_and_the_inputs_the_feature_method_require
     # is no config size, so it spans the sequence length
     config = Config(audio_token_id=3, audio_config=Config(conv_stride=[4]))
     kwargs = config_inputs("input_ids", config, 1, 5, model=Waveform())
-    assert _shapes(kwargs) == {"input_ids": (1, 5 + 5), "input_values": (1, 1, 20),
+    assert shapes_of(kwargs) == {"input_ids": (1, 5 + 5), "input_values": (1, 1, 20),
                                "padding_mask": (1, 5)}
 
 
@@ -206,10 +194,10 @@ class Chunked(nn.Module):
 def test_an_encoders_own_input_is_fitted_to_what_its_forward_accepts() -> None:
     # 6 frames as (B, 6, 4) fail; (B, 4, 10) with a mask over the 10 frames runs
     kwargs = config_inputs("input_features", WINDOWED, 1, 6, model=Chunked())
-    assert _shapes(kwargs) == {"input_features": (1, 4, 10), "input_features_mask": (1, 10)}
+    assert shapes_of(kwargs) == {"input_features": (1, 4, 10), "input_features_mask": (1, 10)}
     fixed = config_inputs("input_features", WINDOWED, 1, 6, model=Chunked(),
                           shapes=(("input_features", (1, 6, 4)),))
-    assert _shapes(fixed) == {"input_features": (1, 6, 4)}  # the user's shape stays
+    assert shapes_of(fixed) == {"input_features": (1, 6, 4)}  # the user's shape stays
 
 
 @pytest.mark.parametrize(("audio", "samples"), [
@@ -221,7 +209,7 @@ def test_an_encoders_own_input_is_fitted_to_what_its_forward_accepts() -> None:
 def test_raw_audio_spans_the_positions_at_the_configs_samples_each(audio: Config,
                                                                    samples: int) -> None:
     kwargs = config_inputs("input_values", Config(audio_config=audio), 1, 4)
-    assert _shapes(kwargs) == {"input_values": (1, samples)}
+    assert shapes_of(kwargs) == {"input_values": (1, samples)}
 
 
 class Strided(nn.Module):
@@ -243,7 +231,7 @@ def test_raw_audio_spans_the_positions_at_the_front_ends_strides() -> None:
     # 4 positions · (4 · 3) samples each = 48 samples
     kwargs = config_inputs("input_values", Config(audio_config=Config()), 1, 4,
                            model=Strided())
-    assert _shapes(kwargs) == {"input_values": (1, 48)}
+    assert shapes_of(kwargs) == {"input_values": (1, 48)}
 
 
 def _documented(shape: str) -> nn.Module:
@@ -269,4 +257,4 @@ def test_raw_audio_takes_the_axes_the_docstring_gives(shape: str,
                                                       expected: tuple[int, ...]) -> None:
     config = Config(audio_config=Config(audio_channels=2, num_mel_bins=6, max_length=12))
     kwargs = config_inputs("input_values", config, 1, 4, model=_documented(shape))
-    assert _shapes(kwargs) == {"input_values": expected}
+    assert shapes_of(kwargs) == {"input_values": expected}

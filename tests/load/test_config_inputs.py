@@ -3,25 +3,16 @@ models: time series, agents, video, audio widths under other names and tokens of
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
+from fixtures.configs import Config
 from torch import nn
 
 from mhaudit.errors import LoadError
 from mhaudit.load.docshapes import documented_inputs
 from mhaudit.load.inputs import config_inputs
-
-
-class Config(SimpleNamespace):
-    """A config as transformers' loader sees one: attributes, a model type, to_dict."""
-
-    model_type = "hand-made"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
 
 
 def _shapes(kwargs: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

@@ -5,29 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
+from fixtures.configs import Config, shapes_of
 from torch import nn
 
 from mhaudit import audit_target
 from mhaudit.load.inputs import config_inputs
 from mhaudit.load.vision import DEFAULT_FRAMES
-
-
-class Config(SimpleNamespace):
-    """A config as transformers' loader sees one: attributes, a model type, to_dict."""
-
-    model_type = "hand-made"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-
-def _shapes(kwargs: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in kwargs.items()}
 
 
 class PatchReader(nn.Module):
@@ -55,7 +42,7 @@ def test_flattened_patches_fill_the_positions_their_mask_marks() -> None:
     with torch.device("meta"):
         meta = config_inputs("input_ids", config, 2, 8, model=PatchReader())
     # 6 patches (the patch table bounds seq_len 8), each 2 indices + 12 pixels wide
-    assert _shapes(meta) == {"input_ids": (2, 3 + 8), "flattened_patches": (2, 6, 14),
+    assert shapes_of(meta) == {"input_ids": (2, 3 + 8), "flattened_patches": (2, 6, 14),
                              "image_embeds_position_mask": (2, 3 + 8)}
     kwargs = config_inputs("input_ids", config, 1, 4, model=PatchReader())
     assert kwargs["image_embeds_position_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0]]
@@ -206,7 +193,7 @@ def test_sizes_in_pixels_are_not_read_as_a_patch_grid() -> None:
     config = Config(image_token_id=None, vocab_size=50,
                     vision_config=Config(image_size=16, patch_size=4))
     kwargs = config_inputs("input_ids", config, 1, 5, model=PixelSizes())
-    assert _shapes(kwargs) == {"input_ids": (1, 5), "pixel_values": (1, 3, 16, 16)}
+    assert shapes_of(kwargs) == {"input_ids": (1, 5), "pixel_values": (1, 3, 16, 16)}
     assert config.image_token_id is None  # no tokens placed: the config is left as it was
 
 
