@@ -54,13 +54,14 @@ def build_report(
         inputs_inferred=loaded.inputs_inferred,
         location=location,
     )
-    untraced = untraced_modules(model, traced, plans)
+    used = used_parameters(model, traced, plans)
+    untraced = untraced_modules(model, used)
     coverage = Coverage(
         ops_without_formula=dict(costs.ops_without_formula),
         untraced_modules=untraced,
         untraced_attention=untraced_attention(model, untraced),
         unread_projections=unread_projections(traced),
-        untraced_towers=untraced_towers(model, traced, plans),
+        untraced_towers=untraced_towers(model, used),
         data_dependent=traced.data_dependent,
     )
     flags = tuple(f for b in blocks for f in b.findings)
@@ -69,7 +70,8 @@ def build_report(
                   experts=experts, extras=extras)
 
 
-def _used(model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]) -> set[int]:
+def used_parameters(model: nn.Module, traced: TracedGraph,
+                    plans: tuple[FoldedList, ...]) -> set[int]:
     """``id`` of each parameter the forward read."""
     read = {
         traced.params[node.name] for node in traced.graph.nodes
@@ -82,22 +84,18 @@ def _used(model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]) 
     return used
 
 
-def untraced_modules(
-    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
-) -> tuple[str, ...]:
-    """Modules holding parameters the forward never used (their costs are not counted)."""
-    used = _used(model, traced, plans)
+def untraced_modules(model: nn.Module, used: set[int]) -> tuple[str, ...]:
+    """Modules holding parameters the forward never used (their costs are not counted);
+    ``used`` is :func:`used_parameters`."""
     owners = {
         name.rpartition(".")[0] for name, p in model.named_parameters() if id(p) not in used
     }
     return tuple(sorted(owners))
 
 
-def untraced_towers(
-    model: nn.Module, traced: TracedGraph, plans: tuple[FoldedList, ...]
-) -> tuple[str, ...]:
-    """The outermost submodules that hold parameters, none of which the forward used."""
-    used = _used(model, traced, plans)
+def untraced_towers(model: nn.Module, used: set[int]) -> tuple[str, ...]:
+    """The outermost submodules that hold parameters, none of which the forward used
+    (``used`` is :func:`used_parameters`)."""
     towers: list[str] = []
     for name, module in model.named_modules():
         params = [id(p) for p in module.parameters()]

@@ -197,7 +197,7 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
     mains = [main] if isinstance(main, str) else [str(m) for m in main]
     docs = documented_inputs(model.forward) if model is not None else {}
     made = with_shapes({}, shapes)
-    packed = packed_patches(req)  # pixels and grid together, unless the user shaped one
+    packed = packed_patches(req, docs)  # pixels and grid together, unless the user shaped one
     if not packed.keys() & made.keys():
         made.update(packed)
     for name in needed_inputs(mains, model, docs):

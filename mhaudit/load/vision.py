@@ -108,7 +108,7 @@ MERGE_WORDS = ("merge", "downsampl")
 ratio, which a packed tower reads beside its grid (the config's ``spatial_merge_size``)."""
 
 
-def packed_patches(req: Request) -> dict[str, Any]:
+def packed_patches(req: Request, docs: Mapping[str, DocInput]) -> dict[str, Any]:
     """Packed pixels and their grid for a tower whose forward reads every image's patches
     concatenated (``(patches, channels · temporal patch · patch²)``, or one patch per row
     at the rank the docstring gives the pixels) beside a grid it
@@ -117,14 +117,13 @@ def packed_patches(req: Request) -> dict[str, Any]:
     grid, and a per-image merge ratio the forward documents beside it, are on the CPU so
     that their values are there to read. Empty when the forward does not require such a
     grid (a whole model whose grid is optional places images its own way) or the config
-    gives no patch size."""
+    gives no patch size. ``docs`` are the forward's documented inputs."""
     if req.model is None:
         return {}
     method = req.model.forward
     signature = inspect.signature(method).parameters
     params = [n for n, p in signature.items() if p.default is inspect.Parameter.empty
               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]  # required inputs
-    docs = documented_inputs(method)
     grid = next((name for name in params if name in docs and docs[name].dims[-1:] == ("3",)
                  and "temporal" in _described(method, name).lower()), None)
     values = next((name for name in params if name != grid
