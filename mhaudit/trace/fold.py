@@ -1,10 +1,14 @@
-"""Trace repeated identical layers once: shorten layer lists while tracing, then expand.
+"""Trace repeated identical layers once: stand-ins for the copies while tracing, then expand.
 
 An 80-layer decoder is 80 copies of one layer. Tracing one representative of each
 distinct layer and multiplying its costs gives the same report at a fraction of
 the time. Layers count as identical when their classes, parameter and buffer
-shapes, and plain attributes (flags, window sizes, layer types) all match; an
-integer attribute equal to the layer's own index (``layer_idx``) is ignored.
+shapes, plain attributes (flags, window sizes, layer types) and per-layer settings
+all match: an integer attribute equal to the layer's own index (``layer_idx``) is
+ignored, and what that index reads in turn (``config.layer_types[layer_idx]``, an entry
+of any sequence held by the layer with one entry per layer) is compared in its place.
+The copies keep their positions in the list (:mod:`mhaudit.trace.standins`), so a
+forward that reads a setting by the position it is at gives each layer its own.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
 from mhaudit.errors import TraceError
 from mhaudit.trace.export import trace
 from mhaudit.trace.real import CpuTwin
+from mhaudit.trace.standins import Watch, stand_ins
 from mhaudit.trace.traced import TracedGraph
 
 MIN_LAYERS = 4
@@ -88,6 +92,35 @@ def _attributes(module: nn.Module) -> dict[str, Any]:
     }
 
 
+def per_layer_settings(layer: nn.Module, index: int, length: int) -> tuple[Any, ...]:
+    """Entry ``index`` of every sequence of ``length`` entries the layer can read: plain
+    tuples and lists on its modules, and those on the objects they hold (a config's
+    ``layer_types``, ``sliding_window_pattern`` lists, per-layer head counts)."""
+    found: list[Any] = []
+    for path, module in layer.named_modules():
+        for name, entries in _sequences(module):
+            if len(entries) == length:
+                found.append((path, name, _entry(entries, index)))
+    return tuple(sorted(found, key=lambda item: (item[0], item[1])))
+
+
+def _sequences(module: nn.Module) -> Iterator[tuple[str, tuple[Any, ...] | list[Any]]]:
+    """Public tuples and lists on ``module`` and on the plain objects it holds."""
+    for key, value in vars(module).items():
+        if key.startswith("_") or isinstance(value, (nn.Module, torch.Tensor)):
+            continue
+        if isinstance(value, (tuple, list)):
+            yield key, value
+        elif hasattr(value, "__dict__") and not callable(value):
+            yield from ((f"{key}.{k}", v) for k, v in vars(value).items()
+                        if isinstance(v, (tuple, list)))
+
+
+def _entry(entries: Any, index: int) -> Any:
+    value = entries[index]
+    return value if _plain(value) else repr(type(value))
+
+
 def _int_attributes(module: nn.Module, prefix: str = "") -> dict[str, int]:
     found = {
         prefix + k: v for k, v in _attributes(module).items()
@@ -118,7 +151,8 @@ def _plan(path: str, layers: nn.Module) -> FoldedList | None:
     ignore = index_attributes(children)
     groups: dict[tuple[Any, ...], list[int]] = {}
     for index, child in enumerate(children):
-        groups.setdefault(signature(child, ignore), []).append(index)
+        key = (signature(child, ignore), per_layer_settings(child, index, len(children)))
+        groups.setdefault(key, []).append(index)
     if len(groups) * 2 > len(children):
         return None
     members = tuple(tuple(m) for m in groups.values())
@@ -142,103 +176,24 @@ def find_lists(model: nn.Module) -> list[FoldedList]:
     return plans
 
 
-@dataclass
-class _Watch:
-    """What would make a folded trace wrong: the forward read a shortened list by a layer
-    it does not hold, or a representative changed the shape of what it passes on (a
-    strided stack, where each copy sees a shorter sequence than the one before)."""
-
-    indexed: bool = False
-    reshaped: bool = False
-
-    @property
-    def spoiled(self) -> bool:
-        """Whether the model must be traced unfolded."""
-        return self.indexed or self.reshaped
-
-
-def _shapes(value: Any) -> list[torch.Size]:
-    return [v.shape for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
-
-
-def _watch_shapes(layer: nn.Module, watch: _Watch) -> torch.utils.hooks.RemovableHandle:
-    """A hook that flags a call whose main (first) output is shaped like none of its
-    inputs: the next copy of the layer would see another shape than this one did."""
-    def hook(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        made = _shapes(out)
-        if made and made[0] not in _shapes((args, kwargs)):
-            watch.reshaped = True
-    return layer.register_forward_hook(hook, with_kwargs=True)
-
-
-class _Short:
-    """Answers positional reads of a shortened list: the forward indexes its own layers.
-
-    The short list keeps the representatives under their own names, so traced names
-    are real module paths; a positional read (``layers[i]``) is answered from the full
-    list, and one that reaches past the representatives is recorded on ``watch`` so the
-    model is traced unfolded.
-    """
-
-    def __init__(self, original: nn.Module, watch: _Watch) -> None:
-        self.original = original
-        self.watch = watch
-
-    def get(self, short: nn.Module, index: object) -> Any:
-        """``short[index]``: the whole short list for a slice over every layer (HF's
-        ``layers[: config.num_hidden_layers]``), else the full list's answer; reading a
-        layer that is not a representative is recorded."""
-        length = len(self.original)  # type: ignore[arg-type]
-        if isinstance(index, slice) and range(length)[index] == range(length):
-            return short
-        found = self.original[index]  # type: ignore[index]
-        if not any(found is kept for kept in short.children()):
-            self.watch.indexed = True  # a layer the folded trace would not account for
-        return found
-
-
-def _shortened(original: nn.Module, plan: FoldedList, watch: _Watch) -> nn.Module:
-    """A list of the same kind holding the representatives under their original names."""
-    reader = _Short(original, watch)
-    base = nn.Sequential if isinstance(original, nn.Sequential) else nn.ModuleList
-    short_type = type(f"Folded{base.__name__}", (base,),
-                      {"__getitem__": lambda self, index: reader.get(self, index)})
-    short: nn.Module = short_type()
-    for index in plan.kept:
-        short.add_module(plan.name_of(index), original.get_submodule(plan.name_of(index)))
-    return short
+def _sources(plan: FoldedList) -> dict[int, int]:
+    """Each left-out layer of ``plan`` and the representative it copies."""
+    return {index: kept for kept, members in zip(plan.kept, plan.members, strict=True)
+            for index in members if index != kept}
 
 
 @contextlib.contextmanager
 def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
-    """Shorten every foldable layer list to its representatives; restore on exit."""
-    with _folded(model, _Watch()) as plans:
+    """Replace every left-out layer of each foldable list by a stand-in; restore on exit."""
+    with _folded(model, Watch()) as plans:
         yield plans
 
 
 @contextlib.contextmanager
-def _folded(model: nn.Module, watch: _Watch) -> Iterator[tuple[FoldedList, ...]]:
+def _folded(model: nn.Module, watch: Watch) -> Iterator[tuple[FoldedList, ...]]:
     plans = [p for p in find_lists(model) if p.path]
-    swapped: list[tuple[nn.Module, str, nn.Module]] = []
-    hooks: list[torch.utils.hooks.RemovableHandle] = []
-    try:
-        for plan in plans:
-            parent_name, _, attr = plan.path.rpartition(".")
-            parent = model.get_submodule(parent_name)
-            original = parent._modules[attr]
-            assert original is not None
-            for kept, members in zip(plan.kept, plan.members, strict=True):
-                if len(members) > 1:
-                    layer = original.get_submodule(plan.name_of(kept))
-                    hooks.append(_watch_shapes(layer, watch))
-            parent._modules[attr] = _shortened(original, plan, watch)
-            swapped.append((parent, attr, original))
+    with stand_ins(model, {p.path: _sources(p) for p in plans}, watch):
         yield tuple(plans)
-    finally:
-        for handle in hooks:
-            handle.remove()
-        for parent, attr, original in reversed(swapped):
-            parent._modules[attr] = original
 
 
 @contextlib.contextmanager
@@ -253,7 +208,7 @@ def traced_folded(
     Only the first record traces folded; the rest of the ladder, the real forward of
     ``twin`` included, runs on the whole model. Yields the plans used."""
     if fold:
-        watch = _Watch()
+        watch = Watch()
         with _folded(model, watch) as plans:
             try:
                 traced: TracedGraph | None = trace(model, args, kwargs, twin,

@@ -65,21 +65,23 @@ def test_folding_restores_the_model() -> None:
     model.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
     original = list(model.layers)
     with folded(model) as plans:
-        assert len(model.layers) == 1 and plans[0].length == 4
+        # every position stays; the three left-out copies hold no parameters
+        assert len(model.layers) == 4 and plans[0].length == 4
+        assert sum(p.numel() for p in model.layers.parameters()) == 8 * 8 + 8
     assert list(model.layers) == original
     with pytest.raises(RuntimeError), folded(model):
         raise RuntimeError("boom")
     assert list(model.layers) == original
 
 
-def test_a_forward_that_indexes_its_layers_by_position_is_traced_unfolded() -> None:
+def test_a_forward_that_indexes_its_layers_by_position_folds_to_the_same_report() -> None:
     from fixtures.zoo_legacy import ByPosition
 
     with torch.device("meta"):
         model = ByPosition(layers=4).eval()
         x = torch.zeros(2, 6, 32)
+    _compare(model, (x,))
     report = audit(model, (x,))
-    assert "folded_layers" not in report.extras
     assert [b.name for b in report.blocks] == [f"layers.{i}.self_attn" for i in range(4)]
     assert len(model.layers) == 4
 
@@ -156,7 +158,7 @@ def test_group_patterns_expand_to_exactly_their_members(names: list[str],
 
 
 class _Aggregating(nn.Module):
-    """A block that concatenates every layer's output (as HGNet's stages do): a folded
+    """A block that concatenates every layer's output (as HGNet's stages do): a shortened
     list would hand the projection after it fewer channels than it was built for."""
 
     def __init__(self) -> None:
@@ -172,13 +174,89 @@ class _Aggregating(nn.Module):
         return self.attn(y, y, y, need_weights=False)[0]
 
 
-def test_a_folded_list_that_breaks_the_forward_is_traced_unfolded() -> None:
+def test_a_forward_that_gathers_every_layer_output_folds_to_the_same_report() -> None:
     with torch.device("meta"):
         model = _Aggregating().eval()
         x = torch.zeros(2, 6, 16)
+    _compare(model, (x,))
     report = audit(model, (x,))
-    assert "folded_layers" not in report.extras
-    assert report.model.trace_method == "dispatch-record"
     assert [(b.layout.d_model, b.layout.num_heads) for b in report.blocks] == [(80, 4)]
     # every layer counted once: 4·(16·16 + 16), none multiplied by a fold
     assert report.model.params_total == 4 * (16 * 16 + 16) + 4 * 80 * 80 + 4 * 80
+
+
+class _Settings:
+    """A config object with one entry per layer, as transformers' ``layer_types``."""
+
+    def __init__(self, windows: list[int | None]) -> None:
+        self.windows = windows
+
+
+class _WindowedAttention(nn.Module):
+    """Attention whose window is read from the config by the layer's own index."""
+
+    def __init__(self, config: _Settings, layer_idx: int, read_own: bool) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.read_own = read_own
+        self.qkv = nn.Linear(32, 96)
+        self.out = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor, window: int | None = None) -> torch.Tensor:
+        if self.read_own:
+            window = self.config.windows[self.layer_idx]
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, 4, 8).permute(2, 0, 3, 1, 4)  # (B, h, n, d_k)
+        i = torch.arange(n)
+        keep = i[:, None] >= i[None, :]
+        if window is not None:
+            keep = keep & (i[:, None] - i[None, :] < window)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        return self.out(y.transpose(1, 2).reshape(b, n, 32))
+
+
+class _FiveToOne(nn.Module):
+    """Five windowed layers to one global one, the setting read from a per-layer list:
+    by the layer from its config (``read_own``) or by the forward at the layer's position."""
+
+    def __init__(self, read_own: bool, layers: int = 12) -> None:
+        super().__init__()
+        self.config = _Settings([None if (i + 1) % 6 == 0 else 4 for i in range(layers)])
+        self.read_own = read_own
+        self.layers = nn.ModuleList(_WindowedAttention(self.config, i, read_own)
+                                    for i in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = x + (layer(x) if self.read_own else layer(x, self.config.windows[i]))
+        return x
+
+
+@pytest.mark.parametrize("read_own", [True, False], ids=["by-layer-index", "by-position"])
+def test_a_per_layer_setting_gives_each_layer_its_own_window_when_folded(read_own: bool
+                                                                          ) -> None:
+    with torch.device("meta"):
+        model = _FiveToOne(read_own).eval()
+        x = torch.zeros(1, 16, 32)
+    _compare(model, (x,))
+    report = audit(model, (x,))
+    # the oracle: the model's own list of windows, one entry per layer
+    assert [b.layout.window for b in report.blocks] == model.config.windows
+    assert report.extras["folded_layers"][0]["traced"] < 12
+
+
+def test_five_sliding_to_one_global_transformers_layers_fold_to_the_unfolded_report() -> None:
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    with torch.device("meta"):
+        config = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=12, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16, sliding_window=8)
+        model = Gemma3TextModel(config).eval()
+        ids = torch.zeros(1, 32, dtype=torch.long)
+    _compare(model, (ids,))
+    report = audit(model, (ids,))
+    expected = [config.sliding_window if t == "sliding_attention" else None
+                for t in config.layer_types]
+    assert [b.layout.window for b in report.blocks] == expected
