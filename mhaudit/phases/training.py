@@ -3,7 +3,8 @@
 The forward and the backward run for real on fake tensors, with every storage an
 op makes tracked until it dies (:mod:`mhaudit.memory.live`); what a layer keeps
 for the backward is therefore what the real backward graph keeps. Identical
-layers run three of each kind and the timeline is folded to the full depth
+layers run three of each kind, the copies left out standing in at their positions
+(:mod:`mhaudit.trace.standins`), and the timeline is folded to the full depth
 (:mod:`mhaudit.memory.timeline`). The optimizer step runs on fake tensors of every
 parameter's full shape, in steady state: its states exist before the step (they
 were made by the previous one), and the gradients are gone when the next forward
@@ -12,9 +13,8 @@ starts (``zero_grad(set_to_none=True)``).
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import optimizer_step
 from mhaudit.phases.step_timeline import step_timeline
 from mhaudit.trace.fold import find_lists
+from mhaudit.trace.standins import Watch, stand_ins
 
 COPIES = 3
 """Members of each group of identical layers that run; the middle one is copied."""
@@ -76,28 +77,13 @@ def recomputed_layers(model: nn.Module) -> list[nn.Module]:
     return [modules[f"{g.path}.{i}"] for g in _layer_groups(model, False) for i in g.members]
 
 
-@contextlib.contextmanager
-def _shortened(model: nn.Module, groups: Sequence[_Group]) -> Iterator[None]:
-    """Each folded list holds only the members that run, in their original order."""
-    swapped: list[tuple[nn.Module, str, nn.Module]] = []
-    try:
-        for path in dict.fromkeys(g.path for g in groups):
-            keep = sorted(i for g in groups if g.path == path for i in g.run)
-            parent_name, _, attr = path.rpartition(".")
-            parent = model.get_submodule(parent_name)
-            original = parent._modules[attr]
-            assert original is not None
-            children = list(original.children())
-            if len(keep) == len(children):
-                continue
-            kept = [children[i] for i in keep]
-            parent._modules[attr] = (type(original)(*kept) if isinstance(original, nn.Sequential)
-                                     else nn.ModuleList(kept))
-            swapped.append((parent, attr, original))
-        yield
-    finally:
-        for parent, attr, original in reversed(swapped):
-            parent._modules[attr] = original
+def _stand_in_sources(groups: Sequence[_Group]) -> dict[str, dict[int, int]]:
+    """For each folded list, every member that does not run and the member it copies."""
+    lists: dict[str, dict[int, int]] = {}
+    for g in groups:
+        lists.setdefault(g.path, {}).update(
+            {i: g.run[-1] for i in g.members if i not in g.run})
+    return lists
 
 
 def _middle_name(name: str, groups: Sequence[_Group]) -> str:
@@ -186,12 +172,15 @@ def training_step(
                for g in groups if len(g.run) >= 2 and len(g.members) > len(g.run)]
     run_blocks = [(b.name, modules[b.name]) for b in blocks if b.name in modules]
     kernel = attention_kernel(blocks, profile, precision)
-    with _shortened(model, groups):
+    watch = Watch()
+    with stand_ins(model, _stand_in_sources(groups), watch):
         run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
                             blocks=run_blocks, recompute=checkpointing == "layers",
                             fused_attention=kernel not in (None, "math"))
-    if fold_layers and repeats and not all(_marked(run.log, r.key) for r in repeats):
-        # the forward does not call its layers as modules: run every layer instead
+    if fold_layers and (watch.spoiled or (repeats and not all(
+            _marked(run.log, r.key) for r in repeats))):
+        # the forward does not call its layers as modules, or a layer reshapes what it
+        # passes on: run every layer instead
         return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
                              precision=precision, checkpointing=checkpointing,
                              fold_layers=False)

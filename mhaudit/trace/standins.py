@@ -12,30 +12,76 @@ tuple, the same cache object), and answers attribute reads from the layer it sta
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 
 @dataclass
 class Watch:
     """What would make a run with stand-ins wrong: a layer that runs changed the shape of
     what it passes on (each copy of a strided layer sees a shorter sequence than the one
-    before), or a stand-in was called before its source layer ran."""
+    before), a stand-in was called before its source layer ran, or the forward reached
+    into a left-out layer and called a part of it (layers held in a ``ModuleDict`` that
+    the forward walks instead of calling)."""
 
     reshaped: bool = False
     unordered: bool = False
-    outputs: dict[int, Any] = field(default_factory=dict)
+    reached: bool = False
+    outputs: dict[int, _Made] = field(default_factory=dict)
     """Each running layer's last output, by the layer's ``id``."""
 
     @property
     def spoiled(self) -> bool:
         """Whether the run must be redone with every layer."""
-        return self.reshaped or self.unordered
+        return self.reshaped or self.unordered or self.reached
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A tensor a running layer returned beside its main output, held weakly."""
+
+    ref: weakref.ref[torch.Tensor]
+    shape: torch.Size
+    dtype: torch.dtype
+
+    def get(self, like: torch.Tensor) -> torch.Tensor:
+        """The tensor while the model keeps it (a cache entry), else a new one of its shape,
+        as the copy would have made (attention weights the model drops)."""
+        found = self.ref()
+        return found if found is not None else like.new_empty(self.shape, dtype=self.dtype)
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What a running layer returned, holding no tensor alive: its structure, the shape of
+    its main (first) tensor, and the other tensors held weakly."""
+
+    spec: TreeSpec
+    leaves: tuple[Any, ...]
+    main: int
+    main_shape: torch.Size
+
+    @classmethod
+    def of(cls, out: Any) -> _Made | None:
+        leaves, spec = tree_flatten(out)
+        main = next((i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)), None)
+        if main is None:
+            return None
+        kept = tuple(None if i == main else _Kept(weakref.ref(v), v.shape, v.dtype)
+                     if isinstance(v, torch.Tensor) else v for i, v in enumerate(leaves))
+        return cls(spec, kept, main, leaves[main].shape)
+
+    def rebuilt(self, main: torch.Tensor) -> Any:
+        """The output with ``main`` in place of the main tensor."""
+        leaves = [main if i == self.main else v.get(main) if isinstance(v, _Kept) else v
+                  for i, v in enumerate(self.leaves)]
+        return tree_unflatten(leaves, self.spec)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -58,6 +104,12 @@ class StandIn(nn.Module):
         except AttributeError:
             return getattr(object.__getattribute__(self, "_mhaudit_layer"), name)
 
+    def __getitem__(self, key: Any) -> Any:
+        return object.__getattribute__(self, "_mhaudit_layer")[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(object.__getattribute__(self, "_mhaudit_layer"))
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         watch: Watch = object.__getattribute__(self, "_mhaudit_watch")
         source = object.__getattribute__(self, "_mhaudit_source")
@@ -66,27 +118,31 @@ class StandIn(nn.Module):
         if made is None:
             watch.unordered = True
             return given[0] if given else None
-        leaves, spec = tree_flatten(made)
-        main = next(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
-        passed = next((t for t in given if t.shape == leaves[main].shape), None)
+        passed = next((t for t in given if t.shape == made.main_shape), None)
         if passed is None:
-            watch.reshaped = True
-            return made
-        leaves[main] = passed
-        return tree_unflatten(leaves, spec)
+            watch.reshaped = True  # no input of the shape to pass on
+            return given[0] if given else None
+        return made.rebuilt(passed)
 
 
 def _record(layer: nn.Module, watch: Watch) -> torch.utils.hooks.RemovableHandle:
     """Keep the layer's output for its stand-ins, and flag an output whose main (first)
     tensor is shaped like none of the layer's inputs."""
     def hook(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        made = _tensors(out)
-        if not made:
+        made = _Made.of(out)
+        if made is None:
             return
-        watch.outputs[id(layer)] = out
-        if made[0].shape not in [t.shape for t in _tensors((args, kwargs))]:
+        watch.outputs[id(layer)] = made
+        if made.main_shape not in [t.shape for t in _tensors((args, kwargs))]:
             watch.reshaped = True
     return layer.register_forward_hook(hook, with_kwargs=True)
+
+
+def _flag_calls(layer: nn.Module, watch: Watch) -> list[torch.utils.hooks.RemovableHandle]:
+    """Hooks that flag a call into any part of a left-out layer."""
+    def hook(*_: Any) -> None:
+        watch.reached = True
+    return [m.register_forward_pre_hook(hook) for m in layer.modules()]
 
 
 def _with_stand_ins(original: nn.Module, sources: Mapping[int, int], watch: Watch
@@ -122,6 +178,8 @@ def stand_ins(model: nn.Module, lists: Mapping[str, Mapping[int, int]], watch: W
             children = list(original.children())
             for index in sorted(set(sources.values())):
                 hooks.append(_record(children[index], watch))
+            for index in sources:
+                hooks.extend(_flag_calls(children[index], watch))
             parent._modules[attr] = _with_stand_ins(original, sources, watch)
             swapped.append((parent, attr, original))
         yield

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.small_models import TextbookMHA, TinyGPT
+import torch.nn.functional as F
+from fixtures.small_models import TextbookMHA
 from torch import Tensor, nn
 
 from mhaudit.api import audit
@@ -85,9 +86,40 @@ def test_export_rung_runs_its_own_fake_forward_for_the_same_peak(
     assert peaks["dispatch-record"] == peaks["torch.export"]
 
 
+class _Block(nn.Module):
+    """One pre-norm GPT block called as a module, so that a folded list can stand in for
+    its copies."""
+
+    def __init__(self, d: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(self.ln(x)).split(d, dim=2))  # 3 × (b, h, n, d_k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, n, d_k)
+        return x + self.proj(y.transpose(1, 2).reshape(b, n, d))
+
+
+class _CalledGPT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 64)
+        self.blocks = nn.ModuleList(_Block() for _ in range(6))
+        self.head = nn.Linear(64, 100)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)  # (b, n, d)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
 def test_the_records_count_equals_a_forward_of_its_own() -> None:
     torch.manual_seed(0)
-    model = TinyGPT(layers=6).eval()
+    model = _CalledGPT().eval()
     ids = torch.zeros(2, 12, dtype=torch.long)
     with folded(model) as plans:
         assert plans  # six identical blocks: one representative
