@@ -12,6 +12,7 @@ JSON-lines file, so a second run resumes where the first stopped.
     python benchmarks/zoo.py --only gpt2 --only t5           # some of it
     python benchmarks/zoo.py --limit 20 --jobs 2 --stop-at 20:30
     python benchmarks/zoo.py --timm --out docs/zoo_timm.md  # timm's registry (its own venv)
+    python benchmarks/zoo.py --fold-check --out docs/zoo_fold.md  # folded = unfolded
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from zoo_harness import timm_zoo
+from zoo_harness import fold_worker, timm_zoo
 from zoo_harness.sweep import load_results, mixed_order, model_types, record
 from zoo_harness.table import headline, render
 from zoo_harness.worker import SEQ, preload, run_one
@@ -44,6 +45,16 @@ PREAMBLE = (
     "1%), and there are at least as many blocks as attention modules. *missed*: no blocks "
     "where the config declares attention. *skipped*: transformers itself cannot build or run "
     "the model from the tiny config. *timeout*: no answer within the per-architecture limit."
+)
+FOLD_PREAMBLE = (
+    "Every transformers model type with a base model, from the same tiny configs as the zoo "
+    f"but {fold_worker.LAYERS} layers deep (one layer of each kind its per-layer lists name "
+    f"kept) with sliding windows of {fold_worker.WINDOW} tokens, audited by "
+    "`python benchmarks/zoo.py --fold-check` twice: `mhaudit report CONFIG --format json "
+    f"--decode --context 64` at {SEQ} tokens, folded and with `--no-fold`. *equal*: the two "
+    "reports are equal in every field but `folded_layers`. *differ*: the first field that "
+    "differs. *not folded*: no list of four or more repeated layers was traced once. "
+    "*skipped*: the unfolded audit itself could not build or trace the model."
 )
 
 
@@ -72,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run again the architectures whose earlier result is STATUS")
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
     parser.add_argument("--timm", action="store_true", help="sweep timm's registry instead")
+    parser.add_argument("--fold-check", action="store_true",
+                        help="audit each architecture folded and unfolded; they must agree")
     parser.add_argument("--all", action="store_true",
                         help="with --timm: every registered model, not one per family")
     args = parser.parse_args(argv)
@@ -89,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         todo = todo[: args.limit]
     preload()
     preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
-
-    record(todo, run_one, done, out=args.out, results_path=results_path,
-           page=lambda results: render(results, "The transformers zoo", preamble),
+    title, run = "The transformers zoo", run_one
+    if args.fold_check:
+        title, preamble, run = "Folded against unfolded", FOLD_PREAMBLE, fold_worker.run_one
+    record(todo, run, done, out=args.out, results_path=results_path,
+           page=lambda results: render(results, title, preamble),
            jobs=args.jobs, timeout_s=args.timeout, deadline=args.deadline)
     print(headline(done.values()))
     return 0

@@ -65,8 +65,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _kept_layers(types: list[Any]) -> list[int]:
-    """Indices of the first layer of each distinct type, at least LAYERS of them."""
+def _kept_layers(types: list[Any], layers: int = LAYERS) -> list[int]:
+    """Indices of the first layer of each distinct type, at least ``layers`` of them."""
     first: list[int] = []
     seen: list[Any] = []
     for i, kind in enumerate(types):
@@ -74,20 +74,20 @@ def _kept_layers(types: list[Any]) -> list[int]:
             seen.append(kind)
             first.append(i)
     for i in range(len(types)):
-        if len(first) >= LAYERS:
+        if len(first) >= layers:
             break
         if i not in first:
             first.append(i)
     return sorted(first)
 
 
-def _shrink_depth(config: dict[str, Any]) -> None:
-    """Depth to LAYERS, keeping one layer of each type in per-layer lists."""
+def _shrink_depth(config: dict[str, Any], layers: int = LAYERS) -> None:
+    """Depth to ``layers``, keeping one layer of each type in per-layer lists."""
     depth = next((config[k] for k in LAYER_KEYS if _is_int(config.get(k))), None)
-    keep = list(range(LAYERS))
+    keep = list(range(layers))
     if _is_int(depth) and isinstance(config.get("layer_types"), list) \
             and len(config["layer_types"]) == depth:
-        keep = _kept_layers(config["layer_types"])
+        keep = _kept_layers(config["layer_types"], layers)
     for key in LAYER_KEYS:
         if _is_int(config.get(key)) and config[key] > len(keep):
             config[key] = len(keep)
@@ -196,16 +196,17 @@ def _shrink_state_space(config: dict[str, Any]) -> None:
         config[dim] = max(1, width * config[expand] // config[heads])
 
 
-def shrink(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` (a config's ``to_dict()``) with every (nested) config made tiny, in place."""
-    _shrink_depth(config)
+def shrink(config: dict[str, Any], layers: int = LAYERS) -> dict[str, Any]:
+    """``config`` (a config's ``to_dict()``) with every (nested) config made tiny, in place,
+    ``layers`` deep."""
+    _shrink_depth(config, layers)
     _shrink_attention(config)
     _shrink_variants(config)
     _shrink_sizes(config)
     _shrink_state_space(config)
     for value in config.values():
         if isinstance(value, dict) and value:
-            shrink(value)
+            shrink(value, layers)
     return config
 
 
@@ -238,12 +239,13 @@ def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
     _set_vocab(config, int(math.ceil(max(floor, needed) / 64) * 64), needed)
 
 
-def tiny_config(model_type: str) -> dict[str, Any]:
-    """The tiny config.json content of ``model_type``: its class's defaults, shrunk."""
+def tiny_config(model_type: str, layers: int = LAYERS) -> dict[str, Any]:
+    """The tiny config.json content of ``model_type``: its class's defaults, shrunk to
+    ``layers`` layers."""
     from transformers import CONFIG_MAPPING
 
     defaults: dict[str, Any] = CONFIG_MAPPING[model_type]().to_dict()
-    data = shrink(defaults)
+    data = shrink(defaults, layers)
     shrink_vocab(data)
     for key in ("transformers_version", "architectures", "_name_or_path", "auto_map"):
         data.pop(key, None)

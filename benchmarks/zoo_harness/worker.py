@@ -47,16 +47,18 @@ def _exception_line(exc: BaseException) -> str:
     return _first_line(f"{type(exc).__name__}: {exc}")
 
 
-def run_cli(config: Path, out: Path, log: Path) -> tuple[int, dict[str, Any] | None, str]:
+def run_cli(config: Path, out: Path, log: Path, extra: tuple[str, ...] = ()
+            ) -> tuple[int, dict[str, Any] | None, str]:
     """``mhaudit report CONFIG --format json`` in this process: exit code, report, stderr line.
 
     fds 1 and 2 go to ``log`` for the run, so the model's and mhaudit's output are kept.
+    ``extra`` adds options.
     """
     from mhaudit.cli import main
 
     args = ["report", str(config), "--format", "json", "--output", str(out),
             "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--fail-on", "never",
-            "--timeout", str(AUDIT_TIMEOUT_S)]
+            "--timeout", str(AUDIT_TIMEOUT_S), *extra]
     saved = os.dup(1), os.dup(2)
     with log.open("w") as sink:
         os.dup2(sink.fileno(), 1)

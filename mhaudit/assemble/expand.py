@@ -1,11 +1,16 @@
-"""Folded layers expanded: every layer a traced representative stands for gets its blocks."""
+"""Folded layers expanded: every layer a traced representative stands for gets its blocks
+and its routed experts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
-from mhaudit.data import Layout, Projection
+from mhaudit.data import ExpertLayer, Layout, Projection
 from mhaudit.trace.fold import FoldedList, plan_of, rename
+
+_Item = TypeVar("_Item")
 
 
 def _rename_projection(p: Projection | None, plan: FoldedList, pos: int, index: int
@@ -16,22 +21,39 @@ def _rename_projection(p: Projection | None, plan: FoldedList, pos: int, index: 
                    weight=rename(p.weight, plan, pos, index))
 
 
-def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list[Layout]:
-    """Give every original layer its own copy of its representative's blocks, in order."""
-    placed: list[tuple[tuple[int, int, int], Layout]] = []
+def _expand(items: Sequence[_Item], name: Callable[[_Item], str],
+            renamed: Callable[[_Item, FoldedList, int, int], _Item],
+            plans: tuple[FoldedList, ...]) -> list[_Item]:
+    """Every original layer's copy of its representative's items, in model order."""
+    placed: list[tuple[tuple[int, int, int], _Item]] = []
     first_of_plan: dict[int, int] = {}
-    for order, layout in enumerate(layouts):
-        found = plan_of(layout.name, plans)
+    for order, item in enumerate(items):
+        found = plan_of(name(item), plans)
         if found is None:
-            placed.append(((order, -1, 0), layout))
+            placed.append(((order, -1, 0), item))
             continue
         plan_index, pos = found
         start = first_of_plan.setdefault(plan_index, order)
         plan = plans[plan_index]
         for index in plan.members[pos]:
-            placed.append(((start, index, order), _renamed(layout, plan, pos, index)))
-    placed.sort(key=lambda item: item[0])
-    return [layout for _, layout in placed]
+            placed.append(((start, index, order), renamed(item, plan, pos, index)))
+    placed.sort(key=lambda entry: entry[0])
+    return [item for _, item in placed]
+
+
+def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list[Layout]:
+    """Give every original layer its own copy of its representative's blocks, in order."""
+    return _expand(layouts, lambda layout: layout.name, _renamed, plans)
+
+
+def expand_experts(experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]
+                   ) -> tuple[ExpertLayer, ...]:
+    """Give every original layer its own copy of its representative's routed experts."""
+    def renamed(layer: ExpertLayer, plan: FoldedList, pos: int, index: int) -> ExpertLayer:
+        return replace(layer, module=rename(layer.module, plan, pos, index),
+                       router=rename(layer.router, plan, pos, index),
+                       weights=tuple(rename(w, plan, pos, index) for w in layer.weights))
+    return tuple(_expand(experts, lambda layer: layer.module, renamed, plans))
 
 
 def _renamed(layout: Layout, plan: FoldedList, pos: int, index: int) -> Layout:

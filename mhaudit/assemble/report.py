@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from mhaudit.assemble.expand import expand_names
+from mhaudit.assemble.expand import expand_experts, expand_names
 from mhaudit.assemble.grouping import group_blocks
-from mhaudit.assemble.totals import model_totals
+from mhaudit.assemble.totals import model_totals, node_weights
 from mhaudit.assemble.unreached import untraced_attention
 from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
@@ -40,7 +40,8 @@ def build_report(
     """
     model = loaded.module
     costs = graph_flops(traced.graph)
-    experts = routed_experts(traced.graph, traced.params, traced.module_path)
+    experts = expand_experts(
+        routed_experts(traced.graph, traced.params, traced.module_path), plans)
     totals = model_totals(model, traced, costs, blocks, dtype, plans, experts, activation_peak)
     info = ModelInfo(
         source=loaded.source,
@@ -57,7 +58,7 @@ def build_report(
     used = used_parameters(model, traced, plans)
     untraced = untraced_modules(model, used)
     coverage = Coverage(
-        ops_without_formula=dict(costs.ops_without_formula),
+        ops_without_formula=costs.without_formula(node_weights(traced, plans)),
         untraced_modules=untraced,
         untraced_attention=untraced_attention(model, untraced),
         unread_projections=unread_projections(traced),

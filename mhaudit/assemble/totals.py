@@ -28,7 +28,7 @@ def model_totals(
     """
     params_total = sum(p.numel() for p in model.parameters())
     param_bytes = params_total * dtype_bytes(dtype)
-    weights = _node_weights(traced, plans)
+    weights = node_weights(traced, plans)
     excluded = set(traced.params) | set(traced.buffers)
     graph_peak = peak_activation_bytes(traced.graph, excluded)
     activations = _scale_bytes(
@@ -52,11 +52,11 @@ def model_totals(
         buffer_bytes=buffer_bytes,
         peak_memory_bytes=param_bytes + buffer_bytes + activations,
         flops_by_family=costs.by_family(weights),
-        params_active=params_total - _inactive_params(model, experts, plans),
+        params_active=params_total - _inactive_params(model, experts),
     )
 
 
-def _node_weights(traced: TracedGraph, plans: tuple[FoldedList, ...]) -> Callable[[str], int]:
+def node_weights(traced: TracedGraph, plans: tuple[FoldedList, ...]) -> Callable[[str], int]:
     """Node name to how many layers it stands for (folded layers count once per layer)."""
     weights: dict[str, int] = {}
     for node in traced.graph.nodes if plans else ():
@@ -68,16 +68,12 @@ def _node_weights(traced: TracedGraph, plans: tuple[FoldedList, ...]) -> Callabl
     return lambda name: weights.get(name.split(".")[0], 1)
 
 
-def _inactive_params(
-    model: nn.Module, experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]
-) -> int:
-    """Expert parameters a token does not touch, (E − k)/E of each layer, every layer."""
+def _inactive_params(model: nn.Module, experts: Sequence[ExpertLayer]) -> int:
+    """Expert parameters a token does not touch, (E − k)/E of each layer (folded layers
+    already expanded to every layer)."""
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    return sum(
-        round(expert_tensor_numel(shapes, layer) * inactive_fraction(layer))
-        * node_weight(layer.module, plans)
-        for layer in experts
-    )
+    return sum(round(expert_tensor_numel(shapes, layer) * inactive_fraction(layer))
+               for layer in experts)
 
 
 def attention_params_of(blocks: Sequence[AttentionBlock]) -> int:

@@ -41,6 +41,8 @@ class GraphFlops:
     """Node name to its FLOPs over the reported ``FAMILIES`` (summing to ``node_flops``)."""
     ops_without_formula: dict[str, int] = field(default_factory=dict)
     """Op name to calls that no formula covers (or whose shapes it could not read)."""
+    missing_nodes: dict[str, str] = field(default_factory=dict)
+    """Node name to op name, for each call counted in ``ops_without_formula``."""
 
     def by_family(self, weights: Callable[[str], int] | None = None) -> dict[str, int]:
         """FLOPs over every reported family (``FAMILIES``), each node times ``weights(name)``.
@@ -53,6 +55,16 @@ class GraphFlops:
             for family, flops in parts.items():
                 totals[family] += flops * weight
         return totals
+
+    def without_formula(self, weights: Callable[[str], int] | None = None) -> dict[str, int]:
+        """``ops_without_formula`` with each call counted ``weights(node name)`` times (a
+        folded layer's call once per layer it stands for)."""
+        if weights is None:
+            return dict(self.ops_without_formula)
+        counts: Counter[str] = Counter()
+        for node, name in self.missing_nodes.items():
+            counts[name] += weights(node)
+        return dict(counts)
 
     def coverage(self) -> Coverage:
         """The coverage gaps as the data model records them."""
@@ -126,17 +138,18 @@ def graph_flops(graph: Graph) -> GraphFlops:
     node_flops: dict[str, int] = {}
     node_families: dict[str, dict[str, int]] = {}
     families: Counter[str] = Counter()
-    missing: Counter[str] = Counter()
+    missing: dict[str, str] = {}
     for node in graph.nodes:
         if node.op in ("call_module", "call_method"):  # not aten level: never silently zero
-            missing[_module_or_method_name(node)] += 1
+            missing[node.name] = _module_or_method_name(node)
             continue
         if node.op != "call_function":
             continue
         name = op_name(node.target)
         if name in WRAPPER_OPS:
             subgraphs = list(_subgraphs(node))
-            missing.update([] if subgraphs else [name])
+            if not subgraphs:
+                missing[node.name] = name
             for prefix, sub in subgraphs:
                 inner = graph_flops(sub)
                 total += inner.flops
@@ -145,7 +158,7 @@ def graph_flops(graph: Graph) -> GraphFlops:
                     {f"{prefix}.{k}": v for k, v in inner.node_families.items()}
                 )
                 families.update(inner.family_flops)
-                missing.update(inner.ops_without_formula)
+                missing.update({f"{prefix}.{k}": v for k, v in inner.missing_nodes.items()})
             continue
         if is_zero_flop(name):
             continue
@@ -153,7 +166,7 @@ def graph_flops(graph: Graph) -> GraphFlops:
         if entry is None:
             val = node.meta.get("val")
             if "val" not in node.meta or any(t is not None for t in tensor_outputs(val)):
-                missing[name] += 1  # unknown outputs count as missing too
+                missing[node.name] = name  # unknown outputs count as missing too
             continue
         try:
             call = OpCall(
@@ -164,10 +177,11 @@ def graph_flops(graph: Graph) -> GraphFlops:
             flops = entry.formula(call)
             parts = entry.by_family(call, flops)
         except FormulaInputError:  # shapes it cannot read; any other exception is a bug
-            missing[name] += 1
+            missing[node.name] = name
             continue
         total += flops
         node_flops[node.name] = flops
         node_families[node.name] = parts
         families[entry.family] += flops
-    return GraphFlops(total, node_flops, dict(families), node_families, dict(missing))
+    return GraphFlops(total, node_flops, dict(families), node_families,
+                      dict(Counter(missing.values())), missing)

@@ -10,9 +10,9 @@ counts the same way; this is the lean version of it.
 
 The first rung of the tracer counts the same storages while it records the graph, so
 the peak is read from that run (:func:`peak_of`); :func:`fake_forward_peak` runs the
-forward for the other rungs. With folded layer lists only the representatives run: the
-bytes each layer leaves alive (its cache entries, outputs kept for later) are added once
-per layer it stands for.
+forward for the other rungs. With folded layer lists only the representatives run, and
+stand-ins hold the other positions: the bytes each copy leaves alive (its cache entries,
+outputs kept for later) are added from the position where it would have run.
 """
 
 from __future__ import annotations
@@ -38,38 +38,41 @@ class PeakEstimate:
     """Bytes still alive when the forward returned (outputs, caches)."""
 
 
-def _copies(plans: tuple[FoldedList, ...]) -> dict[str, int]:
-    """Each representative layer's path, to the copies of it that did not run."""
-    found: dict[str, int] = {}
+def _sources(plans: tuple[FoldedList, ...]) -> dict[str, str]:
+    """Each left-out layer's path, to the path of the representative it stands in for."""
+    found: dict[str, str] = {}
     for plan in plans:
+        prefix = f"{plan.path}." if plan.path else ""
         for index, members in zip(plan.kept, plan.members, strict=True):
-            if len(members) > 1:
-                name = plan.name_of(index)
-                found[f"{plan.path}.{name}" if plan.path else name] = len(members) - 1
+            for member in members:
+                if member != index:
+                    found[prefix + plan.name_of(member)] = prefix + plan.name_of(index)
     return found
 
 
 def peak_of(storages: ForwardStorages, plans: tuple[FoldedList, ...] = ()) -> PeakEstimate:
     """The activation peak of a counted forward, with ``plans``' folded layers added back.
 
-    Each representative leaves alive, besides its output (which replaces its input in the
-    next layer), its cache entries and tensors kept for later; the copies that did not
-    run would have left as much each, from the moment it returned on. The last copy runs
-    with every earlier copy's leftovers alive.
+    Each left-out layer was called at its own position as a stand-in that passed its input
+    on (:mod:`mhaudit.trace.standins`), so the live bytes when it was called are what the
+    real copy would have started from, less the leftovers of the copies before it. A copy
+    would have risen above its start as its representative did, and left behind, besides
+    its output (which replaces its input in the next layer), what its representative left:
+    its cache entries and tensors kept for later.
     """
-    copies = _copies(plans)
+    sources = _sources(plans)
+    reps = {span.path: span for span in storages.spans if span.path in set(sources.values())}
     levels = storages.levels
     peak = extra = seen = 0
     for span in storages.spans:
-        n = copies.get(span.path, 0)
-        if n < 1:
+        rep = reps.get(sources.get(span.path, ""))
+        if rep is None:
             continue
         peak = max(peak, max(levels[seen:span.end], default=0) + extra)
         seen = max(seen, span.end)
-        window = max(span.live_start_bytes, max(levels[span.start:span.end], default=0))
-        left = max(0, span.live_end_bytes - span.live_start_bytes - span.output_bytes)
-        peak = max(peak, window + extra + n * left)
-        extra += n * left
+        rise = max(levels[rep.start:rep.end], default=0) - rep.live_start_bytes
+        peak = max(peak, span.live_start_bytes + extra + max(0, rise))
+        extra += max(0, rep.live_end_bytes - rep.live_start_bytes - rep.output_bytes)
     peak = max(peak, max(levels[seen:], default=0) + extra)
     return PeakEstimate(peak, storages.retained_bytes + extra)
 
@@ -82,8 +85,8 @@ def fake_forward_peak(
 ) -> PeakEstimate:
     """Run ``model`` once on fake tensors under no_grad and return its activation peak.
 
-    ``plans`` are the folded layer lists in effect (the model's lists already hold only
-    their representatives). Raises whatever the forward raises on fake tensors.
+    ``plans`` are the folded layer lists in effect (the model's lists already hold
+    stand-ins for the copies). Raises whatever the forward raises on fake tensors.
     """
     # fake CPU state and inputs: a meta-built model runs the kernels a real run does
     with fake_forward(model, args, kwargs) as forward:

@@ -59,7 +59,7 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
         e = dtype_bytes(report.model.dtype)
         weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
                                     _decode_batch(report), e)
-        experts = expert_groups(report.experts, loaded.module, e, plans)
+        experts = expert_groups(report.experts, loaded.module, e)
         decode = decode_for_report(report, weights, e, profile, opts.context, experts)
         decode = replace(decode, by_context=by_context(
             report, decode, weights, e, profile, experts, longest_context(loaded.module)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 from torch import fx, nn
@@ -13,7 +12,6 @@ from mhaudit.data import ExpertLayer
 from mhaudit.flops.moe import expert_tensor_numel
 from mhaudit.phases.decode import ExpertGroup
 from mhaudit.trace.export import TracedGraph
-from mhaudit.trace.fold import FoldedList, node_weight, rename, rep_position
 from mhaudit.trace.ops import GATHER_OPS
 
 _GATHERS = frozenset(f"aten.{name}" for name in GATHER_OPS)
@@ -50,32 +48,22 @@ def step_weight_bytes(model: nn.Module, gathered: frozenset[str], rows: int,
     return math.prod((total, element_bytes))
 
 
-def expert_groups(experts: Sequence[ExpertLayer], model: nn.Module, element_bytes: int,
-                  plans: tuple[FoldedList, ...] = ()) -> list[ExpertGroup]:
+def expert_groups(experts: Sequence[ExpertLayer], model: nn.Module, element_bytes: int
+                  ) -> list[ExpertGroup]:
     """Routed experts as the forward routes them: the layers
     :func:`~mhaudit.flops.moe.routed_experts` finds for ``params_active`` (a selection over
     E expert scores, top-k or sampled as PhiMoE's sparsemixer, feeding per-expert weights,
     whatever the experts implementation: grouped_mm, batched_mm or a loop over experts).
 
-    One expert's bytes are its layer's tensors stacked E deep, divided by E. Each layer
-    of a folded list counts once per layer it stands for.
+    One expert's bytes are its layer's tensors stacked E deep, divided by E. ``experts``
+    holds every layer (a report's folded layers are already expanded).
     """
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     groups: list[ExpertGroup] = []
     for layer in experts:
         if not 0 < layer.top_k <= layer.num_experts:
             continue
-        original = replace(layer, module=_original(layer.module, plans))
-        per_expert = expert_tensor_numel(shapes, original) // layer.num_experts
+        per_expert = expert_tensor_numel(shapes, layer) // layer.num_experts
         if per_expert:
-            group = ExpertGroup(layer.num_experts, layer.top_k, per_expert * element_bytes)
-            groups.extend([group] * node_weight(layer.module, plans))
+            groups.append(ExpertGroup(layer.num_experts, layer.top_k, per_expert * element_bytes))
     return groups
-
-
-def _original(path: str, plans: tuple[FoldedList, ...]) -> str:
-    for plan in plans:
-        position = rep_position(path, plan)
-        if position is not None and position < len(plan.kept):
-            return rename(path, plan, position, plan.kept[position])
-    return path

@@ -23,7 +23,7 @@ from torch import nn
 from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
-from mhaudit.errors import ConfigError
+from mhaudit.errors import ConfigError, TraceError
 from mhaudit.memory.live import is_scores_of
 from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.options import check_phase_options
@@ -173,17 +173,23 @@ def training_step(
     run_blocks = [(b.name, modules[b.name]) for b in blocks if b.name in modules]
     kernel = attention_kernel(blocks, profile, precision)
     watch = Watch()
-    with stand_ins(model, _stand_in_sources(groups), watch):
-        run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
-                            blocks=run_blocks, recompute=checkpointing == "layers",
-                            fused_attention=kernel not in (None, "math"))
-    if fold_layers and (watch.spoiled or (repeats and not all(
+    try:
+        with stand_ins(model, _stand_in_sources(groups), watch):
+            run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
+                                blocks=run_blocks, recompute=checkpointing == "layers",
+                                fused_attention=kernel not in (None, "math"))
+    except TraceError:
+        if not (fold_layers and watch.spoiled):
+            raise
+        run = None
+    if fold_layers and (run is None or watch.spoiled or (repeats and not all(
             _marked(run.log, r.key) for r in repeats))):
         # the forward does not call its layers as modules, or a layer reshapes what it
         # passes on: run every layer instead
         return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
                              precision=precision, checkpointing=checkpointing,
                              fold_layers=False)
+    assert run is not None  # a run that failed without stand-ins raised above
     folded = fold(run.log, repeats, run.forward_end)
     params, copies = _grad_params(model, groups, run.grad_params)
     master = PRECISIONS[precision][0]

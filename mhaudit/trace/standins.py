@@ -138,10 +138,15 @@ def _record(layer: nn.Module, watch: Watch) -> torch.utils.hooks.RemovableHandle
     return layer.register_forward_hook(hook, with_kwargs=True)
 
 
+class LeftOutLayerCalled(RuntimeError):
+    """The forward called a part of a layer that a stand-in replaces."""
+
+
 def _flag_calls(layer: nn.Module, watch: Watch) -> list[torch.utils.hooks.RemovableHandle]:
-    """Hooks that flag a call into any part of a left-out layer."""
+    """Hooks that stop the run at a call into any part of a left-out layer."""
     def hook(*_: Any) -> None:
         watch.reached = True
+        raise LeftOutLayerCalled("the forward calls into a layer it does not call whole")
     return [m.register_forward_pre_hook(hook) for m in layer.modules()]
 
 
