@@ -22,7 +22,8 @@ class GpuProfile:
     sm_count: int
     """Streaming multiprocessors (compute units), for wave quantisation."""
     compute_capability: tuple[int, int]
-    """CUDA (major, minor); (9, 4) stands for AMD CDNA3 here and has no CUDA kernels."""
+    """CUDA (major, minor); on AMD, the gfx generation (9, 4) CDNA3 (gfx942) and (9, 5)
+    CDNA4 (gfx950), which have no CUDA kernels."""
     memory_bytes: int
     """Device memory in bytes."""
     vendor: str = "nvidia"
@@ -101,6 +102,26 @@ PROFILES: dict[str, GpuProfile] = {
                    infiniband_gb_s=12.5),
         GpuProfile("mi300x", "AMD MI300X", 1307.0, 5300.0, 304, (9, 4), 192 * _GIB, "amd",
                    nvlink_gb_s=448.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
+        # 2026 rentals. NVIDIA: DGX/HGX B200 datasheet (per GPU: 72 PFLOPS FP8 sparse per
+        # 8 GPUs -> 2,250 TFLOP/s dense bf16; 180 GB of 192 GB HBM3e usable, 8 TB/s; NVLink 5
+        # 1.8 TB/s bidirectional); GB200 NVL72 datasheet (per GPU: 2,500 TFLOP/s dense bf16,
+        # 186 GB HBM3e, 8 TB/s, 72 GPUs in one NVLink domain); H20 (148 TFLOP/s dense bf16,
+        # 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s); L40S datasheet (362 TFLOP/s dense bf16,
+        # 48 GB GDDR6, 864 GB/s, PCIe Gen4, no NVLink). AMD: Instinct MI325X datasheet
+        # (1,307 TFLOP/s dense bf16, 256 GB HBM3E, 6 TB/s, Infinity Fabric 896 GB/s) and
+        # MI355X datasheet (2,500 TFLOP/s dense bf16, 288 GB HBM3E, 8 TB/s, 1,075 GB/s).
+        GpuProfile("b200", "NVIDIA B200", 2250.0, 8000.0, 148, (10, 0), 180 * 10**9,
+                   nvlink_gb_s=900.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
+        GpuProfile("gb200", "NVIDIA GB200 (NVL72)", 2500.0, 8000.0, 148, (10, 0), 186 * 10**9,
+                   nvlink_gb_s=900.0, pcie_gb_s=64.0, infiniband_gb_s=50.0, gpus_per_node=72),
+        GpuProfile("h20", "NVIDIA H20", 148.0, 4000.0, 78, (9, 0), 96 * _GIB,
+                   nvlink_gb_s=450.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
+        GpuProfile("l40s", "NVIDIA L40S", 362.0, 864.0, 142, (8, 9), 48 * _GIB,
+                   infiniband_gb_s=25.0),
+        GpuProfile("mi325x", "AMD MI325X", 1307.0, 6000.0, 304, (9, 4), 256 * _GIB, "amd",
+                   nvlink_gb_s=448.0, pcie_gb_s=64.0, infiniband_gb_s=50.0),
+        GpuProfile("mi355x", "AMD MI355X", 2500.0, 8000.0, 256, (9, 5), 288 * _GIB, "amd",
+                   nvlink_gb_s=537.6, pcie_gb_s=64.0, infiniband_gb_s=50.0),
     )
 }
 

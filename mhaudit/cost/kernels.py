@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mhaudit.cost.devices import HALF_DTYPES, GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.cost.sdpa_rules import (
+    CUDNN_CHECKS,
+    EFFICIENT_CHECKS,
+    FLASH_CHECKS,
+    KernelQuery,
+    cudnn_first,
+    refusal,
+    sm,
+)
 from mhaudit.data import Layout
 
 FA2_HEAD_DIMS: tuple[int, ...] = (32, 64, 96, 128, 192, 256)
 """Head dims FlashAttention 2 compiles kernels for (flash_api.cpp, static_switch.h)."""
 FA3_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)
 """Head dims FlashAttention 3 (Hopper) compiles kernels for (hopper/flash_api.cpp)."""
-FLASH_MAX_HEAD_DIM = 256
-"""Largest head dim any FlashAttention kernel runs."""
-CUDNN_MAX_HEAD_DIM = 128
-"""Largest head dim PyTorch's cuDNN attention backend is assumed to accept."""
 
 @dataclass(frozen=True)
 class KernelChoice:
@@ -69,37 +75,8 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-@dataclass(frozen=True)
-class KernelQuery:
-    """What SDPA's backend choice depends on for one call."""
-
-    head_dim: int
-    v_head_dim: int
-    dtype: str
-    """Canonical dtype name."""
-    profile: GpuProfile
-    has_arbitrary_mask: bool = False
-
-    @property
-    def half(self) -> bool:
-        """fp16 or bf16."""
-        return self.dtype in HALF_DTYPES
-
-    @property
-    def nvidia(self) -> bool:
-        """An NVIDIA profile (cuDNN and the FlashAttention head-dim table apply)."""
-        return self.profile.vendor == "nvidia"
-
-    @property
-    def sm(self) -> str:
-        """``sm90`` for compute capability 9.0."""
-        major, minor = self.profile.compute_capability
-        return f"sm{major}{minor}"
-
-
-Candidate = Callable[[KernelQuery], "KernelChoice | str | None"]
-"""A backend check: its KernelChoice when it runs the query, a reason when it refuses,
-None when it does not apply on the profile at all."""
+Candidate = Callable[[KernelQuery], "KernelChoice | str"]
+"""A backend: its KernelChoice when it runs the query, else why it refuses."""
 
 
 def _fused(backend: str, query: KernelQuery, reason: str, kernel_dim: int | None = None,
@@ -107,32 +84,18 @@ def _fused(backend: str, query: KernelQuery, reason: str, kernel_dim: int | None
     return KernelChoice(backend, kernel_dim, waste, False, dtype_bytes(query.dtype), reason)
 
 
-def _cudnn(q: KernelQuery) -> KernelChoice | str | None:
-    """cuDNN fused attention: sm90+, fp16/bf16, no arbitrary mask, equal d ≤ 128, × 8."""
-    if not q.nvidia or q.profile.compute_capability < (9, 0):
-        return None
-    if not q.half:
-        return f"cuDNN needs fp16/bf16, not {q.dtype}"
-    if q.has_arbitrary_mask:
-        return "cuDNN is not used with an arbitrary mask"
-    if q.head_dim % 8 or q.head_dim > CUDNN_MAX_HEAD_DIM or q.head_dim != q.v_head_dim:
-        return f"cuDNN needs equal q/k/v head dims, a multiple of 8, ≤ {CUDNN_MAX_HEAD_DIM}"
-    return _fused("cudnn", q, f"cuDNN fused attention on {q.sm} (d_k = {q.head_dim})")
+def _cudnn(q: KernelQuery) -> KernelChoice | str:
+    """cuDNN fused attention (can_use_cudnn_attention)."""
+    refused = refusal(CUDNN_CHECKS, q)
+    return refused or _fused("cudnn", q, f"cuDNN fused attention on {sm(q)} (d_k = {q.head_dim})")
 
 
-def _flash(q: KernelQuery) -> KernelChoice | str | None:
-    """PyTorch's FlashAttention-2: sm80+ (or ROCm), fp16/bf16, no mask, equal d ≤ 256."""
-    if q.nvidia and q.profile.flash_attention_version is None:
-        return f"flash needs sm80+, {q.profile.name} is {q.sm}"
-    if not q.half:
-        return f"flash needs fp16/bf16, not {q.dtype}"
-    if q.has_arbitrary_mask:
-        return "flash does not take an arbitrary mask"
-    if q.head_dim != q.v_head_dim:
-        return f"flash needs equal q/k/v head dims ({q.head_dim} ≠ {q.v_head_dim})"
-    if q.head_dim > FLASH_MAX_HEAD_DIM:
-        return f"flash needs d_k ≤ {FLASH_MAX_HEAD_DIM}, got {q.head_dim}"
-    if not q.nvidia:
+def _flash(q: KernelQuery) -> KernelChoice | str:
+    """PyTorch's FlashAttention-2 (can_use_flash_attention)."""
+    refused = refusal(FLASH_CHECKS, q)
+    if refused:
+        return refused
+    if q.rocm:
         return _fused("flash", q, f"ROCm flash kernel on {q.profile.name} (padding not modelled)")
     kernel = flash_kernel_dim(q.head_dim, 2)
     assert kernel is not None
@@ -145,23 +108,24 @@ def _flash(q: KernelQuery) -> KernelChoice | str | None:
     )
 
 
-def _mem_efficient(q: KernelQuery) -> KernelChoice | str | None:
-    """Memory-efficient attention: fp16/bf16 (head dims × 8) or fp32 (× 4)."""
-    if not (q.half or q.dtype == "float32"):
-        return f"mem-efficient needs fp16, bf16 or fp32, not {q.dtype}"
-    align = 8 if q.half else 4
-    if q.head_dim % align or q.v_head_dim % align:
-        return f"mem-efficient needs head dims in multiples of {align} for {q.dtype}"
-    return _fused("mem_efficient", q, "memory-efficient kernel")
+def _mem_efficient(q: KernelQuery) -> KernelChoice | str:
+    """Memory-efficient attention (can_use_mem_efficient_attention)."""
+    refused = refusal(EFFICIENT_CHECKS, q)
+    return refused or _fused("mem_efficient", q, "memory-efficient kernel")
 
 
-SDPA_BACKENDS: tuple[tuple[str, Candidate], ...] = (
-    ("cudnn", _cudnn),
-    ("flash", _flash),
-    ("mem_efficient", _mem_efficient),
-)
-"""PyTorch SDPA's backend order (sdp_utils.cpp): the first candidate that accepts runs;
-when none does, the math fallback materialises the scores."""
+CANDIDATES: dict[str, Candidate] = {
+    "cudnn": _cudnn, "flash": _flash, "mem_efficient": _mem_efficient,
+}
+"""The fused backends by name."""
+
+
+def priority_order(profile: GpuProfile) -> tuple[str, ...]:
+    """torch's order (sdp_utils.cpp ``priority_order``): cuDNN first where
+    ``check_prefer_cudnn_attention`` holds, else flash, efficient, math; math accepts
+    everything, so cuDNN after it never runs."""
+    fused = ("flash", "mem_efficient")
+    return ("cudnn", *fused) if cudnn_first(profile) else fused
 
 
 def _math(reasons: list[str], dtype: str) -> KernelChoice:
@@ -171,39 +135,61 @@ def _math(reasons: list[str], dtype: str) -> KernelChoice:
     )
 
 
+def choose_kernel(query: KernelQuery) -> KernelChoice:
+    """The backend PyTorch SDPA runs ``query`` on: the first of :func:`priority_order`
+    whose checks (:mod:`mhaudit.cost.sdpa_rules`) all pass, else math (scores in fp32
+    for half inputs). The reason names the check that ruled out each faster backend."""
+    if not query.profile.supports(query.dtype):
+        return _math([f"{query.profile.name} has no {query.dtype} support; no fused kernel "
+                      "runs it (audit with --dtype fp16 for this GPU)"], query.dtype)
+    reasons: list[str] = []
+    for name in priority_order(query.profile):
+        outcome = CANDIDATES[name](query)
+        if isinstance(outcome, KernelChoice):
+            return replace(outcome, reason="; ".join(reasons)) if reasons else outcome
+        reasons.append(outcome)
+    return _math(reasons, query.dtype)
+
+
 def sdpa_backend(
     head_dim: int,
     v_head_dim: int,
     dtype_name: str,
     profile: GpuProfile,
     has_arbitrary_mask: bool = False,
+    **facts: Any,
 ) -> KernelChoice:
-    """The backend PyTorch SDPA picks on ``profile``: the first of ``SDPA_BACKENDS`` that
-    accepts the layout, else math (scores in fp32 for half inputs).
-
-    Follows sdp_utils.cpp as summarised in DESIGN.md. The reason names what ruled out
-    each faster backend. Ignores run-time limits this model cannot see (stride
-    layouts, dropout on some backends, nested tensors).
-    """
-    query = KernelQuery(head_dim, v_head_dim, canonical_dtype(dtype_name), profile,
-                        has_arbitrary_mask)
-    if not profile.supports(query.dtype):
-        return _math([f"{profile.name} has no {query.dtype} support; no fused kernel runs it "
-                      "(audit with --dtype fp16 for this GPU)"], query.dtype)
-    reasons: list[str] = []
-    for _, candidate in SDPA_BACKENDS:
-        outcome = candidate(query)
-        if isinstance(outcome, KernelChoice):
-            if reasons and outcome.backend == "mem_efficient":
-                return replace(outcome, reason=f"{outcome.reason} ({'; '.join(reasons)})")
-            return outcome
-        if outcome is not None:
-            reasons.append(outcome)
-    return _math(reasons, query.dtype)
+    """:func:`choose_kernel` for one call described by its head dims, dtype and
+    ``facts`` (the other fields of :class:`KernelQuery`: dropout_p, is_causal,
+    seq_len_q, seq_len_kv, num_heads, num_kv_heads, enable_gqa, nested, training)."""
+    return choose_kernel(KernelQuery(head_dim, v_head_dim, canonical_dtype(dtype_name),
+                                     profile, has_arbitrary_mask, **facts))
 
 
-def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile) -> KernelChoice:
-    """The kernel a block runs on ``profile``: eager code always materialises the scores."""
+def layout_query(layout: Layout, dtype_name: str, profile: GpuProfile, *,
+                 training: bool = False, dropout_p: float | None = None) -> KernelQuery:
+    """The SDPA call a block makes, from what the detector read: its mask, dropout,
+    causal flag, shapes and grouped-query heads; ``training`` applies the backward's
+    limits, ``dropout_p`` replaces the traced (inference) dropout."""
+    # a causal triangle built from positions alone is what transformers passes as
+    # is_causal on real inputs; one query sees every key (is_causal off, as HF sets it)
+    causal = layout.causal is True and not layout.explicit_mask and layout.seq_len_q > 1
+    return KernelQuery(
+        head_dim=layout.head_dim, v_head_dim=layout.v_head_dim,
+        dtype=canonical_dtype(dtype_name), profile=profile,
+        has_mask=layout.explicit_mask,
+        dropout_p=layout.dropout_p if dropout_p is None else dropout_p,
+        is_causal=causal, seq_len_q=layout.seq_len_q, seq_len_kv=layout.seq_len_kv,
+        batch_size=layout.batch_size, num_heads=layout.num_heads,
+        num_kv_heads=layout.num_kv_heads if layout.sdpa_gqa else None,
+        enable_gqa=layout.sdpa_gqa, training=training,
+    )
+
+
+def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile, *,
+                 training: bool = False) -> KernelChoice:
+    """The kernel a block runs on ``profile``: eager code always materialises the scores;
+    SDPA as :func:`choose_kernel` decides for the block's call."""
     if layout.implementation == "eager":
         dtype = canonical_dtype(dtype_name)
         unsupported = (f"; {profile.name} has no {dtype} support (audit with --dtype fp16)"
@@ -212,7 +198,7 @@ def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile) -> Kernel
             "eager", None, 0.0, True, dtype_bytes(dtype),
             "explicit softmax(QKᵀ) in eager code materialises the scores" + unsupported,
         )
-    return sdpa_backend(layout.head_dim, layout.v_head_dim, dtype_name, profile)
+    return choose_kernel(layout_query(layout, dtype_name, profile, training=training))
 
 
 def target_flash_kernel(d_k: int, profile: GpuProfile) -> tuple[int, int | None] | None:

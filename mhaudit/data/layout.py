@@ -144,6 +144,18 @@ class Layout:
     score_map_ops: int = 0
     """Elementwise ops per score between QKᵀ and the context for the ``kernel`` form
     (YOSO's acos, divide, subtract, power: 4); 0 for the other forms."""
+    explicit_mask: bool = False
+    """True when the core takes a mask tensor that torch's flash backend refuses: an SDPA
+    ``attn_mask`` (or a mask added to the scores in eager code) that reads the model's
+    inputs (padding, packed-sequence boundaries), holds anything but a causal triangle, or
+    bounds a window. A causal triangle built from positions alone is not one: transformers
+    passes it as ``is_causal`` on real inputs."""
+    dropout_p: float = 0.0
+    """Dropout probability the traced SDPA call applies to the attention weights (0 in
+    the eval-mode trace; the training step reads each call's own)."""
+    sdpa_gqa: bool = False
+    """True when SDPA gets fewer K/V heads than query heads with ``enable_gqa`` (K/V not
+    expanded before the call, as ``repeat_kv`` does)."""
     score_bias_params: int = 0
     """Elements of the learned parameters that bias the logits outside W_Q, W_K, W_V and
     W_O (relative-position tables and embeddings, their projections, content and

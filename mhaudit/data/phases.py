@@ -98,6 +98,9 @@ class TrainingCost:
     attention_kernel: str | None = None
     """The kernel the target runs the SDPA blocks of the step on (``math`` when it keeps
     the scores); what they save for the backward follows it. None without SDPA."""
+    attention_kernel_reason: str | None = None
+    """Why torch's dispatch rules chose that kernel (the check that ruled out each faster
+    backend), for the calls that ran on it; None without SDPA."""
     host_state_bytes: int = 0
     """Optimizer states torch keeps on the host for the target's CUDA parameters (Adam's
     ``step`` counters), not in ``peak_bytes``; a CPU run keeps them with the rest."""

@@ -91,7 +91,8 @@ def _layout_to_dict(lay: Layout) -> dict[str, Any]:
               "v_head_dim", "batch_size", "seq_len_q", "seq_len_kv", "d_out", "causal", "scale",
               "kv_shared", "core_count", "cached_width", "sinks", "head_mixing",
               "padded_head_dim", "windowed", "streams", "latent_width", "score_dtype", "window",
-              "window_chunk", "global_keys", "causal_alignment", "score_form")
+              "window_chunk", "global_keys", "causal_alignment", "score_form",
+              "explicit_mask", "dropout_p", "sdpa_gqa")
     data: dict[str, Any] = {"name": lay.name, "module_type": lay.module_type}
     data.update({key: getattr(lay, key) for key in fields})
     data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}
@@ -222,6 +223,7 @@ def training_to_dict(t: TrainingCost) -> dict[str, Any]:
         "ops_without_formula": dict(t.ops_without_formula),
         "convention": t.convention,
         "attention_kernel": t.attention_kernel,
+        "attention_kernel_reason": t.attention_kernel_reason,
         "host_state_bytes": t.host_state_bytes,
         "timeline": [{"step": p.step, "live_bytes": p.live_bytes} for p in t.timeline],
         "timeline_peak_index": t.timeline_peak_index,

@@ -10,11 +10,11 @@ from torch import fx, nn
 from mhaudit.data import Layout, Projection
 from mhaudit.detect.cores import Core
 from mhaudit.detect.forms import find_all_cores, over_channels
+from mhaudit.detect.patterns.explicit import call_facts
 from mhaudit.detect.patterns.kv_cache import (
     cached_elements_per_position,
     latent_elements_per_position,
 )
-from mhaudit.detect.patterns.masks import core_mask
 from mhaudit.detect.patterns.reduction import reduced_copy
 from mhaudit.detect.patterns.routed import routed_query_heads
 from mhaudit.detect.patterns.score_bias import score_bias_names
@@ -153,7 +153,6 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     streams = max(len({s.stream for s in d.sources[r]}) for d in drafts for r in _ROLES)
     owners = [p.module for p in (*roles.values(), o_role) if p is not None]
     name = _common_module(owners) if owners else traced.module_path(first.output)
-    window, alignment = core_mask(first.output, first.masks, first.seq_len_q, first.seq_len_kv)
     return Layout(
         name=name,
         module_type=_module_type(model, name),
@@ -185,16 +184,15 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         padded_head_dim=first.padded_head_dim,
         windowed=first.seq_len_q if windows > 1 else None,
         streams=streams,
-        window=first.band or window,
         window_chunk=first.band,
         global_keys=first.global_keys,
-        causal_alignment=alignment,
         score_dtype=score_dtype(first.output) if first.implementation == "eager" else None,
         latent_width=latent_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv
         ),
         score_form=first.form,
         score_map_ops=first.map_ops,
+        **call_facts(first, traced.user_inputs),
     )
 
 

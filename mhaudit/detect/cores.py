@@ -70,6 +70,10 @@ class Core:
     global_keys: int = 0
     """Logit columns from another scores product beside the band, read by V (Longformer's
     global tokens as keys); 0 when none."""
+    dropout_p: float = 0.0
+    """Dropout on the attention weights an SDPA call applies (its ``dropout_p``)."""
+    gqa: bool = False
+    """SDPA called with ``enable_gqa`` and fewer K/V heads than query heads."""
     band: int | None = None
     """Chunk length 2w when the scores are a band computed over overlapping chunks of 2w
     (stride w, :mod:`~mhaudit.detect.patterns.bands`); ``seq_len_q`` and ``seq_len_kv``
@@ -108,6 +112,10 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
     mask = mask if mask is not None else node.kwargs.get("attn_bias", node.kwargs.get("attn_mask"))
     is_causal = bool(arg(node, variant.causal_index, "is_causal", False))
     masks = (mask,) if isinstance(mask, fx.Node) else ()
+    dropout = arg(node, variant.dropout_index, "dropout_p", 0.0)
+    q_dims, k_dims = shape(q), shape(k)
+    gqa = bool(node.kwargs.get("enable_gqa")) and len(q_dims) > 2 and len(k_dims) > 2 \
+        and k_dims[-3] != q_dims[-3]
     d_k, d_v, padded = head_dims(q, v)
     scale = node.kwargs.get("scale")
     return Core(
@@ -125,6 +133,8 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
             padded or d_k),
         masks=masks,
         padded_head_dim=padded,
+        dropout_p=float(dropout) if isinstance(dropout, (int, float)) else 0.0,
+        gqa=gqa,
     )
 
 

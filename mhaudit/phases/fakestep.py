@@ -28,6 +28,7 @@ from mhaudit.memory.fakes import fake_inputs, fake_state
 from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
 from mhaudit.phases.backward_flops import op_flops
 from mhaudit.phases.indices import RealIndices
+from mhaudit.phases.target_attention import TargetAttention, attention_mode
 
 PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
     "fp32": (torch.float32, None),
@@ -85,9 +86,10 @@ def _first_grad_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
-def _recomputing(tracker: LiveStorages, forward: Any, fused: bool) -> Any:
+def _recomputing(tracker: LiveStorages, forward: Any, attention: TargetAttention | None
+                 ) -> Any:
     """``forward``, with what it makes during the backward recorded as recomputation; with
-    ``fused``, SDPA runs as the target's fused kernel in the recomputation too (the
+    ``attention``, SDPA runs as the target's kernel in the recomputation too (the
     backward does not see the forward's function modes)."""
 
     @functools.wraps(forward)
@@ -96,7 +98,7 @@ def _recomputing(tracker: LiveStorages, forward: Any, fused: bool) -> Any:
             return forward(*args, **kwargs)
         tracker.phase = "recompute"
         try:
-            with FusedAttention() if fused else contextlib.nullcontext():
+            with attention_mode(attention):
                 return forward(*args, **kwargs)
         finally:
             tracker.phase = "backward"
@@ -107,10 +109,10 @@ def _recomputing(tracker: LiveStorages, forward: Any, fused: bool) -> Any:
 @contextlib.contextmanager
 def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
                 blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
-                fused: bool = False) -> Iterator[None]:
+                attention: TargetAttention | None = None) -> Iterator[None]:
     """Mark each layer's forward and backward in the log; note which block makes a tensor.
-    With ``recompute`` each layer is checkpointed (``fused``: SDPA recomputed as the
-    target's fused kernel)."""
+    With ``recompute`` each layer is checkpointed (``attention``: SDPA recomputed as the
+    target runs it)."""
     handles: list[Any] = []
     log = tracker.log
 
@@ -134,7 +136,7 @@ def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
         handles.append(layer.module.register_forward_hook(post, with_kwargs=True))
         if recompute:
             layer.module.forward = functools.partial(  # type: ignore[method-assign]
-                checkpoint, _recomputing(tracker, layer.module.forward, fused),
+                checkpoint, _recomputing(tracker, layer.module.forward, attention),
                 use_reentrant=False, preserve_rng_state=False)
     for name, module in blocks:
         def enter(_m: nn.Module, _a: Any, name: str = name) -> None:
@@ -188,9 +190,9 @@ class FusedAttention(TorchFunctionMode):
 def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                   precision: str, layers: Sequence[LayerRun],
                   blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
-                  fused_attention: bool = False) -> FakeRun:
+                  attention: TargetAttention | None = None) -> FakeRun:
     """Forward, loss and backward of ``model`` on fake tensors, tracked; with
-    ``fused_attention``, SDPA keeps what the target's fused kernel keeps."""
+    ``attention``, each SDPA call keeps what the target's kernel for it keeps."""
     dtype, autocast = PRECISIONS[precision]
     if recompute:
         kwargs = without_cache(model, kwargs)
@@ -205,9 +207,10 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         tracker.known([*fakes.values(), *model.buffers(), *tensors_in((f_args, f_kwargs))])
         model.train()
         try:
-            fused = FusedAttention() if fused_attention else contextlib.nullcontext()
-            marks = layer_marks(tracker, layers, blocks, recompute, fused_attention)
-            with mode, RealIndices(), tracker, marks, fused:
+            if attention is not None:
+                attention.owner = lambda: tracker.owner
+            marks = layer_marks(tracker, layers, blocks, recompute, attention)
+            with mode, RealIndices(), tracker, marks, attention_mode(attention):
                 cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
                         else contextlib.nullcontext())
                 with cast:

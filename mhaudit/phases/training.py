@@ -14,14 +14,14 @@ starts (``zero_grad(set_to_none=True)``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-from mhaudit.cost.builder import build_block
 from mhaudit.cost.devices import GpuProfile
+from mhaudit.cost.kernels import KernelChoice
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError, TraceError
 from mhaudit.memory.live import is_scores_of
@@ -30,6 +30,7 @@ from mhaudit.options import check_phase_options
 from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import optimizer_step
 from mhaudit.phases.step_timeline import step_timeline
+from mhaudit.phases.target_attention import TargetAttention
 from mhaudit.trace.fold import find_lists
 from mhaudit.trace.standins import Watch, stand_ins
 
@@ -170,14 +171,13 @@ def training_step(
     layers = [LayerRun(f"{g.path}.{i}", modules[f"{g.path}.{i}"]) for g in groups for i in g.run]
     repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))
                for g in groups if len(g.run) >= 2 and len(g.members) > len(g.run)]
-    run_blocks = [(b.name, modules[b.name]) for b in blocks if b.name in modules]
-    kernel = attention_kernel(blocks, profile, precision)
+    attention = _target_attention(blocks, profile, precision)
     watch = Watch()
     try:
         with stand_ins(model, _stand_in_sources(groups), watch):
             run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
-                                blocks=run_blocks, recompute=checkpointing == "layers",
-                                fused_attention=kernel not in (None, "math"))
+                                blocks=_run_blocks(blocks, modules),
+                                recompute=checkpointing == "layers", attention=attention)
     except TraceError:
         if not (fold_layers and watch.spoiled):
             raise
@@ -190,6 +190,7 @@ def training_step(
                              precision=precision, checkpointing=checkpointing,
                              fold_layers=False)
     assert run is not None  # a run that failed without stand-ins raised above
+    kernel, why = attention_kernel(attention.choices.values())
     folded = fold(run.log, repeats, run.forward_end)
     params, copies = _grad_params(model, groups, run.grad_params)
     master = PRECISIONS[precision][0]
@@ -214,26 +215,36 @@ def training_step(
         blocks=_block_rows(blocks, run, groups, run.forward_end), memory_bytes=memory,
         fits=breakdown.total <= memory, max_batch_size=max_batch, batch_size=batch,
         folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
-        attention_kernel=kernel, host_state_bytes=opt.host_state_bytes,
-        timeline=timeline, timeline_peak_index=peak_at,
+        attention_kernel=kernel, attention_kernel_reason=why,
+        host_state_bytes=opt.host_state_bytes, timeline=timeline, timeline_peak_index=peak_at,
     )
 
 
-def attention_kernel(blocks: Sequence[AttentionBlock], profile: GpuProfile, precision: str
-                     ) -> str | None:
-    """The kernel the target runs the step's SDPA blocks on, at the step's compute dtype
-    (``math`` when any of them keeps its scores); None without SDPA blocks."""
+def _run_blocks(blocks: Sequence[AttentionBlock], modules: dict[str, nn.Module]
+                ) -> list[tuple[str, nn.Module]]:
+    """Each block's name and module, where the model has it."""
+    return [(b.name, modules[b.name]) for b in blocks if b.name in modules]
+
+
+def _target_attention(blocks: Sequence[AttentionBlock], profile: GpuProfile, precision: str
+                      ) -> TargetAttention:
+    """SDPA as ``profile`` runs it at the step's compute dtype, each block's calls read
+    with its detected layout."""
     compute = "float32" if precision == "fp32" else "bfloat16"
-    kernels = set()
-    for block in blocks:
-        if block.layout.implementation != "sdpa":
-            continue
-        target = build_block(block.layout, compute, profile).target
-        assert target is not None
-        kernels.add("math" if target.materializes_scores else target.kernel)
+    return TargetAttention(profile, compute, {b.name: b.layout for b in blocks}, lambda: None)
+
+
+def attention_kernel(choices: Iterable[KernelChoice]) -> tuple[str | None, str | None]:
+    """The kernel the step's SDPA calls ran on, as torch's rules chose it for each call
+    (``math`` when any of them keeps its scores), and why; (None, None) without SDPA."""
+    chosen = list(choices)
+    kernels = {"math" if c.materializes_scores else c.backend for c in chosen}
     if not kernels:
-        return None
-    return "math" if "math" in kernels else "/".join(sorted(kernels))
+        return None, None
+    kernel = "math" if "math" in kernels else "/".join(sorted(kernels))
+    reasons = sorted({c.reason for c in chosen
+                      if ("math" if c.materializes_scores else c.backend) == kernel})
+    return kernel, "; ".join(reasons) or None
 
 
 def _convention(precision: str, loss: str, optimizer: str, layers: int, extra: int,

@@ -45,6 +45,8 @@ def _training(report: Report) -> str | None:
             if t.fits else f"does not fit in {units.nbytes(t.memory_bytes)}"
             + (f" (batch {t.max_batch_size:,} would)" if t.max_batch_size else ""))
     kernel = f", attention on {t.attention_kernel}" if t.attention_kernel else ""
+    if t.attention_kernel in ("mem_efficient", "math") and t.attention_kernel_reason:
+        kernel += f" ({t.attention_kernel_reason})"
     return (f"  training step ({t.optimizer}, {t.precision}, checkpointing {t.checkpointing}"
             f"{kernel}, loss: {t.loss}): peak {units.nbytes(t.peak_bytes)} in the {t.peak_phase} "
             f"(params {units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer "

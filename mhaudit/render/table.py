@@ -102,11 +102,17 @@ def target_lines(report: Report) -> list[str]:
         kernel = t.kernel
         if t.kernel_head_dim is not None and t.kernel_head_dim != group.block.layout.head_dim:
             kernel += f" (runs d_k {t.kernel_head_dim}, {units.percent(t.padding_waste)} padding)"
+        why = f" ({plain(t.reason)})" if t.kernel in FALLBACK_KERNELS else ""
         intensity = (f" at {roof.arithmetic_intensity:.0f} FLOP/B"
                      if roof.arithmetic_intensity is not None else "")
-        lines.append(f"  {_group_label(group)}: {kernel} kernel; {units.seconds(roof.time_s)}, "
-                     f"{roof.bound}-bound{intensity}; {units.nbytes(roof.bytes_moved)} moved")
+        lines.append(f"  {_group_label(group)}: {kernel} kernel{why}; "
+                     f"{units.seconds(roof.time_s)}, {roof.bound}-bound{intensity}; "
+                     f"{units.nbytes(roof.bytes_moved)} moved")
     return lines
+
+
+FALLBACK_KERNELS = frozenset({"mem_efficient", "math"})
+"""Kernels whose line says which of torch's checks ruled out the faster ones."""
 
 
 def flag_lines(report: Report) -> list[str]:

@@ -83,6 +83,8 @@ class SdpaVariant:
     """Position of ``is_causal``."""
     mask_index: int | None
     """Position of ``attn_mask``/``attn_bias`` (None: keyword only)."""
+    dropout_index: int = 4
+    """Position of ``dropout_p``."""
 
 
 SDPA_VARIANTS: dict[str, SdpaVariant] = {
@@ -90,10 +92,10 @@ SDPA_VARIANTS: dict[str, SdpaVariant] = {
     for v in (
         SdpaVariant("scaled_dot_product_attention", 5, 3),
         SdpaVariant("_scaled_dot_product_attention_math", 5, 3),
-        SdpaVariant("_scaled_dot_product_flash_attention", 4, None),
-        SdpaVariant("_scaled_dot_product_flash_attention_for_cpu", 4, None),
-        SdpaVariant("_scaled_dot_product_efficient_attention", 6, 3),
-        SdpaVariant("_scaled_dot_product_cudnn_attention", 6, 3),
+        SdpaVariant("_scaled_dot_product_flash_attention", 4, None, 3),
+        SdpaVariant("_scaled_dot_product_flash_attention_for_cpu", 4, None, 3),
+        SdpaVariant("_scaled_dot_product_efficient_attention", 6, 3, 5),
+        SdpaVariant("_scaled_dot_product_cudnn_attention", 6, 3, 5),
         SdpaVariant("_scaled_dot_product_fused_attention_overrideable", 5, 3),
     )
 }
