@@ -12,6 +12,7 @@ from mhaudit.cost.devices import canonical_dtype
 from mhaudit.data import Agreement, Report, Unchecked, Verification
 from mhaudit.errors import first_line
 from mhaudit.memory.fakes import fake_forward, run_dtype
+from mhaudit.verify.decode import decode_check
 from mhaudit.verify.limits import over_limits
 from mhaudit.verify.reference import RealForward, flop_counter, real_forward
 
@@ -34,8 +35,10 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
     """The report's matmul + conv FLOPs, inference peak and KV cache per token beside one
     real CPU forward at the audited dtype (MemTracker, FlopCounterMode, the cache it
     returns) where that fits the size limits; FLOPs beside FlopCounterMode on fake
-    tensors otherwise. With a training step on the report, its peak against MemTracker on
-    one real CPU step where it fits (:func:`~mhaudit.verify.training.training_check`)."""
+    tensors otherwise. With a decode step on the report, its bytes per step beside one real
+    generation step (:func:`~mhaudit.verify.decode.decode_check`); with a training step,
+    its peak against MemTracker on one real CPU step where it fits
+    (:func:`~mhaudit.verify.training.training_check`)."""
     dtype = run_dtype(canonical_dtype(report.model.dtype))
     real, why = _real(report, model, args, kwargs, dtype)
     rows = [_flops_row(report, model, args, kwargs, dtype, real, why)]
@@ -45,6 +48,11 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
             rows.append(row)
         elif row is not None or why is not None:
             unchecked.append(Unchecked(figure, row or why or ""))
+    decode = decode_check(report, model, dtype)
+    if isinstance(decode, Agreement):
+        rows.append(decode)
+    elif decode is not None:
+        unchecked.append(decode)
     if report.training is not None:
         from mhaudit.verify.training import training_check
 

@@ -69,26 +69,38 @@ def flop_counter() -> FlopCounterMode:
     return FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
 
 
-def _cache_of(out: Any) -> Any:
-    """The ``past_key_values`` a transformers forward returned (its self-attention part
-    for an encoder-decoder); None when there is none."""
-    cache = getattr(out, "past_key_values", None)
-    if cache is None and isinstance(out, Mapping):
-        cache = out.get("past_key_values")
+def cache_of(out: Any) -> Any:
+    """The KV cache a transformers forward returned (``past_key_values``, or ``cache``),
+    its self-attention part for an encoder-decoder; None when there is none."""
+    cache = None
+    for name in ("past_key_values", "cache"):
+        found = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
+        cache = cache if found is None else found
     return getattr(cache, "self_attention_cache", cache)
+
+
+def cache_tensors(out: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Each cache layer's keys and values, each ``(b, h_kv, n, d_k)``; None without a
+    cache of layers."""
+    layers = getattr(cache_of(out), "layers", None)
+    if layers is None:
+        return None
+    found = []
+    for layer in layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor):
+            found.append((keys, values))
+    return found
 
 
 def cache_bytes_per_token(out: Any) -> float | None:
     """Bytes of each cache layer's keys and values per position and sequence, summed over
     layers (a layer that keeps a window counts per position it keeps)."""
-    layers = getattr(_cache_of(out), "layers", None)
+    layers = cache_tensors(out)
     if layers is None:
         return None
     total = 0.0
-    for layer in layers:
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor)):
-            continue
+    for keys, values in layers:
         positions = keys.shape[0] * keys.shape[-2]  # (b, h_kv, n, d_k)
         if positions:
             total += (keys.nbytes + values.nbytes) / positions

@@ -103,3 +103,21 @@ def test_a_forward_over_the_limit_checks_flops_on_fake_tensors_and_says_why(
     assert "as dispatched on fake tensors" in _rows(report)["matmul + conv flops"].how
     assert {u.figure for u in checked.unchecked} == {checks.PEAK, checks.KV}
     assert all("over the 1 limit" in u.reason for u in checked.unchecked)
+
+
+def test_decode_bytes_meet_a_real_generation_step() -> None:
+    from mhaudit.verify.decode import FIGURE
+
+    with torch.device("meta"):
+        model = _llama()
+    report, inputs = _audit(model, decode=True, context=48)
+    row = _rows(report)[FIGURE]
+    assert report.decode is not None and row.agrees and row.tolerance == 0.01
+    # the cache part by hand: 2 layers · (K + V) · 2 KV heads · 16 · 2 B per position,
+    # 48 read and 1 written per sequence, 2 sequences
+    assert f"{2 * 2 * 2 * 16 * 2 * 49 * 2:,} B of keys and values" in row.how
+    # a report that read the weights twice a step disagrees
+    twice = replace(report.decode, bytes_per_step=report.decode.bytes_per_step
+                    + report.decode.weight_bytes)
+    again = checks.verify(replace(report, decode=twice), model, (), inputs)
+    assert not {r.figure: r for r in again.rows}[FIGURE].agrees
