@@ -38,7 +38,9 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
     tensors otherwise. With a decode step on the report, its bytes per step beside one real
     generation step (:func:`~mhaudit.verify.decode.decode_check`); with a training step,
     its peak against MemTracker on one real CPU step where it fits
-    (:func:`~mhaudit.verify.training.training_check`)."""
+    (:func:`~mhaudit.verify.training.training_check`), and its parallel plan's per-GPU
+    figures, analytic beside torch's fake process group
+    (:func:`~mhaudit.verify.plans.plan_checks`)."""
     dtype = run_dtype(canonical_dtype(report.model.dtype))
     real, why = _real(report, model, args, kwargs, dtype)
     rows = [_flops_row(report, model, args, kwargs, dtype, real, why)]
@@ -54,13 +56,15 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
     elif decode is not None:
         unchecked.append(decode)
     if report.training is not None:
+        from mhaudit.verify.plans import plan_checks
         from mhaudit.verify.training import training_check
 
-        step = training_check(report.training, model, args, kwargs)
-        if isinstance(step, Agreement):
-            rows.append(step)
-        else:
-            unchecked.append(step)
+        for step in (training_check(report.training, model, args, kwargs),
+                     *plan_checks(report, model, args, kwargs)):
+            if isinstance(step, Agreement):
+                rows.append(step)
+            else:
+                unchecked.append(step)
     return Verification(tuple(rows), tuple(unchecked))
 
 
