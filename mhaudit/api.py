@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import torch
 from torch import nn
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
@@ -41,6 +42,7 @@ from mhaudit.load.target import (
     model_folder,
     model_inputs,
 )
+from mhaudit.memory.fakes import run_dtype
 from mhaudit.memory.peak import fake_forward_peak, peak_of
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
@@ -142,18 +144,19 @@ def audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None =
 
 
 def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None) -> Report:
+    dtype = canonical_dtype(opts.dtype)
     with contextlib.ExitStack() as folding:
         stage("tracing")
         with contained("forward() while tracing", loaded.source, trace=True), printed_to_log():
             traced, plans = folding.enter_context(
-                traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold, twin))
+                traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold, twin,
+                              run_dtype(dtype)))
         stop_timer()
         stage("detecting")
         layouts = expand_layouts(detect(traced, loaded.module), plans)
         stage("costing")
-        peak = _fake_peak(loaded, traced, plans)
+        peak = _fake_peak(loaded, traced, plans, run_dtype(dtype))
     profile = get_profile(opts.gpu)
-    dtype = canonical_dtype(opts.dtype)
     blocks = tuple(build_block(layout, dtype, profile) for layout in layouts)
     ctx = RuleContext.for_target(profile, dtype, opts.checked_tensor_parallel)
     blocks = evaluate(blocks, ctx, opts.rule_config)
@@ -188,15 +191,16 @@ def with_verification(report: Report, loaded: LoadedModel) -> Report:
     return replace(report, verification=checked)
 
 
-def _fake_peak(loaded: LoadedModel, traced: TracedGraph, plans: tuple[FoldedList, ...]
-               ) -> int | None:
-    """The activation peak of the eager forward on fake tensors (counted while the record
-    ran, or in a forward of its own); None when it cannot run there (the graph's lifetime
-    estimate is used instead)."""
+def _fake_peak(loaded: LoadedModel, traced: TracedGraph, plans: tuple[FoldedList, ...],
+               dtype: torch.dtype | None) -> int | None:
+    """The activation peak of the eager forward on fake tensors at ``dtype`` (counted while
+    the record ran, or in a forward of its own); None when it cannot run there (the
+    graph's lifetime estimate is used instead)."""
     if isinstance(traced, RecordedGraph) and traced.storages is not None:
         return peak_of(traced.storages, plans).activation_bytes
     try:
-        return fake_forward_peak(loaded.module, loaded.args, loaded.kwargs, plans).activation_bytes
+        return fake_forward_peak(loaded.module, loaded.args, loaded.kwargs, plans,
+                                 dtype).activation_bytes
     except Exception:  # any failure of user code on fake tensors: fall back to the graph
         return None
 

@@ -11,6 +11,7 @@ from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import AttentionBlock, ExpertLayer, Totals
 from mhaudit.flops.graph import GraphFlops
 from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction
+from mhaudit.memory.fakes import run_dtype
 from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
@@ -23,17 +24,21 @@ def model_totals(
 ) -> Totals:
     """The ``totals`` of the report.
 
-    ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
-    it the graph's tensor-lifetime estimate is used.
+    ``activation_peak`` is the fake-tensor forward's peak, run at ``dtype`` where the CPU
+    computes in it (:func:`~mhaudit.memory.fakes.run_dtype`) and then taken as counted;
+    at the model's own dtypes otherwise (fp8), and then scaled by element size, as the
+    graph's tensor-lifetime estimate is, which stands in when there is no such peak.
     """
     params_total = sum(p.numel() for p in model.parameters())
     param_bytes = params_total * dtype_bytes(dtype)
     weights = node_weights(traced, plans)
     excluded = set(traced.params) | set(traced.buffers)
     graph_peak = peak_activation_bytes(traced.graph, excluded)
-    activations = _scale_bytes(
-        activation_peak if activation_peak is not None else graph_peak, traced, dtype
-    )
+    if activation_peak is not None and run_dtype(dtype) is not None:
+        activations = activation_peak  # counted at the audited dtype, upcasts included
+    else:
+        activations = _scale_bytes(
+            activation_peak if activation_peak is not None else graph_peak, traced, dtype)
     buffer_bytes = sum(
         b.numel() * (dtype_bytes(dtype) if b.is_floating_point() else b.element_size())
         for b in model.buffers()

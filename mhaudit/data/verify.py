@@ -14,9 +14,10 @@ class Agreement:
     ours: int
     """The audit's figure."""
     reference: int
-    """The counter's figure (routed experts it misses added, where stated in ``how``)."""
+    """The counter's figure, taken as ``how`` says."""
     counter: str
-    """Who measured ``reference``: ``FlopCounterMode`` or ``MemTracker``."""
+    """Who measured ``reference``: ``FlopCounterMode``, ``MemTracker``, or ``DynamicCache``
+    (the KV cache a real forward returned)."""
     tolerance: float
     """Largest relative difference that still agrees (0 for exact)."""
     how: str = ""
@@ -47,8 +48,9 @@ class Unchecked:
 
 @dataclass(frozen=True)
 class Verification:
-    """Every figure checked on the user's own model (fake tensors; a training step for real
-    on CPU copies where it fits), and those left unchecked with the reason."""
+    """Every figure checked on the user's own model (a real CPU forward and training step
+    of copies of it where they fit; fake tensors for FLOPs), and those left unchecked with
+    the reason."""
 
     rows: tuple[Agreement, ...]
     unchecked: tuple[Unchecked, ...] = ()

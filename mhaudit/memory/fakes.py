@@ -22,6 +22,18 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 from mhaudit.memory.fake_mode import FakeMode
 from mhaudit.memory.swap import Role, swapped_state
 
+RUN_DTYPES: frozenset[str] = frozenset({"float64", "float32", "bfloat16", "float16"})
+"""Audited dtypes (canonical names) the fake passes run at: CPU kernels compute in them."""
+
+
+def run_dtype(name: str) -> torch.dtype | None:
+    """The dtype a fake pass gives floating parameters, buffers and inputs for an audit at
+    ``name`` (a canonical dtype name), so that upcasts in the model's code (``.float()``
+    logits, an fp32 softmax) make the copies they make on the target. None for a dtype
+    the CPU kernels do not compute in (fp8, int8): those passes keep the model's own
+    dtypes and the bytes they count are scaled to the audited element size."""
+    return getattr(torch, name) if name in RUN_DTYPES else None
+
 
 def _fake_like(mode: FakeTensorMode, t: torch.Tensor, dtype: torch.dtype | None
                ) -> torch.Tensor:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from mhaudit.memory.fakes import fake_forward
@@ -29,7 +30,7 @@ from mhaudit.trace.fold import FoldedList
 
 @dataclass(frozen=True)
 class PeakEstimate:
-    """Peak of live activation bytes in one inference forward, at the model's dtypes."""
+    """Peak of live activation bytes in one inference forward, at the dtypes it ran at."""
 
     activation_bytes: int
     """Largest sum of live op-output storages (user inputs, parameters and buffers not
@@ -82,14 +83,16 @@ def fake_forward_peak(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     plans: tuple[FoldedList, ...] = (),
+    dtype: torch.dtype | None = None,
 ) -> PeakEstimate:
     """Run ``model`` once on fake tensors under no_grad and return its activation peak.
 
     ``plans`` are the folded layer lists in effect (the model's lists already hold
-    stand-ins for the copies). Raises whatever the forward raises on fake tensors.
+    stand-ins for the copies); floating state and inputs run at ``dtype`` (None keeps
+    their own). Raises whatever the forward raises on fake tensors.
     """
     # fake CPU state and inputs: a meta-built model runs the kernels a real run does
-    with fake_forward(model, args, kwargs) as forward:
+    with fake_forward(model, args, kwargs, dtype) as forward:
         counter = ForwardCounter()
         counter.known(forward.tensors())
         out = forward(counter, counter.layers(model))

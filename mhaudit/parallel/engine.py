@@ -49,8 +49,11 @@ def engine_blocker(modules: Sequence[TpModule], heads: Sequence[tuple[int, int]]
     return None
 
 
-def _fake_inputs(value: Any) -> Any:
-    return tree_map(lambda t: torch.zeros(t.shape, dtype=t.dtype, device="cpu")
+def _fake_inputs(value: Any, dtype: torch.dtype) -> Any:
+    """Zeros shaped like the inputs (under the caller's fake mode); floats at ``dtype``,
+    the weights' dtype, as a real step at that precision is given them."""
+    return tree_map(lambda t: torch.zeros(t.shape, device="cpu", dtype=dtype
+                                          if t.is_floating_point() else t.dtype)
                     if isinstance(t, torch.Tensor) else t, value)
 
 
@@ -139,8 +142,8 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    twin = _meta_copy(model)
-    twin = twin.to(torch.bfloat16 if precision == "bf16" else torch.float32)
+    weights = torch.bfloat16 if precision == "bf16" else torch.float32
+    twin = _meta_copy(model).to(weights)
     cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
     with fake_world(plan) as mesh, warnings.catch_warnings():
         # FSDP2's hooks warn about module outputs that are views or need no gradient
@@ -149,7 +152,7 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
         with FakeMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")
             opt = _optimizer(twin, optimizer)
-            fargs, fkwargs = _fake_inputs(args), _fake_inputs(dict(kwargs))
+            fargs, fkwargs = _fake_inputs(args, weights), _fake_inputs(dict(kwargs), weights)
             tracker: Any = (FSDPMemTracker(twin, opt) if plan.fsdp > 1 else MemTracker())
             if plan.fsdp == 1:
                 tracker.track_external(twin, *([opt] if opt is not None else []))

@@ -42,6 +42,9 @@ class Subject:
     kwargs: dict[str, Any]
     twin: CpuTwin | None = None
     """The same model built again on CPU (for the real rung); None when unknown."""
+    dtype: torch.dtype | None = None
+    """Floating dtype of the fake records' state and inputs (the audited one; None keeps
+    the model's own); export and the real rung trace at the model's own."""
 
 
 Tracer = Callable[[Subject], TracedGraph]
@@ -101,7 +104,7 @@ def _first_record(subject: Subject) -> TracedGraph:
     read from the data (``.item()``, a branch on a tensor) that fake tensors cannot hold.
     """
     return record(subject.model, subject.args, subject.kwargs, fake=True, guess=False,
-                  method="dispatch-record")
+                  method="dispatch-record", dtype=subject.dtype)
 
 
 def _real(subject: Subject) -> TracedGraph:
@@ -113,7 +116,8 @@ def _real(subject: Subject) -> TracedGraph:
 def _bounded(subject: Subject) -> TracedGraph:
     """The recorder over fake tensors, data-dependent values at stated bounds (meta only)."""
     on_meta = any(p.device.type == "meta" for p in subject.model.parameters())
-    return record(subject.model, subject.args, subject.kwargs, fake=True, guess=on_meta)
+    return record(subject.model, subject.args, subject.kwargs, fake=True, guess=on_meta,
+                  dtype=subject.dtype)
 
 
 TRACERS: tuple[tuple[str, Tracer], ...] = (
@@ -195,9 +199,11 @@ def _quiet() -> Iterator[None]:
 
 
 def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-          twin: CpuTwin | None = None, first_rung_only: bool = False) -> TracedGraph:
+          twin: CpuTwin | None = None, first_rung_only: bool = False,
+          dtype: torch.dtype | None = None) -> TracedGraph:
     """Run the tracer ladder; raise TraceError naming each rung's first cause.
 
+    ``dtype`` is the floating dtype the fake records run at (the audited one).
     ``twin`` builds the same model on CPU for a real forward when the model is on meta.
     ``first_rung_only`` tries only the ladder's first rung (a folded model, which is
     traced whole when that fails).
@@ -208,7 +214,7 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     was_training = model.training
     model.eval()
     move_stray_tensors(model, (args, kwargs))
-    subject = Subject(model, args, kwargs, twin)
+    subject = Subject(model, args, kwargs, twin, dtype)
     failures: list[tuple[str, BaseException]] = []
     try:
         with _quiet(), plain_autocast():

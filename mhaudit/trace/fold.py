@@ -199,26 +199,27 @@ def _folded(model: nn.Module, watch: Watch) -> Iterator[tuple[FoldedList, ...]]:
 @contextlib.contextmanager
 def traced_folded(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], fold: bool = True,
-    twin: CpuTwin | None = None,
+    twin: CpuTwin | None = None, dtype: torch.dtype | None = None,
 ) -> Iterator[tuple[TracedGraph, tuple[FoldedList, ...]]]:
     """Trace with repeated layers folded, or unfolded when folding would change what the
     forward sees: it indexes its own layer list by position, a repeated layer reshapes
     what it passes on, or the folded record fails (a block that concatenates every
     layer's output; a value read from the data, which the layers left out would change).
     Only the first record traces folded; the rest of the ladder, the real forward of
-    ``twin`` included, runs on the whole model. Yields the plans used."""
+    ``twin`` included, runs on the whole model. The fake records run at ``dtype``
+    (:func:`~mhaudit.trace.export.trace`). Yields the plans used."""
     if fold:
         watch = Watch()
         with _folded(model, watch) as plans:
             try:
                 traced: TracedGraph | None = trace(model, args, kwargs, twin,
-                                                   first_rung_only=bool(plans))
+                                                   first_rung_only=bool(plans), dtype=dtype)
             except TraceError:
                 traced = None  # traced again unfolded, which raises if it fails too
             if traced is not None and not watch.spoiled:
                 yield traced, plans
                 return
-    yield trace(model, args, kwargs, twin), ()
+    yield trace(model, args, kwargs, twin, dtype=dtype), ()
 
 
 def _child_pattern(path: str) -> re.Pattern[str]:

@@ -255,12 +255,15 @@ class RecordedGraph(TracedGraph):
 
 
 def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, fake: bool,
-           guess: bool = False, method: str = "") -> RecordedGraph:
+           guess: bool = False, method: str = "", dtype: torch.dtype | None = None
+           ) -> RecordedGraph:
     """Run ``model`` once (over fake tensors when ``fake``) and return the recorded graph.
 
     A fake forward runs on fake CPU copies of the model's state and inputs, whatever
-    device they were built on (the kernels a real run picks), and counts its storages as
-    it goes: one run answers the graph and the inference peak. With ``guess`` (a model on
+    device they were built on (the kernels a real run picks), floats at ``dtype`` (the
+    audited one; None keeps their own), and counts its storages as it goes: one run
+    answers the graph and the inference peak at that dtype, upcasts in the model's code
+    included. With ``guess`` (a model on
     meta that cannot run for real), data-dependent scalars read as 0 and data-dependent
     sizes (``nonzero``) at their upper bound instead of failing; the method says how many,
     and ``data_dependent`` states each bound.
@@ -268,7 +271,7 @@ def record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, f
     if not fake:
         return _record(model, args, kwargs, None, False, method or "dispatch-real")
     try:
-        with fake_forward(model, args, kwargs) as forward:
+        with fake_forward(model, args, kwargs, dtype) as forward:
             return _record(model, forward.args, forward.kwargs, forward, guess,
                            method or "dispatch-fake")
     except RuntimeError as exc:

@@ -1,110 +1,146 @@
-"""The audit's FLOPs and memory checked against FlopCounterMode and MemTracker."""
+"""The audit's figures checked against torch's counters, each reference by its own road."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mhaudit.cost.devices import dtype_bytes
-from mhaudit.data import Agreement, ExpertLayer, Report, Unchecked, Verification
-from mhaudit.memory.fakes import fake_forward
+from mhaudit.cost.devices import canonical_dtype
+from mhaudit.data import Agreement, Report, Unchecked, Verification
+from mhaudit.errors import first_line
+from mhaudit.memory.fakes import fake_forward, run_dtype
+from mhaudit.verify.decode import decode_check
+from mhaudit.verify.limits import over_limits
+from mhaudit.verify.reference import RealForward, flop_counter, real_forward
 
 FLOPS_TOLERANCE = 0.0
 """matmul + conv FLOPs are the same arithmetic: they must agree exactly."""
 PEAK_TOLERANCE = 0.10
-"""The inference peak: allocator-free live bytes in both, within 10%."""
+"""The inference peak: allocator-free live bytes in both, within 10% (a fake forward of a
+transformers model passes an explicit mask and expands GQA's K/V, a real one need not)."""
+KV_TOLERANCE = 0.0
+"""KV cache per token: elements per position times the element size in both: exact."""
+FORWARD_LIMIT_FLOPS = 2 * 10**11
+"""Largest forward the real reference may compute (seconds on a few CPU cores)."""
+
+PEAK = "inference peak activation bytes"
+KV = "kv cache bytes per token"
 
 
 def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
            kwargs: Mapping[str, Any]) -> Verification:
-    """The report's matmul + conv FLOPs and inference peak against torch's counters, run on
-    fake CPU copies of ``model``'s state and inputs (nothing allocated); with a training
-    step on the report, its peak against MemTracker on one real CPU step where it fits
-    (:func:`~mhaudit.verify.training.training_check`)."""
-    reference, missed = _counted_flops(model, args, kwargs, report.experts)
-    families = report.totals.flops_by_family
-    how = "FlopCounterMode over the forward on fake tensors"
-    if missed:
-        how += (f", plus {missed:,} FLOPs of routed experts it does not see (tokens · k · "
-                "one expert's matmuls)")
-    rows = [Agreement("matmul + conv flops", families.get("matmul", 0) + families.get("conv", 0),
-                      reference + missed, "FlopCounterMode", FLOPS_TOLERANCE, how)]
-    if report.totals.peak_activation_bytes is not None:
-        tracked = _tracked_peak(model, args, kwargs)
-        own = next((p.element_size() for p in model.parameters() if p.is_floating_point()), 0)
-        audited = dtype_bytes(report.model.dtype)
-        scaled = tracked * audited // own if own else tracked
-        how = "MemTracker's activation peak of one no_grad forward on fake tensors"
-        if own and own != audited:
-            how += (f", at the model's {own}-byte floats and scaled to {report.model.dtype} "
-                    "as the report's bytes are")
-        inputs = sum(t.numel() * (audited if t.is_floating_point() else t.element_size())
-                     for t in tree_leaves((args, dict(kwargs))) if isinstance(t, torch.Tensor))
-        how += ("; the report's peak plus the inputs' bytes, which MemTracker counts as "
-                "activations")
-        rows.append(Agreement("inference peak activation bytes",
-                              report.totals.peak_activation_bytes + inputs, scaled,
-                              "MemTracker", PEAK_TOLERANCE, how))
+    """The report's matmul + conv FLOPs, inference peak and KV cache per token beside one
+    real CPU forward at the audited dtype (MemTracker, FlopCounterMode, the cache it
+    returns) where that fits the size limits; FLOPs beside FlopCounterMode on fake
+    tensors otherwise. With a decode step on the report, its bytes per step beside one real
+    generation step (:func:`~mhaudit.verify.decode.decode_check`); with a training step,
+    its peak against MemTracker on one real CPU step where it fits
+    (:func:`~mhaudit.verify.training.training_check`), and its parallel plan's per-GPU
+    figures, analytic beside torch's fake process group
+    (:func:`~mhaudit.verify.plans.plan_checks`)."""
+    dtype = run_dtype(canonical_dtype(report.model.dtype))
+    real, why = _real(report, model, args, kwargs, dtype)
+    rows = [_flops_row(report, model, args, kwargs, dtype, real, why)]
     unchecked: list[Unchecked] = []
+    for figure, row in ((PEAK, _peak_row(report, real)), (KV, _kv_row(report, real))):
+        if isinstance(row, Agreement):
+            rows.append(row)
+        elif row is not None or why is not None:
+            unchecked.append(Unchecked(figure, row or why or ""))
+    decode = decode_check(report, model, dtype)
+    if isinstance(decode, Agreement):
+        rows.append(decode)
+    elif decode is not None:
+        unchecked.append(decode)
     if report.training is not None:
+        from mhaudit.verify.plans import plan_checks
         from mhaudit.verify.training import training_check
 
-        step = training_check(report.training, model, args, kwargs)
-        if isinstance(step, Agreement):
-            rows.append(step)
-        else:
-            unchecked.append(step)
+        for step in (training_check(report.training, model, args, kwargs),
+                     *plan_checks(report, model, args, kwargs)):
+            if isinstance(step, Agreement):
+                rows.append(step)
+            else:
+                unchecked.append(step)
     return Verification(tuple(rows), tuple(unchecked))
 
 
-def _run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-         counter: Any, dtype: torch.dtype | None = None) -> None:
-    """One no_grad forward of fake CPU copies (floating state and inputs at ``dtype``; None
-    keeps their own) under ``counter``."""
-    with fake_forward(model, args, kwargs, dtype) as forward:
-        if hasattr(counter, "track_external"):
-            counter.track_external(model)
-        forward(counter)
+def _real(report: Report, model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+          dtype: torch.dtype | None) -> tuple[RealForward | None, str | None]:
+    """The real forward at ``dtype``, or why it did not run."""
+    if dtype is None:
+        return None, f"the CPU computes no matmuls in {report.model.dtype}"
+    t = report.totals
+    need = t.param_bytes + t.buffer_bytes + (t.peak_activation_bytes or 0)
+    reason = over_limits(need, t.flops, FORWARD_LIMIT_FLOPS, "a real CPU forward")
+    if reason is not None:
+        return None, reason
+    try:
+        return real_forward(model, args, kwargs, dtype), None
+    except Exception as exc:  # the model's code on real CPU tensors at this dtype
+        return None, f"a real CPU forward at {report.model.dtype} raised {first_line(exc, 160)}"
 
 
-def _cpu_flash(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,
-               out_shape: Any = None, **kwargs: Any) -> int:
-    """torch's own SDPA count (``sdpa_flop_count``) for the CPU flash kernel, which the fake
-    CPU run takes where a GPU runs flash, cuDNN or memory-efficient attention; torch counts
-    those three, not its CPU twin."""
-    return int(sdpa_flop_count(query_shape, key_shape, value_shape))  # type: ignore[no-untyped-call]
+def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
+               kwargs: Mapping[str, Any], dtype: torch.dtype | None,
+               real: RealForward | None, why: str | None) -> Agreement:
+    families = report.totals.flops_by_family
+    ours = families.get("matmul", 0) + families.get("conv", 0)
+    routed = ("; routed experts' grouped matmuls (aten._grouped_mm, which it has no formula "
+              "for) at 2·rows·K·N")
+    if report.experts and real is not None:
+        return Agreement("matmul + conv flops", ours, real.flops, "FlopCounterMode",
+                         FLOPS_TOLERANCE, "FlopCounterMode over a real CPU forward at "
+                         f"{report.model.dtype}{routed}, by the rows its router really "
+                         "sent each expert")
+    how = "FlopCounterMode over the forward on fake tensors"
+    if report.experts:
+        how += f"{routed}, as dispatched on fake tensors (no real routed forward: {why})"
+    return Agreement("matmul + conv flops", ours, _counted_flops(model, args, kwargs, dtype),
+                     "FlopCounterMode", FLOPS_TOLERANCE, how)
 
 
 def _counted_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                   experts: tuple[ExpertLayer, ...]) -> tuple[int, int]:
-    """FlopCounterMode's total, and the routed-expert FLOPs it missed."""
-    counter = FlopCounterMode(display=False, custom_mapping={
-        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash})
-    _run(model, args, kwargs, counter)
-    per_module = counter.get_flop_counts()
-    params = dict(model.named_parameters())
-    missed = 0
-    for layer in experts:
-        seen = sum(sum(ops.values()) for name, ops in per_module.items()
-                   if name.endswith(f".{layer.module}") or name == layer.module)
-        if seen or layer.num_experts < 1:
-            continue  # the counter saw the experts' matmuls (a bmm over gathered weights)
-        per_token = sum(2 * math.prod(params[w].shape) // layer.num_experts
-                        for w in layer.weights if w in params and params[w].dim() == 3)
-        missed += layer.tokens * layer.top_k * per_token
-    return int(counter.get_total_flops()), missed
+                   dtype: torch.dtype | None) -> int:
+    """FlopCounterMode's total over one no_grad forward of fake CPU copies (floats at
+    ``dtype``; None keeps their own)."""
+    counter = flop_counter()
+    with fake_forward(model, args, kwargs, dtype) as forward:
+        forward(counter)
+    return int(counter.get_total_flops())
 
 
-def _tracked_peak(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
-    from torch.distributed._tools.mem_tracker import MemTracker
+def _peak_row(report: Report, real: RealForward | None) -> Agreement | str | None:
+    """The inference peak beside MemTracker's on the real forward; None where there is
+    none to check or no forward ran."""
+    ours = report.totals.peak_activation_bytes
+    if ours is None or real is None:
+        return None
+    values = "values drawn at random for the meta-built state" if real.invented else (
+        "the model's own values")
+    return Agreement(PEAK, ours, real.activation_bytes, "MemTracker", PEAK_TOLERANCE,
+                     f"MemTracker's activation peak of one real no_grad CPU forward at "
+                     f"{report.model.dtype} ({values}; parameters, buffers and inputs "
+                     "tracked apart), upcasts in the model's code included")
 
-    tracker = MemTracker()
-    _run(model, args, kwargs, tracker)
-    (peak,) = tracker.get_tracker_snapshot("peak").values()
-    return int(next((v for k, v in peak.items() if str(k).endswith("ACT")), 0))
+
+def _kv_row(report: Report, real: RealForward | None) -> Agreement | str | None:
+    """KV cache per token beside the cache the real forward returned; a reason where the
+    report has a cache that cannot be checked; None where there is nothing to check."""
+    ours = report.totals.kv_cache_bytes_per_token
+    if any(b.layout.latent_width is not None for b in report.blocks):
+        return ("transformers caches latent attention's expanded K and V; the report counts "
+                "the latent, as its decode kernels cache it")
+    if real is None:
+        return None
+    if real.kv_cache_bytes_per_token is None:
+        return (None if not ours else "the forward returned no KV cache (past_key_values) "
+                "to measure")
+    return Agreement(KV, ours, round(real.kv_cache_bytes_per_token), "DynamicCache",
+                     KV_TOLERANCE, "the keys and values of the cache a real CPU forward at "
+                     f"{report.model.dtype} returned (past_key_values; the self-attention "
+                     "cache of an encoder-decoder), bytes per position and sequence summed "
+                     "over layers")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
 
-from mhaudit import units
 from mhaudit.data import Agreement, TrainingCost, Unchecked
 from mhaudit.phases.fakestep import PRECISIONS, without_cache
 from mhaudit.phases.training import recomputed_layers
+from mhaudit.verify.limits import over_limits
 from mhaudit.verify.real import real_inputs, real_state
 from mhaudit.verify.step import memtracker_step
 
@@ -30,26 +29,10 @@ on a few CPU cores)."""
 FIGURE = "training step peak bytes"
 
 
-def _free_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def too_big(training: TrainingCost) -> str | None:
     """Why a real CPU step of this size is not run; None when it fits the limits."""
-    need = training.peak_bytes + training.host_state_bytes
-    free = _free_bytes()
-    limit = STEP_LIMIT_BYTES if free is None else min(STEP_LIMIT_BYTES, free // 2)
-    if need > limit:
-        where = "" if limit == STEP_LIMIT_BYTES else " (half the free memory)"
-        return (f"a real CPU step would allocate {units.nbytes(need)}, over the "
-                f"{units.nbytes(limit)} limit{where}; verify a smaller batch or sequence")
-    if training.flops > STEP_LIMIT_FLOPS:
-        return (f"a real CPU step would compute {training.flops:,} FLOPs twice, over the "
-                f"{STEP_LIMIT_FLOPS:,} limit; verify a smaller batch or sequence")
-    return None
+    return over_limits(training.peak_bytes + training.host_state_bytes, training.flops,
+                       STEP_LIMIT_FLOPS, "a real CPU step (run twice)", STEP_LIMIT_BYTES)
 
 
 def training_check(training: TrainingCost, model: nn.Module, args: tuple[Any, ...],

@@ -174,3 +174,13 @@ def test_torch_runs_give_torch_activations_beside_the_analytic(llama) -> None:  
     analytic = plan_costs(model, (ids,), {}, blocks, "tp=2,fsdp=2", H100, use_torch=False)
     assert analytic.analytic_activations is None
     assert analytic.per_device_bytes.activations == split.analytic_activations
+
+
+def test_fake_inputs_take_the_weights_dtype() -> None:
+    from mhaudit.memory.fake_mode import FakeMode
+    from mhaudit.parallel.engine import _fake_inputs
+
+    with FakeMode(allow_non_fake_inputs=True):
+        made = _fake_inputs({"x": torch.zeros(2, 3), "ids": torch.zeros(2, dtype=torch.long)},
+                            torch.bfloat16)
+    assert made["x"].dtype == torch.bfloat16 and made["ids"].dtype == torch.long
