@@ -14,7 +14,12 @@ from mhaudit.load.target import LoadedModel
 from mhaudit.phases.decode import decode_for_report
 from mhaudit.phases.decode_context import by_context, longest_context
 from mhaudit.phases.step_part import StepPart, step_part
-from mhaudit.phases.step_weights import expert_groups, gathered_parameters, step_weight_bytes
+from mhaudit.phases.step_weights import (
+    expert_groups,
+    gathered_parameters,
+    prefill_only_bytes,
+    step_weight_bytes,
+)
 from mhaudit.phases.training import training_step
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList
@@ -85,7 +90,9 @@ def _decode(report: Report, loaded: LoadedModel, traced: TracedGraph, opts: Phas
     decode = at(opts.context)
     steps = tuple(b for b in report.blocks if part.runs(b))
     return replace(decode, by_context=by_context(
-        decode, at, longest_context(loaded.module, steps)))
+        decode, at, longest_context(loaded.module, steps)),
+        prefill_only_weight_bytes=prefill_only_bytes(
+            loaded.module, part.prefill_only_params, e))
 
 
 def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: str,

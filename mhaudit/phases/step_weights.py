@@ -53,6 +53,13 @@ def step_weight_bytes(model: nn.Module, gathered: frozenset[str], rows: int,
     return math.prod((total, element_bytes))
 
 
+def prefill_only_bytes(model: nn.Module, prefill_only: frozenset[str],
+                       element_bytes: int) -> int:
+    """Bytes of the parameters only prefill reads (an encoder's, a tower's)."""
+    return sum(p.numel() for name, p in model.named_parameters()
+               if name in prefill_only) * element_bytes
+
+
 def expert_groups(experts: Sequence[ExpertLayer], model: nn.Module, element_bytes: int,
                   plans: tuple[FoldedList, ...] = ()) -> list[ExpertGroup]:
     """Routed experts as the forward routes them: the layers

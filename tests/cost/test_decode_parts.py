@@ -136,3 +136,25 @@ def test_a_decoder_only_step_runs_the_whole_model() -> None:
     assert d is not None and d.prefill_only_flops == 0
     assert [b.name for b in d.blocks] == [b.name for b in report.blocks]
     assert "prefill" not in d.convention
+
+
+def test_a_plan_reads_the_generating_part_per_step() -> None:
+    config = transformers.WhisperConfig(
+        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+        num_mel_bins=8, max_source_positions=100, max_target_positions=64)
+    with torch.device("meta"):
+        model = transformers.WhisperForConditionalGeneration(config)
+        inputs = {"input_features": torch.zeros(1, 8, 200),
+                  "decoder_input_ids": torch.zeros(1, 16, dtype=torch.long)}
+    report = mhaudit.audit(model, inputs, decode=True, parallel="tp=1", gpu="h100",
+                           dtype="bf16")
+    d = report.decode
+    assert d is not None and d.parallel is not None
+    decoder = model.model.decoder
+    weights = _numel(decoder) - _cross_kv(decoder.layers, "encoder_attn", "k_proj", "v_proj")
+    # one GPU, memory-bound: decoder weights at 2 B + cross cache 2·2·100·64·2 B (the conv
+    # stem halves 200 frames) + self cache 2·2·64·2 B · 16, over H100's 3,350 GB/s
+    hand = 2 * weights + 2 * 2 * 100 * 64 * 2 + 2 * 2 * 64 * 2 * 16
+    assert d.parallel.step_time_s * 3350e9 == pytest.approx(hand, rel=0.02)
