@@ -9,7 +9,6 @@ from typing import Any, Protocol
 from mhaudit.cost.devices import dtype_bytes, get_profile
 from mhaudit.cost.latent import LATENT_DECODE_CONVENTION
 from mhaudit.data import DecodeCost, ParallelCost, ParallelPlan, Report
-from mhaudit.flops.graph import graph_flops
 from mhaudit.load.target import LoadedModel
 from mhaudit.phases.decode import decode_for_report
 from mhaudit.phases.decode_context import by_context, longest_context
@@ -80,7 +79,7 @@ def _decode(report: Report, loaded: LoadedModel, traced: TracedGraph, opts: Phas
     """The decode step and its curve against context, from one builder: the part of the
     model a step runs, the weights it reads."""
     e = dtype_bytes(report.model.dtype)
-    part = step_part(traced, report.blocks, graph_flops(traced.graph), plans)
+    part = step_part(traced, report.blocks, plans)
     weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
                                 _decode_batch(report, part), e, part.prefill_only_params)
     experts = expert_groups([x for x in report.experts if _in_step(x.module, part)],

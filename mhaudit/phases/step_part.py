@@ -16,7 +16,7 @@ from torch import fx
 
 from mhaudit.assemble.expand import expand_names
 from mhaudit.data import AttentionBlock
-from mhaudit.flops.graph import GraphFlops
+from mhaudit.flops.graph import graph_flops
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
 from mhaudit.trace.ops import (
@@ -137,13 +137,13 @@ def _paths(traced: TracedGraph, nodes: Iterable[fx.Node], plans: tuple[FoldedLis
     return expand_names(paths, plans)
 
 
-def step_part(traced: TracedGraph, blocks: Sequence[AttentionBlock], costs: GraphFlops,
+def step_part(traced: TracedGraph, blocks: Sequence[AttentionBlock],
               plans: tuple[FoldedList, ...] = ()) -> StepPart:
     """The part of ``traced`` a generation step runs (:data:`WHOLE_MODEL` when the graph
     has no token input to follow, or nothing that runs only once).
 
-    ``costs`` are the graph's FLOPs (node names as :func:`~mhaudit.flops.graph.graph_flops`
-    gives them); ``blocks`` the report's, their names expanded over ``plans``.
+    ``blocks`` are the report's, their names expanded over ``plans``; what runs once is
+    costed as the report's totals cost it (each node's FLOPs, once per folded layer).
     """
     generating = generating_inputs(traced, blocks)
     if not generating:
@@ -153,6 +153,7 @@ def step_part(traced: TracedGraph, blocks: Sequence[AttentionBlock], costs: Grap
     if not once:
         return WHOLE_MODEL
     weights = {n.name: node_weight(traced.module_path(n), plans) for n in once}
+    costs = graph_flops(traced.graph)
     flops = sum(f * weights[name.split(".")[0]] for name, f in costs.node_flops.items()
                 if name.split(".")[0] in weights)
     params = {traced.params[n.name] for n in once if n.name in traced.params}

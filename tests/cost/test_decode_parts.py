@@ -98,6 +98,11 @@ def test_llava_style_step_runs_the_language_model_at_its_positions(tmp_path: Pat
         b.name for b in report.blocks if ".language_model." in f".{b.name}"]
     assert d.prefill_only_flops > 0
     assert d.by_context[-1].context == 2048  # the language model's config, not the tower's
+    tower = _numel(model.model.vision_tower, model.model.multi_modal_projector)
+    assert d.prefill_only_weight_bytes == 2 * tower
+    from mhaudit.render.phases import phase_lines
+
+    assert "once in prefill, not per step" in " ".join(phase_lines(report))
 
 
 @pytest.mark.slow
