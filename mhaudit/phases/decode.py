@@ -1,10 +1,12 @@
 """One decode step: every weight read once, the KV cache read at the context, one token written.
 
-A generation step at context c for a batch of b sequences runs the model on b new
-tokens. Its work is the per-token part of the audited forward (every matmul, norm and
-elementwise op, read from the traced graph's FLOPs with each attention core taken out)
-for b tokens, plus each block's attention over its cache. Its memory traffic is every
-weight once, the cached K/V (or latent) of every layer at the context, and the cache
+A generation step at context c for a batch of b sequences runs the part of the model
+that generates (:mod:`~mhaudit.phases.step_part`: a decoder, a language model; an
+encoder or a tower ran once, in prefill) on b new tokens. Its work is the per-token part
+of that part's forward (every matmul, norm and elementwise op, read from the traced
+graph's FLOPs with each attention core taken out) for b tokens, plus each of its blocks'
+attention over its cache. Its memory traffic is each of its weights once, the cached K/V
+(or latent) of every layer at the context, static cross-attention caches, and the cache
 entries written for the new tokens. The roofline time on the target is the larger of
 the compute time and the memory time.
 """
