@@ -54,6 +54,11 @@ def test_whisper_small_step_reads_the_decoder_and_its_caches() -> None:
     hand = 2 * weights + cross_cache + self_cache
     assert d.bytes_per_step == pytest.approx(hand, rel=0.02)
     assert d.kv_read_bytes == cross_cache + self_cache
+    # FLOPs: 2 per decoder weight but the gathered positions (448·768), and per layer
+    # QKᵀ + PV 4·h·n·d_k + softmax 3·h·n over h 12, d_k 64 at n = 448 (self) and 1500 (cross)
+    h, d_k = 12, 64
+    cores = layers * sum(4 * h * n * d_k + 3 * h * n for n in (448, source))
+    assert d.flops_per_step == pytest.approx(2 * (weights - 448 * d_model) + cores, rel=0.02)
     # a step runs the decoder's 12 self and 12 cross blocks, none of the encoder's
     assert [b.name for b in d.blocks] == [
         b.name for b in report.blocks if b.name.startswith("model.decoder.")]
