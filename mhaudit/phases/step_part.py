@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import fx
 
 from mhaudit.assemble.expand import expand_names
@@ -19,18 +20,7 @@ from mhaudit.data import AttentionBlock
 from mhaudit.flops.graph import graph_flops
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
-from mhaudit.trace.ops import (
-    EMBEDDING_OPS,
-    MAYBE_ALIAS_OPS,
-    POINTWISE_CONV_OPS,
-    PROJECTION_OPS,
-    RESHAPE_OPS,
-    op_name,
-)
-from mhaudit.trace.walks import chain
-
-_INDEX_PATH = RESHAPE_OPS | MAYBE_ALIAS_OPS
-"""Ops between a token input and the gather it indexes (``input_ids.view(-1, n)``)."""
+from mhaudit.trace.ops import EMBEDDING_OPS, POINTWISE_CONV_OPS, PROJECTION_OPS, op_name
 
 _WEIGHT_OPS = PROJECTION_OPS | POINTWISE_CONV_OPS
 """Ops that apply a weight to activations: an input that feeds one outside the step has
@@ -71,13 +61,14 @@ def _cone(starts: Iterable[fx.Node]) -> set[fx.Node]:
 
 
 def _indexes_a_table(node: fx.Node) -> bool:
-    """``node`` is a token input: an embedding gather indexes a table by it (through views)."""
-    for gather in _cone([node]):
-        if op_name(gather) in EMBEDDING_OPS and len(gather.args) > 1 \
-                and isinstance(gather.args[1], fx.Node) \
-                and chain(gather.args[1], _INDEX_PATH, 8)[-1] is node:
-            return True
-    return False
+    """``node`` holds token ids: integers that an embedding gather's index is computed
+    from (directly, through views, or after image-token positions are masked out)."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex():
+        return False
+    cone = _cone([node])
+    return any(op_name(n) in EMBEDDING_OPS and len(n.args) > 1 and n.args[1] in cone
+               for n in cone)
 
 
 def _cross_kv_users(traced: TracedGraph, blocks: Sequence[AttentionBlock]) -> set[fx.Node]:
