@@ -14,8 +14,48 @@ from torch import nn
 
 import mhaudit
 from mhaudit import audit_target
+from tests.fixtures.small_models import TinyGPT
+from tests.fixtures.zoo_separate import TextbookSdpa
 
 transformers = pytest.importorskip("transformers")
+
+
+class TowerLM(TinyGPT):
+    """A tower's 8 feature vectors put before the text tokens of a two-layer TinyGPT."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tower = nn.Sequential(nn.Linear(16, 64), TextbookSdpa(64, 4))
+
+    def forward(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.tower(features), self.embed(ids)], dim=1)  # (b, 8 + n, d)
+        b, n, d = x.shape
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["ln"](x)).split(d, dim=2)  # 3 × (b, n, d)
+            q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + blk["proj"](y.transpose(1, 2).reshape(b, n, d))
+            x = x + blk["out"](torch.nn.functional.gelu(blk["fc"](x)))
+        return self.head(x)  # (b, n, vocab)
+
+
+def test_a_tower_runs_once_and_the_language_model_steps() -> None:
+    with torch.device("meta"):
+        model = TowerLM()
+        inputs = {"ids": torch.zeros(1, 16, dtype=torch.long), "features": torch.zeros(1, 8, 16)}
+    report = mhaudit.audit(model, inputs, decode=True, dtype="bf16")
+    d = report.decode
+    assert d is not None
+    assert [b.name for b in d.blocks] == ["blocks.0", "blocks.1"]  # not tower.1
+    assert d.context == 8 + 16  # the tower's 8 positions and the 16 tokens
+    assert d.prefill_only_weight_bytes == 2 * _numel(model.tower)
+    # the blocks and head, one row of the 100 × 64 table, at 2 bytes
+    weights = _numel(model) - _numel(model.tower) - 100 * 64 + 64
+    assert d.weight_bytes == 2 * weights
+    # 2 per weight but the row, QKᵀ + PV 4·h·c·d_k + softmax 3·h·c per layer, h 4, d_k 16
+    cores = 2 * (4 * 4 * 24 * 16 + 3 * 4 * 24)
+    assert d.flops_per_step == pytest.approx(2 * (weights - 64) + cores, rel=0.02)
+
 
 
 def _numel(*modules: nn.Module) -> int:
