@@ -185,7 +185,14 @@ class DecodeCost:
     figures are a step's arithmetic, not a generation step anyone runs."""
     parallel: ParallelCost | None = None
     """Per-device cost of the step under ``--parallel``; None without a plan."""
+    prefill_only_flops: int = 0
+    """Forward FLOPs that run once, in prefill, and not in a step: encoders, towers,
+    cross-attention K/V projections (0 when the whole model runs each step)."""
+    prefill_only_weight_bytes: int = 0
+    """Resident weights a step does not read: those only prefill reads (in
+    ``param_bytes``, not in ``weight_bytes``)."""
     by_context: tuple[DecodePoint, ...] = ()
-    """The step at several contexts up to the model's longest (its config's
-    ``max_position_embeddings``, else 16× ``context``), computed from the same formulas,
-    not traced; empty when not applicable."""
+    """The step at several contexts up to the model's longest (the generating part's
+    config's ``max_target_positions`` or ``max_position_embeddings``, else 16×
+    ``context``), computed from the same formulas, not traced; empty when not
+    applicable."""

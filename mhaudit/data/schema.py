@@ -258,6 +258,8 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
         "convention": d.convention,
         "flops_per_step_non_absorbed": d.flops_per_step_non_absorbed,
         "applicable": d.applicable,
+        "prefill_only_flops": d.prefill_only_flops,
+        "prefill_only_weight_bytes": d.prefill_only_weight_bytes,
         "by_context": [
             {"context": p.context, "flops_per_step": p.flops_per_step,
              "kv_read_bytes": p.kv_read_bytes, "bytes_per_step": p.bytes_per_step,

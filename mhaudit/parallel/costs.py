@@ -60,7 +60,9 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
         lay.seq_len_kv if lay else 0))
     batch = decode.batch_size if decode else batch
     flops = decode.flops_per_step if decode else _forward_flops(blocks, params, batch, 1, ctx)
-    return StepSpec(DECODE, e, e, "none", batch, 1, ctx, None, flops)
+    share = 1.0 - decode.prefill_only_weight_bytes / decode.param_bytes \
+        if decode and decode.param_bytes else 1.0
+    return StepSpec(DECODE, e, e, "none", batch, 1, ctx, None, flops, share)
 
 
 def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],

@@ -39,6 +39,9 @@ class StepSpec:
     training phase); None to use Korthikanti et al.'s per-layer count."""
     flops: int
     """Single-device FLOPs of the whole step at ``batch`` (2 per multiply-add)."""
+    read_share: float = 1.0
+    """Share of the resident parameters a decode step reads: the generating part's (an
+    encoder's or a tower's ran once, in prefill); 1 for a decoder-only model."""
 
     @property
     def states_per_param(self) -> int:

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any, Protocol
 
 from mhaudit.cost.devices import dtype_bytes, get_profile
 from mhaudit.cost.latent import LATENT_DECODE_CONVENTION
-from mhaudit.data import ParallelCost, ParallelPlan, Report
+from mhaudit.data import DecodeCost, ParallelCost, ParallelPlan, Report
 from mhaudit.load.target import LoadedModel
 from mhaudit.phases.decode import decode_for_report
 from mhaudit.phases.decode_context import by_context, longest_context
-from mhaudit.phases.step_weights import expert_groups, gathered_parameters, step_weight_bytes
+from mhaudit.phases.step_part import StepPart, step_part
+from mhaudit.phases.step_weights import (
+    expert_groups,
+    gathered_parameters,
+    prefill_only_bytes,
+    step_weight_bytes,
+)
 from mhaudit.phases.training import training_step
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList
@@ -56,13 +63,7 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
                 report, loaded, opts, "train", training=training))
         report = replace(report, training=training)
     if opts.decode:
-        e = dtype_bytes(report.model.dtype)
-        weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
-                                    _decode_batch(report), e)
-        experts = expert_groups(report.experts, loaded.module, e)
-        decode = decode_for_report(report, weights, e, profile, opts.context, experts)
-        decode = replace(decode, by_context=by_context(
-            report, decode, weights, e, profile, experts, longest_context(loaded.module)))
+        decode = _decode(report, loaded, traced, opts, plans)
         if opts.parallel is not None:
             decode = replace(decode, parallel=_per_device(
                 report, loaded, opts, "decode", decode=decode))
@@ -71,6 +72,26 @@ def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
             report = replace(report, conventions={
                 **report.conventions, "latent_attention_decode": LATENT_DECODE_CONVENTION})
     return report
+
+
+def _decode(report: Report, loaded: LoadedModel, traced: TracedGraph, opts: PhaseOptions,
+            plans: tuple[FoldedList, ...]) -> DecodeCost:
+    """The decode step and its curve against context, from one builder: the part of the
+    model a step runs, the weights it reads."""
+    e = dtype_bytes(report.model.dtype)
+    part = step_part(traced, report.blocks, plans)
+    weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
+                                _decode_batch(report, part), e, part.prefill_only_params)
+    experts = expert_groups([x for x in report.experts if _in_step(x.module, part)],
+                            loaded.module, e)
+    at = partial(decode_for_report, report, weights, e, get_profile(opts.gpu),
+                 experts=experts, part=part)
+    decode = at(opts.context)
+    steps = tuple(b for b in report.blocks if part.runs(b))
+    return replace(decode, by_context=by_context(
+        decode, at, longest_context(loaded.module, steps)),
+        prefill_only_weight_bytes=prefill_only_bytes(
+            loaded.module, part.prefill_only_params, e))
 
 
 def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: str,
@@ -85,6 +106,11 @@ def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: 
                       context=opts.context, **single)
 
 
-def _decode_batch(report: Report) -> int:
-    selfs = [b for b in report.blocks if b.layout.kind == "self"]
+def _decode_batch(report: Report, part: StepPart) -> int:
+    selfs = [b for b in report.blocks if b.layout.kind == "self" and part.runs(b)]
     return selfs[0].layout.batch_size if selfs else 1
+
+
+def _in_step(module: str, part: StepPart) -> bool:
+    """Whether a step reads the weights of the layer at ``module`` (an expert layer)."""
+    return not any(p.startswith(module + ".") for p in part.prefill_only_params)

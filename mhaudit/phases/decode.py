@@ -1,10 +1,12 @@
 """One decode step: every weight read once, the KV cache read at the context, one token written.
 
-A generation step at context c for a batch of b sequences runs the model on b new
-tokens. Its work is the per-token part of the audited forward (every matmul, norm and
-elementwise op, read from the traced graph's FLOPs with each attention core taken out)
-for b tokens, plus each block's attention over its cache. Its memory traffic is every
-weight once, the cached K/V (or latent) of every layer at the context, and the cache
+A generation step at context c for a batch of b sequences runs the part of the model
+that generates (:mod:`~mhaudit.phases.step_part`: a decoder, a language model; an
+encoder or a tower ran once, in prefill) on b new tokens. Its work is the per-token part
+of that part's forward (every matmul, norm and elementwise op, read from the traced
+graph's FLOPs with each attention core taken out) for b tokens, plus each of its blocks'
+attention over its cache. Its memory traffic is each of its weights once, the cached K/V
+(or latent) of every layer at the context, static cross-attention caches, and the cache
 entries written for the new tokens. The roofline time on the target is the larger of
 the compute time and the memory time.
 """
@@ -28,6 +30,7 @@ from mhaudit.data import (
     Roofline,
 )
 from mhaudit.errors import ConfigError
+from mhaudit.phases.step_part import WHOLE_MODEL, StepPart
 
 CONVENTION = (
     "one step: batch_size new tokens at the context; FLOPs are the audited forward's per-token "
@@ -36,6 +39,12 @@ CONVENTION = (
     "weight once (embedding tables that are only gathered: the rows gathered), the cache read "
     "at the context and written for the new tokens; roofline max(compute, memory) at the "
     "profile's dense bf16 peak"
+)
+
+PART_CONVENTION = (
+    "; only what depends on the generating token input runs per step: ops that depend "
+    "only on other inputs (encoders, towers, cross-attention K/V projections) run once, in "
+    "prefill, and their weights are not read per step"
 )
 
 
@@ -218,18 +227,28 @@ def decode_step(
 
 def decode_for_report(report: Report, weight_bytes: int, element_bytes: int,
                       profile: GpuProfile, context: int | None,
-                      experts: Sequence[ExpertGroup] = ()) -> DecodeCost:
-    """The decode step of an audited model: batch and context from its first self-attention."""
-    selfs = [b for b in report.blocks if b.layout.kind == "self"]
+                      experts: Sequence[ExpertGroup] = (), part: StepPart = WHOLE_MODEL
+                      ) -> DecodeCost:
+    """The decode step of an audited model: the blocks ``part`` runs, batch and context
+    from the first of its self-attention blocks; ``weight_bytes`` is what a step reads.
+
+    The step's per-token FLOPs are the forward's without what runs only in prefill
+    (``part.prefill_only_flops``), over the tokens the step's part ran on.
+    """
+    blocks = [b for b in report.blocks if part.runs(b)]
+    selfs = [b for b in blocks if b.layout.kind == "self"]
     if not selfs:
         raise ConfigError("--decode needs a self-attention block, and none was found",
                           "Audit a decoder (a model that generates tokens) with --decode.")
     first = selfs[0].layout
     step = decode_step(
-        report.blocks, forward_flops=report.totals.flops,
+        blocks, forward_flops=report.totals.flops - part.prefill_only_flops,
         tokens=first.batch_size * first.seq_len_q, batch_size=first.batch_size,
         context=first.seq_len_kv if context is None else context, weight_bytes=weight_bytes,
         param_bytes=report.totals.param_bytes, element_bytes=element_bytes, profile=profile,
         experts=experts)
+    if part.blocks is not None:
+        step = replace(step, convention=step.convention + PART_CONVENTION,
+                       prefill_only_flops=part.prefill_only_flops)
     growing = any(b.memory.kv_cache_bytes_per_token for b in selfs)
     return step if growing else replace(step, applicable=False)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from mhaudit.cost.devices import GpuProfile
-from mhaudit.data import DecodeCost, DecodePoint, Report
-from mhaudit.phases.decode import ExpertGroup, decode_for_report
+from mhaudit.data import AttentionBlock, DecodeCost, DecodePoint
 
 POINTS = 5
 """Contexts the curve takes, a factor of 4 apart, ending at the model's longest."""
@@ -15,12 +13,34 @@ POINTS = 5
 UNBOUNDED = 16
 """Without a stated longest context, the curve ends at this multiple of the step's."""
 
+LONGEST_KEYS = ("max_target_positions", "max_position_embeddings")
+"""Config entries that state the longest context, the generating side's first (an
+encoder-decoder's config states its decoder's positions as ``max_target_positions``)."""
 
-def longest_context(module: Any) -> int | None:
-    """The longest context a model states: its config's ``max_position_embeddings``."""
-    value = getattr(getattr(module, "config", None), "max_position_embeddings", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
-        else None
+
+def _stated(config: Any) -> int | None:
+    for key in LONGEST_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def longest_context(module: Any, blocks: Sequence[AttentionBlock] = ()) -> int | None:
+    """The longest context the generating part states: the config of the nearest module
+    above its first self-attention block (``blocks``, the step's) that states one, else
+    the model's (``max_target_positions``, else ``max_position_embeddings``)."""
+    selfs = [b.name for b in blocks if b.layout.kind == "self"]
+    path = selfs[0].split(".") if selfs else []
+    for depth in range(len(path), -1, -1):
+        try:
+            owner = module.get_submodule(".".join(path[:depth])) if depth else module
+        except AttributeError:
+            continue
+        value = _stated(getattr(owner, "config", None))
+        if value is not None:
+            return value
+    return None
 
 
 def contexts(step_context: int, longest: int | None) -> list[int]:
@@ -31,16 +51,15 @@ def contexts(step_context: int, longest: int | None) -> list[int]:
     return sorted(points | {step_context} if step_context >= 1 else points)
 
 
-def by_context(report: Report, step: DecodeCost, weight_bytes: int, element_bytes: int,
-               profile: GpuProfile, experts: Sequence[ExpertGroup], longest: int | None
+def by_context(step: DecodeCost, at: Callable[[int], DecodeCost], longest: int | None
                ) -> tuple[DecodePoint, ...]:
-    """The decode step of ``report`` at each of :func:`contexts` (empty when the step does
-    not apply: no cache grows)."""
+    """The decode step at each of :func:`contexts`, each built by ``at`` (the builder that
+    made ``step``); empty when the step does not apply: no cache grows."""
     if not step.applicable:
         return ()
     points = []
     for context in contexts(step.context, longest):
-        at = decode_for_report(report, weight_bytes, element_bytes, profile, context, experts)
-        points.append(DecodePoint(context, at.flops_per_step, at.kv_read_bytes,
-                                  at.bytes_per_step, at.time_per_step_s, at.bound))
+        cost = at(context)
+        points.append(DecodePoint(context, cost.flops_per_step, cost.kv_read_bytes,
+                                  cost.bytes_per_step, cost.time_per_step_s, cost.bound))
     return tuple(points)

@@ -37,15 +37,25 @@ def gathered_parameters(traced: TracedGraph) -> frozenset[str]:
 
 
 def step_weight_bytes(model: nn.Module, gathered: frozenset[str], rows: int,
-                      element_bytes: int) -> int:
-    """Bytes of weights one step reads: every parameter once, gathered tables ``rows`` rows."""
+                      element_bytes: int, prefill_only: frozenset[str] = frozenset()) -> int:
+    """Bytes of weights one step reads: every parameter once but those only prefill reads
+    (an encoder's, a tower's), gathered tables ``rows`` rows."""
     total = 0
     for name, param in model.named_parameters():
+        if name in prefill_only:
+            continue
         numel = param.numel()
         if name in gathered and param.dim() == 2:
             numel = min(numel, rows * param.shape[1])
         total += numel
     return math.prod((total, element_bytes))
+
+
+def prefill_only_bytes(model: nn.Module, prefill_only: frozenset[str],
+                       element_bytes: int) -> int:
+    """Bytes of the parameters only prefill reads (an encoder's, a tower's)."""
+    return sum(p.numel() for name, p in model.named_parameters()
+               if name in prefill_only) * element_bytes
 
 
 def expert_groups(experts: Sequence[ExpertLayer], model: nn.Module, element_bytes: int

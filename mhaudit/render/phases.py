@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mhaudit import units
-from mhaudit.data import ParallelCost, Report
+from mhaudit.data import DecodeCost, ParallelCost, Report
 
 
 def _prefill(report: Report) -> str:
@@ -31,7 +31,16 @@ def _decode(report: Report) -> str | None:
             f"(KV cache {units.nbytes(d.kv_read_bytes)}), {units.seconds(d.time_per_step_s)} "
             f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; KV cache "
             f"{units.nbytes(d.kv_cache_bytes)} {fits} beside the weights "
-            f"({units.nbytes(d.param_bytes)}) in {units.nbytes(d.memory_bytes)}")
+            f"({units.nbytes(d.param_bytes)}) in {units.nbytes(d.memory_bytes)}"
+            + _prefill_only(d))
+
+
+def _prefill_only(d: DecodeCost) -> str:
+    """What ran once, in prefill (an encoder, a tower), when not the whole model steps."""
+    if not d.prefill_only_flops and not d.prefill_only_weight_bytes:
+        return ""
+    return (f"; once in prefill, not per step: {units.flops(d.prefill_only_flops)}, "
+            f"weights {units.nbytes(d.prefill_only_weight_bytes)}")
 
 
 def _training(report: Report) -> str | None:
