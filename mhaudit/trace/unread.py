@@ -9,7 +9,7 @@ from mhaudit.trace.ops import FRESH_OPS, PROJECTION_OPS, SIZE_OPS, op_name
 from mhaudit.trace.traced import TracedGraph
 
 
-def _read_for_values(node: fx.Node) -> list[fx.Node]:
+def value_inputs(node: fx.Node) -> list[fx.Node]:
     """The inputs whose values ``node`` reads: a fresh buffer shaped like its input
     (``zeros_like``) and a size query read only the shape."""
     name = op_name(node)
@@ -37,7 +37,7 @@ def _live(graph: fx.Graph) -> set[fx.Node]:
         if node in live:
             continue
         live.add(node)
-        stack.extend(_read_for_values(node))
+        stack.extend(value_inputs(node))
     return live
 
 

@@ -9,21 +9,28 @@ from torch import fx
 
 from mhaudit.detect.cores import Core
 from mhaudit.detect.patterns.masks import core_mask
+from mhaudit.trace.ops import GATHER_OPS, PROJECTION_OPS, op_name
+from mhaudit.trace.unread import value_inputs
 from mhaudit.trace.walks import Walk
 
 _MAX_NODES = 256
+_FEATURE_OPS = GATHER_OPS | PROJECTION_OPS
+"""Ops that make features from weights: the walk from a mask back to the inputs stops there."""
 
 
 def reads_inputs(masks: Iterable[fx.Node], inputs: frozenset[str]) -> bool:
-    """True when a mask derives from one of the graph's user inputs (a padding mask, the
-    boundaries of packed sequences) rather than from positions and shapes alone."""
+    """True when a mask's values derive from one of the graph's user inputs (a padding
+    mask, the boundaries of packed sequences) rather than from positions and shapes alone:
+    a buffer shaped like the hidden states, or a size read from them, reads no values, and
+    features (an embedding lookup, a projection) are not a mask, however deep the model."""
     walk: Walk[fx.Node] = Walk(list(masks), _MAX_NODES)
     for node in walk:
         if node.op == "placeholder":
             if node.name in inputs:
                 return True
             continue
-        walk.push(node.all_input_nodes)
+        if op_name(node) not in _FEATURE_OPS:
+            walk.push(value_inputs(node))
     return False
 
 
