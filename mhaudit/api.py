@@ -35,6 +35,7 @@ from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.errors import ConfigError, TraceError, first_line
+from mhaudit.fake.run import run_dtype
 from mhaudit.load.checks import check_module, check_runs_on
 from mhaudit.load.target import (
     LoadedModel,
@@ -42,7 +43,6 @@ from mhaudit.load.target import (
     model_folder,
     model_inputs,
 )
-from mhaudit.memory.fakes import run_dtype
 from mhaudit.memory.peak import fake_forward_peak, peak_of
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage

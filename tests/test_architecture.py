@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mhaudit"
-STAGES = ("load", "trace", "detect", "cost", "flops", "memory", "phases", "measure", "rules",
-          "gate", "render", "cli")
+STAGES = ("load", "fake", "trace", "detect", "cost", "flops", "memory", "phases", "measure",
+          "rules", "gate", "render", "cli")
 COST_STAGES = ("mhaudit.cost", "mhaudit.flops", "mhaudit.memory", "mhaudit.phases",
                "mhaudit.measure")
 
@@ -109,6 +109,43 @@ def test_no_import_cycles(top_level: bool, type_only: bool) -> None:
         if module not in index:
             visit(module)
     assert cycles == []
+
+
+def _top(module: str) -> str:
+    """The package's own part a module belongs to: ``mhaudit.trace`` for
+    ``mhaudit.trace.fold``, the module itself for one at the package root."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycles_between_packages() -> None:
+    """Every import, deferred and type-only ones too, points one way between the parts
+    of the package: fake execution sits below the tracer, and what counts memory above it."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in _graph(top_level=False, type_only=True).items():
+        edges.setdefault(_top(module), set()).update(
+            _top(t) for t in targets if _top(t) != _top(module))
+    done: set[str] = set()
+
+    def cycle_from(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node):], node]
+        if node in done:
+            return None
+        for nxt in sorted(edges.get(node, ())):
+            found = cycle_from(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    assert [c for c in (cycle_from(n, []) for n in sorted(edges)) if c] == []
+
+
+def test_fake_execution_imports_only_the_data_model() -> None:
+    for module, targets in _graph(top_level=False, type_only=True).items():
+        if module.startswith("mhaudit.fake"):
+            assert all(t.startswith(("mhaudit.fake", "mhaudit.data")) for t in targets), (
+                module, targets)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("mhaudit.render")))

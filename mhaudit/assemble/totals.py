@@ -9,9 +9,9 @@ from torch import nn
 
 from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import AttentionBlock, ExpertLayer, Totals
+from mhaudit.fake.run import run_dtype
 from mhaudit.flops.graph import GraphFlops
 from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction
-from mhaudit.memory.fakes import run_dtype
 from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
@@ -25,7 +25,7 @@ def model_totals(
     """The ``totals`` of the report.
 
     ``activation_peak`` is the fake-tensor forward's peak, run at ``dtype`` where the CPU
-    computes in it (:func:`~mhaudit.memory.fakes.run_dtype`) and then taken as counted;
+    computes in it (:func:`~mhaudit.fake.run.run_dtype`) and then taken as counted;
     at the model's own dtypes otherwise (fp8), and then scaled by element size, as the
     graph's tensor-lifetime estimate is, which stands in when there is no such peak.
     """

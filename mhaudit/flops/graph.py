@@ -134,7 +134,6 @@ def graph_flops(graph: Graph) -> GraphFlops:
     should be at aten level, as torch.export makes them). Wrapper higher-order ops
     (set_grad_enabled, autocast) are costed through their submodule graphs.
     """
-    total = 0
     node_flops: dict[str, int] = {}
     node_families: dict[str, dict[str, int]] = {}
     families: Counter[str] = Counter()
@@ -152,36 +151,43 @@ def graph_flops(graph: Graph) -> GraphFlops:
                 missing[node.name] = name
             for prefix, sub in subgraphs:
                 inner = graph_flops(sub)
-                total += inner.flops
                 node_flops.update({f"{prefix}.{k}": v for k, v in inner.node_flops.items()})
                 node_families.update(
-                    {f"{prefix}.{k}": v for k, v in inner.node_families.items()}
-                )
+                    {f"{prefix}.{k}": v for k, v in inner.node_families.items()})
                 families.update(inner.family_flops)
                 missing.update({f"{prefix}.{k}": v for k, v in inner.missing_nodes.items()})
             continue
         if is_zero_flop(name):
             continue
-        entry = lookup(name)
-        if entry is None:
-            val = node.meta.get("val")
-            if "val" not in node.meta or any(t is not None for t in tensor_outputs(val)):
-                missing[node.name] = name  # unknown outputs count as missing too
-            continue
-        try:
-            call = OpCall(
-                args=tuple(_formula_value(a) for a in node.args),
-                kwargs={k: _formula_value(v) for k, v in node.kwargs.items()},
-                out=_formula_value(node.meta.get("val")),
-            )
-            flops = entry.formula(call)
-            parts = entry.by_family(call, flops)
-        except FormulaInputError:  # shapes it cannot read; any other exception is a bug
+        costed = _costed(node, name)
+        if costed is None:
             missing[node.name] = name
-            continue
-        total += flops
-        node_flops[node.name] = flops
-        node_families[node.name] = parts
-        families[entry.family] += flops
-    return GraphFlops(total, node_flops, dict(families), node_families,
+        elif costed:
+            flops, parts, family = costed
+            node_flops[node.name] = flops
+            node_families[node.name] = parts
+            families[family] += flops
+    return GraphFlops(sum(node_flops.values()), node_flops, dict(families), node_families,
                       dict(Counter(missing.values())), missing)
+
+
+def _costed(node: Node, name: str) -> tuple[int, dict[str, int], str] | tuple[()] | None:
+    """A node's FLOPs, its FLOPs by reported family and its formula's family; ``()`` for
+    bookkeeping (no tensor out, nothing to count); None when no formula covers it or its
+    formula cannot read the node's shapes (any other exception is a bug)."""
+    entry = lookup(name)
+    if entry is None:
+        val = node.meta.get("val")
+        if "val" not in node.meta or any(t is not None for t in tensor_outputs(val)):
+            return None  # unknown outputs count as missing too
+        return ()
+    try:
+        call = OpCall(
+            args=tuple(_formula_value(a) for a in node.args),
+            kwargs={k: _formula_value(v) for k, v in node.kwargs.items()},
+            out=_formula_value(node.meta.get("val")),
+        )
+        flops = entry.formula(call)
+        return flops, entry.by_family(call, flops), entry.family
+    except FormulaInputError:
+        return None

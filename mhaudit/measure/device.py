@@ -15,8 +15,8 @@ from torch.utils import _pytree as pytree
 from mhaudit.cost.devices import canonical_dtype
 from mhaudit.data import Measurement, Timing
 from mhaudit.errors import ConfigError
+from mhaudit.fake.live import LiveStorages
 from mhaudit.measure.timer import Progress, synchronize, time_calls
-from mhaudit.memory.live import LiveStorages
 
 
 def _timing(samples: Sequence[float]) -> Timing:

@@ -2,7 +2,7 @@
 
 The forward runs as Python runs it, under ``FakeTensorMode``: no memory is allocated and
 no arithmetic done, but every op's output storage is created and freed when Python drops
-its last reference. The live-storage counter (:class:`~mhaudit.memory.forward.ForwardCounter`)
+its last reference. The live-storage counter (:class:`~mhaudit.fake.counter.ForwardCounter`)
 adds each new storage's bytes to a live count and takes them off when the storage is
 freed, so tensors live as long as the eager code keeps them (locals until the module
 returns, caches until the end), which is what an allocator sees. Torch's ``MemTracker``
@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.memory.fakes import fake_forward
-from mhaudit.memory.forward import ForwardCounter, ForwardStorages
+from mhaudit.fake.counter import ForwardCounter, ForwardStorages
+from mhaudit.fake.run import fake_forward
 from mhaudit.trace.fold import FoldedList
 
 
@@ -55,7 +55,7 @@ def peak_of(storages: ForwardStorages, plans: tuple[FoldedList, ...] = ()) -> Pe
     """The activation peak of a counted forward, with ``plans``' folded layers added back.
 
     Each left-out layer was called at its own position as a stand-in that passed its input
-    on (:mod:`mhaudit.trace.standins`), so the live bytes when it was called are what the
+    on (:mod:`mhaudit.trace.left_out`), so the live bytes when it was called are what the
     real copy would have started from, less the leftovers of the copies before it. A copy
     would have risen above its start as its representative did, and left behind, besides
     its output (which replaces its input in the next layer), what its representative left:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mhaudit.memory.live import CATEGORIES, StepLog
+from mhaudit.fake.live import CATEGORIES, StepLog
 
 Vec = tuple[int, int, int]
 """Live (activations, grads, temporaries) bytes."""

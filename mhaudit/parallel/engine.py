@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelPlan
-from mhaudit.memory.fake_mode import FakeMode
+from mhaudit.fake.mode import FakeMode
 from mhaudit.parallel.commcount import CommBytesMode
 from mhaudit.parallel.roles import COLWISE, TpModule
 from mhaudit.parallel.world import fake_world

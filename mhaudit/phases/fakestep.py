@@ -23,9 +23,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import checkpoint
 
 from mhaudit.errors import TraceError, first_line
-from mhaudit.memory.fake_mode import FakeMode
-from mhaudit.memory.fakes import fake_inputs, fake_state
-from mhaudit.memory.live import LiveStorages, StepLog, tensors_in
+from mhaudit.fake.live import LiveStorages, StepLog, tensors_in
+from mhaudit.fake.mode import FakeMode
+from mhaudit.fake.run import fake_inputs, fake_state
 from mhaudit.phases.backward_flops import op_flops
 from mhaudit.phases.indices import RealIndices
 from mhaudit.phases.target_attention import TargetAttention, attention_mode

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mhaudit.memory.fake_mode import FakeMode
-from mhaudit.memory.live import LiveStorages
+from mhaudit.fake.live import LiveStorages
+from mhaudit.fake.mode import FakeMode
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None] = {
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mhaudit.data import TimelinePoint
-from mhaudit.memory.live import StepLog
+from mhaudit.fake.live import StepLog
 from mhaudit.memory.timeline import Repeat, live_over_step, thinned
 
 POINTS = 240

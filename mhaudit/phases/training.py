@@ -1,10 +1,10 @@
 """One training step (forward, backward, optimizer update) measured on fake tensors.
 
 The forward and the backward run for real on fake tensors, with every storage an
-op makes tracked until it dies (:mod:`mhaudit.memory.live`); what a layer keeps
+op makes tracked until it dies (:mod:`mhaudit.fake.live`); what a layer keeps
 for the backward is therefore what the real backward graph keeps. Identical
 layers run three of each kind, the copies left out standing in at their positions
-(:mod:`mhaudit.trace.standins`), and the timeline is folded to the full depth
+(:mod:`mhaudit.trace.left_out`), and the timeline is folded to the full depth
 (:mod:`mhaudit.memory.timeline`). The optimizer step runs on fake tensors of every
 parameter's full shape, in steady state: its states exist before the step (they
 were made by the previous one), and the gradients are gone when the next forward
@@ -14,7 +14,7 @@ starts (``zero_grad(set_to_none=True)``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +24,15 @@ from mhaudit.cost.devices import GpuProfile
 from mhaudit.cost.kernels import KernelChoice
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
 from mhaudit.errors import ConfigError, TraceError
-from mhaudit.memory.live import is_scores_of
+from mhaudit.fake.live import is_scores_of
 from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.options import check_phase_options
-from mhaudit.phases.fakestep import PRECISIONS, LayerRun, run_fake_step
+from mhaudit.phases.fakestep import PRECISIONS, FakeRun, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import optimizer_step
 from mhaudit.phases.step_timeline import step_timeline
 from mhaudit.phases.target_attention import TargetAttention
 from mhaudit.trace.fold import find_lists
-from mhaudit.trace.standins import Watch, stand_ins
+from mhaudit.trace.left_out import Watch, stand_ins
 
 COPIES = 3
 """Members of each group of identical layers that run; the middle one is copied."""
@@ -172,24 +172,14 @@ def training_step(
     repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))
                for g in groups if len(g.run) >= 2 and len(g.members) > len(g.run)]
     attention = _target_attention(blocks, profile, precision)
-    watch = Watch()
-    try:
-        with stand_ins(model, _stand_in_sources(groups), watch):
-            run = run_fake_step(model, args, kwargs, precision=precision, layers=layers,
-                                blocks=_run_blocks(blocks, modules),
-                                recompute=checkpointing == "layers", attention=attention)
-    except TraceError:
-        if not (fold_layers and watch.spoiled):
-            raise
-        run = None
-    if fold_layers and (run is None or watch.spoiled or (repeats and not all(
-            _marked(run.log, r.key) for r in repeats))):
-        # the forward does not call its layers as modules, or a layer reshapes what it
-        # passes on: run every layer instead
+    run = _run_folded(model, groups, repeats, fold_layers, lambda: run_fake_step(
+        model, args, kwargs, precision=precision, layers=layers,
+        blocks=_run_blocks(blocks, modules), recompute=checkpointing == "layers",
+        attention=attention))
+    if run is None:  # the layers cannot be folded: run every one
         return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
                              precision=precision, checkpointing=checkpointing,
                              fold_layers=False)
-    assert run is not None  # a run that failed without stand-ins raised above
     kernel, why = attention_kernel(attention.choices.values())
     folded = fold(run.log, repeats, run.forward_end)
     params, copies = _grad_params(model, groups, run.grad_params)
@@ -218,6 +208,24 @@ def training_step(
         attention_kernel=kernel, attention_kernel_reason=why,
         host_state_bytes=opt.host_state_bytes, timeline=timeline, timeline_peak_index=peak_at,
     )
+
+
+def _run_folded(model: nn.Module, groups: Sequence[_Group], repeats: Sequence[Repeat],
+                fold_layers: bool, step: Callable[[], FakeRun]) -> FakeRun | None:
+    """``step`` run with stand-ins for the members of ``groups`` that do not run; None when
+    folding does not hold: the forward does not call its layers as modules, walks into a
+    left-out one, or a layer reshapes what it passes on."""
+    watch = Watch()
+    try:
+        with stand_ins(model, _stand_in_sources(groups), watch):
+            run = step()
+    except TraceError:
+        if fold_layers and watch.spoiled:
+            return None
+        raise
+    if fold_layers and (watch.spoiled or not all(_marked(run.log, r.key) for r in repeats)):
+        return None
+    return run
 
 
 def _run_blocks(blocks: Sequence[AttentionBlock], modules: dict[str, nn.Module]

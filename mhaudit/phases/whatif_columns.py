@@ -16,9 +16,9 @@ import torch
 from mhaudit.cost.block import block_memory
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import Layout
+from mhaudit.fake.live import MAX_FAKE_NUMEL, LiveStorages, is_scores_of
+from mhaudit.fake.mode import FakeMode
 from mhaudit.measure.reference import reference_block
-from mhaudit.memory.fake_mode import FakeMode
-from mhaudit.memory.live import MAX_FAKE_NUMEL, LiveStorages, is_scores_of
 from mhaudit.phases.decode import block_step
 
 

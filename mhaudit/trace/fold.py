@@ -7,7 +7,7 @@ shapes, plain attributes (flags, window sizes, layer types) and per-layer settin
 all match: an integer attribute equal to the layer's own index (``layer_idx``) is
 ignored, and what that index reads in turn (``config.layer_types[layer_idx]``, an entry
 of any sequence held by the layer with one entry per layer) is compared in its place.
-The copies keep their positions in the list (:mod:`mhaudit.trace.standins`), so a
+The copies keep their positions in the list (:mod:`mhaudit.trace.left_out`), so a
 forward that reads a setting by the position it is at gives each layer its own.
 """
 
@@ -24,8 +24,8 @@ from torch import nn
 
 from mhaudit.errors import TraceError
 from mhaudit.trace.export import trace
+from mhaudit.trace.left_out import Watch, stand_ins
 from mhaudit.trace.real import CpuTwin
-from mhaudit.trace.standins import Watch, stand_ins
 from mhaudit.trace.traced import TracedGraph
 
 MIN_LAYERS = 4

@@ -10,7 +10,7 @@ them (SDPA inside ``multi_head_attention_forward``); other composite ops arrive 
 (``reshape`` as ``clone`` + ``_unsafe_view``), which detection reads too.
 
 Over fake tensors the same run counts the storages each op makes and Python frees
-(:mod:`mhaudit.memory.forward`), so it also answers the inference peak; the graph then
+(:mod:`mhaudit.fake.counter`), so it also answers the inference peak; the graph then
 holds stand-ins for the values (:mod:`mhaudit.trace.stand_ins`), which keep no storage
 alive.
 """
@@ -33,9 +33,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from mhaudit.data.tracing import DataDependence
-from mhaudit.memory.fake_mode import FakeMode
-from mhaudit.memory.fakes import FakeForward, fake_forward
-from mhaudit.memory.forward import ForwardCounter, ForwardStorages
+from mhaudit.fake.counter import ForwardCounter, ForwardStorages
+from mhaudit.fake.mode import FakeMode
+from mhaudit.fake.run import FakeForward, fake_forward
 from mhaudit.trace.ops import WHOLE_OPS
 from mhaudit.trace.stand_ins import StandIns
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors

@@ -11,7 +11,7 @@ from torch import nn
 from mhaudit.cost.devices import canonical_dtype
 from mhaudit.data import Agreement, Report, Unchecked, Verification
 from mhaudit.errors import first_line
-from mhaudit.memory.fakes import fake_forward, run_dtype
+from mhaudit.fake.run import fake_forward, run_dtype
 from mhaudit.verify.decode import decode_check
 from mhaudit.verify.limits import over_limits
 from mhaudit.verify.reference import RealForward, flop_counter, real_forward

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.memory.swap import Role, swapped_state
+from mhaudit.fake.swap import Role, swapped_state
 
 
 def _real_like(t: torch.Tensor, dtype: torch.dtype, generator: torch.Generator,

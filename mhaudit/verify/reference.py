@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mhaudit.memory.live import tensors_in
+from mhaudit.fake.live import tensors_in
 from mhaudit.verify.real import real_inputs, real_state
 
 

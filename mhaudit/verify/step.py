@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mhaudit.memory.live import tensors_in
+from mhaudit.fake.live import tensors_in
 from mhaudit.phases.fakestep import PRECISIONS, FusedAttention, pick_loss
 from mhaudit.phases.optimizer_step import OPTIMIZERS
 

@@ -56,7 +56,7 @@ def test_the_first_rung_answers_fp32_grouped_mm() -> None:
 def test_modes_above_the_fake_mode_see_the_one_call() -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from mhaudit.memory.fake_mode import FakeMode
+    from mhaudit.fake.mode import FakeMode
 
     class Seen(TorchDispatchMode):  # type: ignore[misc]
         def __init__(self) -> None:

@@ -8,7 +8,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from mhaudit.data import Layout
-from mhaudit.memory.live import LiveStorages, is_scores_of
+from mhaudit.fake.live import LiveStorages, is_scores_of
 from tests.fixtures.blocks import make_block
 
 

@@ -177,7 +177,7 @@ def test_torch_runs_give_torch_activations_beside_the_analytic(llama) -> None:  
 
 
 def test_fake_inputs_take_the_weights_dtype() -> None:
-    from mhaudit.memory.fake_mode import FakeMode
+    from mhaudit.fake.mode import FakeMode
     from mhaudit.parallel.engine import _fake_inputs
 
     with FakeMode(allow_non_fake_inputs=True):

@@ -1,6 +1,6 @@
 """What one inference forward's storages did: live bytes at each new storage, each layer's span.
 
-A :class:`ForwardCounter` is the live-storage counter of :mod:`mhaudit.memory.live` that
+A :class:`ForwardCounter` is the live-storage counter of :mod:`mhaudit.fake.live` that
 also notes the live bytes right after each storage it records, and, through global
 module hooks, where each call of a child of a ``ModuleList`` or ``Sequential`` began
 and ended. That is everything the inference peak needs, whichever layers were folded: the
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.memory.live import LiveStorages
+from mhaudit.fake.live import LiveStorages
 
 
 @dataclass(frozen=True)

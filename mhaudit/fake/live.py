@@ -6,7 +6,7 @@ phase and the module that made them; a weak reference notes the tick at which th
 storage is freed and takes its bytes off the live count. Live bytes after op ``t`` are
 the storages born at or before ``t`` and freed after it, which is how torch's
 MemTracker counts them (no allocator rounding). The inference peak reads the running
-count (through :class:`~mhaudit.memory.forward.ForwardCounter`); the training step
+count (through :class:`~mhaudit.fake.counter.ForwardCounter`); the training step
 reads the log.
 """
 

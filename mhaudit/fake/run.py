@@ -19,8 +19,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map_only
 
-from mhaudit.memory.fake_mode import FakeMode
-from mhaudit.memory.swap import Role, swapped_state
+from mhaudit.fake.mode import FakeMode
+from mhaudit.fake.swap import Role, swapped_state
 
 RUN_DTYPES: frozenset[str] = frozenset({"float64", "float32", "bfloat16", "float16"})
 """Audited dtypes (canonical names) the fake passes run at: CPU kernels compute in them."""

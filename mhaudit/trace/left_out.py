@@ -88,7 +88,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
 
 
-class StandIn(nn.Module):
+class LeftOutLayer(nn.Module):
     """A layer that does not run: its main input goes on in its source layer's output."""
 
     def __init__(self, layer: nn.Module, source: nn.Module, watch: Watch) -> None:
@@ -161,7 +161,7 @@ def _with_stand_ins(original: nn.Module, sources: Mapping[int, int], watch: Watc
     for index, (name, child) in enumerate(zip(names, children, strict=True)):
         source = sources.get(index, index)
         short.add_module(name, child if source == index
-                         else StandIn(child, children[source], watch))
+                         else LeftOutLayer(child, children[source], watch))
     return short
 
 
