@@ -9,12 +9,13 @@ what an audit cannot see (strides, storage offsets, runtime switches, a mask tha
 gradient) pass.
 
 Judgements where versions differ: grouped-query heads (``enable_gqa`` with fewer K/V
-heads) pass flash and cuDNN but not memory-efficient attention, as the wheel's
-``F.scaled_dot_product_attention`` documents; cuDNN's head-dim limits are those of a
-runtime cuDNN newer than 9.22 (the one under which torch puts cuDNN first): 256 forward
-on sm90/sm10x and 128 elsewhere, backward ≤ 128 or d_qk/d_v = 192/128 or 256/256. On
-ROCm, AOTriton's flash and memory-efficient kernels take head dims ≤ 256 (the limit of
-AOTriton < 0.12).
+heads) pass flash, cuDNN and, on CUDA, memory-efficient attention (its dense checks take
+``supports_gqa`` there and not on ROCm, in the sources of the releases around this one,
+though the wheel's ``F.scaled_dot_product_attention`` docs still name flash alone);
+cuDNN's head-dim limits are those of a runtime cuDNN newer than 9.22 (the one under
+which torch puts cuDNN first): 256 forward on sm90/sm10x and 128 elsewhere, backward
+≤ 128 or d_qk/d_v = 192/128 or 256/256. On ROCm, AOTriton's flash and memory-efficient
+kernels take head dims ≤ 256 (the limit of AOTriton < 0.12).
 """
 
 from __future__ import annotations
@@ -233,9 +234,15 @@ def efficient_dtype(q: KernelQuery) -> str | None:
     return f"mem-efficient needs {', '.join(sorted(allowed))}, not {q.dtype}"
 
 
+def efficient_heads(q: KernelQuery) -> str | None:
+    """check_batch_size_and_num_heads_dense<supports_gqa>: grouped-query heads on CUDA,
+    not on ROCm."""
+    return heads(supports_gqa=not q.rocm)(q)
+
+
 EFFICIENT_CHECKS: tuple[Check, ...] = (
     efficient_hardware, efficient_head_dim, efficient_nested_training,
-    heads(supports_gqa=False), nonzero_lengths, efficient_dtype,
+    efficient_heads, nonzero_lengths, efficient_dtype,
 )
 """can_use_mem_efficient_attention's constraints, in torch's order."""
 

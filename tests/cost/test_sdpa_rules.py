@@ -62,10 +62,11 @@ def test_fp32_never_flash_or_cudnn() -> None:
 
 def test_grouped_query_heads() -> None:
     # check_batch_size_and_num_heads_dense: unequal heads need enable_gqa; flash takes
-    # it, efficient does not (the wheel's F.scaled_dot_product_attention docs)
+    # it, and so does efficient on CUDA (supports_gqa), not on ROCm
     gqa = {"num_heads": 32, "num_kv_heads": 8}
     assert _pick(enable_gqa=True, **gqa) == "flash"
-    assert _pick(dtype="fp32", enable_gqa=True, **gqa) == "math"
+    assert _pick(dtype="fp32", enable_gqa=True, **gqa) == "mem_efficient"
+    assert _pick(dtype="fp32", gpu="mi300x", enable_gqa=True, **gqa) == "math"
     assert _pick(dtype="fp32", enable_gqa=False) == "mem_efficient"
     assert _pick(enable_gqa=False, **gqa) == "math"  # no fused kernel broadcasts heads
     # check_grouped_query_attention: K/V heads must divide query heads
@@ -143,14 +144,15 @@ def _violations(backend: str, q: KernelQuery) -> list[str]:
         bad += ["dtype"] * (not half)
         bad += ["sm"] * (not amd and not (8, 0) <= cc <= (12, 1))
         bad += ["gqa"] * (unequal_heads and (not q.enable_gqa or q.num_heads % q.kv_heads != 0))
-        bad += ["causal"] * (q.is_causal and q.seq_len_q != q.seq_len_kv)
+        bad += ["causal"] * (q.is_causal and not q.nested and q.seq_len_q != q.seq_len_kv)
         consumer = (8, 6) <= cc <= (8, 9) or (12, 0) <= cc <= (12, 1)
         bad += ["sm86 bwd"] * (q.training and consumer and not amd and (
             192 < d <= 224 or (d > 224 and q.dropout_p > 0)))
     elif backend == "mem_efficient":
         align = 8 if half else (4 if cc >= (8, 0) or amd else 1)
         bad += ["align"] * (d % align != 0 or dv % align != 0)
-        bad += ["gqa"] * unequal_heads
+        bad += ["gqa"] * (unequal_heads and (amd or not q.enable_gqa
+                                              or q.num_heads % q.kv_heads != 0))
         bad += ["dtype"] * (q.dtype not in ("float16", "float32", "bfloat16"))
         bad += ["nested bwd"] * (q.nested and q.training and not amd)
         # ROCm, AOTriton < 0.12: check_head_dim_size_flash_nested<caller_is_meff>
