@@ -115,15 +115,16 @@ def test_folded_groups_are_drawn_once_with_their_count() -> None:
         assert charts[title].count("<rect") == 1
         assert ">layers.{0..31}.attn ×32</text>" in charts[title]
     roof = charts["Roofline on NVIDIA H100 SXM (bfloat16)"]
-    assert roof.count("decode layers.{0..31}.attn ×32") == 1  # 32 decode points, one label
-    assert roof.count("prefill layers.{0..31}.attn ×32") == 1
+    for name in ("decode layers.{0..31}.attn ×32", "prefill layers.{0..31}.attn ×32"):
+        assert roof.count(f">{name}</text>") == 1  # 32 points drawn once, one label
+        assert roof.count(f"<title>{name}</title>") == 1
 
 
 def test_decode_points_sit_at_their_own_intensity() -> None:
     report = _many_layers(4)
     page = render(report, "html")
     roof = _svgs(page)["Roofline on NVIDIA H100 SXM (bfloat16)"]
-    circles = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="5"', roof)
+    circles = re.findall(r'<circle class="mark" cx="([\d.]+)" cy="([\d.]+)" r="5"', roof)
     assert len(circles) == 3  # prefill group, decode group, whole decode step
     xs = {float(x) for x, _ in circles}
     assert len(xs) == 3  # none pinned to the axis floor beside another
