@@ -349,3 +349,18 @@ def test_no_timeline_or_context_curve_without_their_data(phased: Report) -> None
     page = render(bare, "html")
     assert "Live memory over the training step" not in page
     assert "vs context" not in page and "Training step: peak" in page
+
+
+def test_every_table_scrolls_inside_its_section_and_headers_wrap(phased: Report) -> None:
+    """A wide table scrolls in its own box instead of being cut by its grid cell, and a
+    long header wraps rather than widening its column past the cell ("KV cache p…")."""
+    sweep = whatif(spec_from_block(phased.blocks[0], "bfloat16"), get_profile("h100"))
+    page = render(phased, "html", RenderOptions(sweeps=(sweep,)))
+    tables = [m.start() for m in re.finditer(r"<table", page)]
+    assert len(tables) >= 5
+    for at in tables:
+        assert page[:at].endswith('<div class="scroll">'), page[at - 60:at + 40]
+    css = page[page.index("<style>"):page.index("</style>")]
+    th = re.search(r"\nth \{([^}]*)\}", css)
+    assert th and "white-space: normal" in th[1]
+    assert re.search(r"\.scroll \{[^}]*overflow-x: auto", css)
