@@ -162,3 +162,20 @@ def test_renderers_do_not_import_torch() -> None:
     code = "import sys, mhaudit.render.gate, mhaudit.gate.budget; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_check_table_fits_the_terminal_with_status_kept(width: int) -> None:
+    """Like ``report``: columns given up in a stated order, long lines wrapped; the metric,
+    its value, its limit and whether it passed stay."""
+    from mhaudit.render.gate import render_table
+
+    title = "mhaudit check examples/textbook_mha.py (input query 32×10×64; key 32×10×64; " \
+            "value 32×10×64)"
+    text = render_table(failing_outcome(), title=title, width=width)
+    assert max(len(line) for line in text.splitlines()) <= width, text
+    for word in ("params_total", "kv_cache_bytes_per_token", "Over budget:", "MHA006"):
+        assert word in text
+    if width >= 80:
+        header = next(line for line in text.splitlines() if line.startswith("metric"))
+        assert header.split()[:3] == ["metric", "actual", "limit"] and "status" in header

@@ -115,15 +115,16 @@ def test_folded_groups_are_drawn_once_with_their_count() -> None:
         assert charts[title].count("<rect") == 1
         assert ">layers.{0..31}.attn ×32</text>" in charts[title]
     roof = charts["Roofline on NVIDIA H100 SXM (bfloat16)"]
-    assert roof.count("decode layers.{0..31}.attn ×32") == 1  # 32 decode points, one label
-    assert roof.count("prefill layers.{0..31}.attn ×32") == 1
+    for name in ("decode layers.{0..31}.attn ×32", "prefill layers.{0..31}.attn ×32"):
+        assert roof.count(f">{name}</text>") == 1  # 32 points drawn once, one label
+        assert roof.count(f"<title>{name}</title>") == 1
 
 
 def test_decode_points_sit_at_their_own_intensity() -> None:
     report = _many_layers(4)
     page = render(report, "html")
     roof = _svgs(page)["Roofline on NVIDIA H100 SXM (bfloat16)"]
-    circles = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="5"', roof)
+    circles = re.findall(r'<circle class="mark" cx="([\d.]+)" cy="([\d.]+)" r="5"', roof)
     assert len(circles) == 3  # prefill group, decode group, whole decode step
     xs = {float(x) for x, _ in circles}
     assert len(xs) == 3  # none pinned to the axis floor beside another
@@ -348,3 +349,18 @@ def test_no_timeline_or_context_curve_without_their_data(phased: Report) -> None
     page = render(bare, "html")
     assert "Live memory over the training step" not in page
     assert "vs context" not in page and "Training step: peak" in page
+
+
+def test_every_table_scrolls_inside_its_section_and_headers_wrap(phased: Report) -> None:
+    """A wide table scrolls in its own box instead of being cut by its grid cell, and a
+    long header wraps rather than widening its column past the cell ("KV cache p…")."""
+    sweep = whatif(spec_from_block(phased.blocks[0], "bfloat16"), get_profile("h100"))
+    page = render(phased, "html", RenderOptions(sweeps=(sweep,)))
+    tables = [m.start() for m in re.finditer(r"<table", page)]
+    assert len(tables) >= 5
+    for at in tables:
+        assert page[:at].endswith('<div class="scroll">'), page[at - 60:at + 40]
+    css = page[page.index("<style>"):page.index("</style>")]
+    th = re.search(r"\nth \{([^}]*)\}", css)
+    assert th and "white-space: normal" in th[1]
+    assert re.search(r"\.scroll \{[^}]*overflow-x: auto", css)

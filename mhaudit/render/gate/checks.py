@@ -100,10 +100,11 @@ def checks_table(items: Sequence[Checked], options: RenderOptions) -> str:
     per-model verdicts and the overall one last."""
     from mhaudit.render.summary import summary_table  # the table format only
 
-    parts = [one.render_table(c.outcome, title=_title("mhaudit check ", c)) for c in items]
+    width = None if options.wide else options.width
+    parts = [one.render_table(c.outcome, title=_title("mhaudit check ", c), width=width)
+             for c in items]
     if len(items) > 1:
-        table = summary_table([c.report for c in items],
-                              width=None if options.wide else options.width)
+        table = summary_table([c.report for c in items], width=width)
         parts.insert(0, f"mhaudit: {len(items)} models\n\n{table}\n")
         parts.append("\n".join(model_verdicts(items)) + "\n")
     return "\n".join(parts)

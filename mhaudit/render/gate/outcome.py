@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import replace
@@ -85,9 +86,24 @@ def verdict(outcome: GateOutcome) -> str:
     return f"{'PASS' if outcome.passed else 'FAIL'}: {', '.join(parts)}"
 
 
-def render_table(outcome: GateOutcome, *, title: str | None = None) -> str:
-    """A plain-text table of every checked metric, then every breach and failing flag."""
-    from tabulate import tabulate  # the table format only
+GATE_HEADERS = ("metric", "actual", "limit", "baseline", "change", "severity", "status")
+GATE_DROP_ORDER = ("severity", "change", "baseline")
+"""Columns given up first to last when the table is wider than the terminal: the metric,
+its value, its limit and whether it passed stay."""
+
+
+def _wrapped(text: str, width: int | None, indent: str = "", hang: str = "  ") -> list[str]:
+    if width is None:
+        return [indent + text]
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + hang,
+                         break_on_hyphens=False) or [indent]
+
+
+def render_table(outcome: GateOutcome, *, title: str | None = None,
+                 width: int | None = None) -> str:
+    """A plain-text table of every checked metric, then every breach and failing flag;
+    with ``width``, every line fits it (columns dropped as in ``report``, text wrapped)."""
+    from mhaudit.render.fit import fitted  # the table format only
 
     rows = [
         [
@@ -101,17 +117,19 @@ def render_table(outcome: GateOutcome, *, title: str | None = None) -> str:
         ]
         for r in outcome.results
     ]
-    headers = ["metric", "actual", "limit", "baseline", "change", "severity", "status"]
-    lines = [escape.plain(title), ""] if title else []
-    lines += [tabulate(rows, headers=headers, disable_numparse=True)] if rows else []
+    lines = [*_wrapped(escape.plain(title), width), ""] if title else []
+    lines += [fitted(rows, GATE_HEADERS, GATE_DROP_ORDER, width)] if rows else []
     breaches = _breaches(outcome)
     if breaches:
         lines += ["", "Over budget:"]
-        lines += [f"  {r.severity.value}: {budget_message(r)}" for r in breaches]
+        lines += [ln for r in breaches
+                  for ln in _wrapped(f"{r.severity.value}: {budget_message(r)}", width, "  ")]
     if outcome.failing_findings:
         lines += ["", f"Flags at or above {outcome.fail_on}:"]
-        lines += [f"  {escape.plain(_flag_line(f))}" for f in outcome.failing_findings]
-    lines += ["", verdict(outcome)] if lines and lines[-1] else [verdict(outcome)]
+        lines += [ln for f in outcome.failing_findings
+                  for ln in _wrapped(escape.plain(_flag_line(f)), width, "  ")]
+    lines += [""] if lines and lines[-1] else []
+    lines += _wrapped(verdict(outcome), width)
     return escape.defuse_lines("\n".join(lines)) + "\n"
 
 

@@ -124,8 +124,9 @@ def scores_table(report: Report) -> str:
     head = "".join(f"<th>{h}</th>" for h in (
         "block", "attention scores, each block", "KV cache at the audited context",
         "KV cache per token"))
-    return (f'<table class="per-block"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
-            '</tbody></table><p class="note">Per block, one block at a time: a block\'s '
+    return (f'<div class="scroll"><table class="per-block"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>'
+            '<p class="note">Per block, one block at a time: a block\'s '
             "score matrix lives only while that block runs, so these figures are not live "
             "together and are not added to the peak beside them; the activations of the "
             "peak already hold whichever one is live then. A row ×N stands for N identical "

@@ -35,15 +35,16 @@ p.how { color: #555; margin-top: 0; } p.note, figcaption { color: #555; font-siz
 nav.toc { font-size: 14px; margin: 4px 0 12px; } nav.toc a { margin-right: 14px; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; white-space: nowrap; }
-th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+th { background: #f3f3f3; white-space: normal; min-width: 4em; vertical-align: bottom; }
+td:first-child, th:first-child { text-align: left; }
 table.facts th { text-align: left; } tr.current td { background: #fff4d6; font-weight: bold; }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; max-width: 100%; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr));
           gap: 16px; align-items: start; }
 .charts svg { border: 1px solid #e6e6e6; border-radius: 4px; background: #fff;
               width: 100%; height: auto; max-width: 760px; }
 figure { margin: 0; }
-.whatif-pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
+.whatif-pair { display: grid; grid-template-columns: minmax(0, max-content) minmax(320px, 1fr);
                gap: 16px; align-items: start; }
 .whatif-pair .charts { grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); }
 @media (max-width: 1100px) { .whatif-pair { grid-template-columns: 1fr; } }

@@ -86,9 +86,9 @@ def decode_context_block(d: DecodeCost) -> str:
         f"<td>{escape(units.nbytes(p.bytes_per_step))}</td>"
         f"<td>{escape(units.seconds(p.time_per_step_s))}</td><td>{escape(p.bound)}</td></tr>"
         for p in d.by_context)
-    table = ("<table><thead><tr><th>context</th><th>KV cache read</th><th>bytes per step</th>"
-             "<th>time per step</th><th>bound</th></tr></thead>"
-             f"<tbody>{rows}</tbody></table>")
+    table = ('<div class="scroll"><table><thead><tr><th>context</th><th>KV cache read</th>'
+             "<th>bytes per step</th><th>time per step</th><th>bound</th></tr></thead>"
+             f"<tbody>{rows}</tbody></table></div>")
     charts = [
         _context_chart(d, "Decode bytes per step vs context", "bytes per step",
                        "bytes_per_step", units.nbytes, True),

@@ -19,7 +19,7 @@ def _figure(svg: str, caption: str) -> str:
 
 def _kv_table(rows: list[tuple[str, str]]) -> str:
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    return f'<table class="facts"><tbody>{body}</tbody></table>'
+    return f'<div class="scroll"><table class="facts"><tbody>{body}</tbody></table></div>'
 
 
 def _training_parts(t: TrainingCost) -> list[tuple[str, float]]:

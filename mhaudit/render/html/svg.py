@@ -6,79 +6,20 @@ Labels are placed so that no two overlap (:mod:`mhaudit.render.html.labels`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mhaudit.render.escape import html as escape
+from mhaudit.render.html.axes import Axis, Format, Frame, Ruler
 from mhaudit.render.html.labels import Box, LabelLayout, text_box, text_width
 
-Format = Callable[[float], str]
+__all__ = ["PALETTE", "Axis", "Chart", "Format", "bar_chart", "legend_rows",
+           "stacked_bar_chart"]
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b")
 
-
-def _plain(value: float) -> str:
-    return f"{value:g}"
-
-
-def _step(raw: float, binary: bool) -> float:
-    """A tick step of at least ``raw``: 1, 2, 2.5 or 5 times a power of ten, or on a byte
-    axis a power of two times B, KiB, MiB or GiB (ticks read 256 MiB, 512 MiB, 768 MiB)."""
-    if raw <= 0:
-        return 1.0
-    if binary:
-        unit = 1024.0 ** max(0, math.floor(math.log(raw, 1024) + 1e-9))
-        return unit * 2.0 ** math.ceil(math.log2(raw / unit) - 1e-9)
-    mag = 10.0 ** math.floor(math.log10(raw))
-    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw * (1 - 1e-9))
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One axis: its label (with units), range, scale and tick format."""
-
-    label: str
-    lo: float
-    hi: float
-    log: bool = True
-    fmt: Format = _plain
-    base: int = 10
-    binary: bool = False
-    """Linear ticks at round multiples of KiB, MiB, GiB (a byte axis)."""
-
-    def _linear_step(self) -> float:
-        hi = self.hi if self.hi > min(self.lo, 0.0) else min(self.lo, 0.0) + 1
-        return _step((hi - min(self.lo, 0.0)) / 5, self.binary)
-
-    def span(self) -> tuple[float, float]:
-        """The range padded to whole ticks (decades on a log axis, steps on a linear one,
-        which starts at zero)."""
-        if self.log:
-            lo, hi = max(self.lo, 1e-300), max(self.hi, self.lo * self.base, 1e-300)
-            b = self.base
-            return b ** math.floor(math.log(lo, b) + 1e-9), b ** math.ceil(math.log(hi, b) - 1e-9)
-        lo, step = min(self.lo, 0.0), self._linear_step()
-        hi = max(self.hi, lo + step)
-        return lo, lo + step * math.ceil((hi - lo) / step - 1e-9)
-
-    def ticks(self) -> list[float]:
-        lo, hi = self.span()
-        if self.log:
-            b = self.base
-            first, last = round(math.log(lo, b)), round(math.log(hi, b))
-            every = max(1, math.ceil((last - first) / 8))
-            return [float(b**k) for k in range(first, last + 1, every)]
-        step = self._linear_step()
-        return [lo + i * step for i in range(round((hi - lo) / step) + 1)]
-
-    def scale(self, value: float, length: float) -> float:
-        """Position of ``value`` along an axis of ``length`` pixels."""
-        lo, hi = self.span()
-        if self.log:
-            value = max(value, lo)
-            return length * (math.log(value) - math.log(lo)) / (math.log(hi) - math.log(lo))
-        return length * (value - lo) / (hi - lo)
+Draw = Callable[[Frame], list[str]]
+"""A mark drawn once the frame is fixed: every pixel comes from the frame's rulers."""
 
 
 def _svg(title: str, width: float, height: float, parts: Sequence[str]) -> str:
@@ -89,8 +30,9 @@ def _svg(title: str, width: float, height: float, parts: Sequence[str]) -> str:
 
 
 def _text(x: float, y: float, text: str, *, anchor: str = "start", size: int = 11,
-          extra: str = "") -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"'
+          extra: str = "", cls: str = "") -> str:
+    tag = f'<text class="{cls}"' if cls else "<text"
+    return (f'{tag} x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"'
             f'{extra}>{escape(text)}</text>')
 
 
@@ -125,16 +67,42 @@ def legend_rows(entries: Sequence[tuple[str, str, str]], left: float, top: float
     return parts, boxes, (y - top + 6) if entries else 0.0
 
 
+def _title(text: str) -> str:
+    return f"<title>{escape(text)}</title>" if text else ""
+
+
+def _point_mark(a: float, b: float, color: str, ring: bool, name: str) -> str:
+    if ring:
+        return (f'<circle class="mark" cx="{a:.1f}" cy="{b:.1f}" r="8" fill="none" '
+                f'stroke="{color}" stroke-width="2.5">{_title(name)}</circle>')
+    return (f'<circle class="mark" cx="{a:.1f}" cy="{b:.1f}" r="5" fill="{color}" '
+            f'fill-opacity="0.85" stroke="#fff">{_title(name)}</circle>')
+
+
+def wrap(text: str, room: float) -> list[str]:
+    """``text`` broken at spaces into lines no wider than ``room`` pixels (a word longer
+    than that is cut with an ellipsis)."""
+    keep = max(2, int(room / text_width("x")))
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= keep:
+            lines[-1] += " " + word
+        else:
+            lines.append(word if len(word) <= keep else word[:keep - 1] + "…")
+    return lines
+
+
 @dataclass
 class Chart:
-    """An x/y chart: add series, then take ``svg()``."""
+    """An x/y chart: add series, then take ``svg()``. Marks are kept as drawings of the
+    frame and placed only when the frame (legend band included) is fixed."""
 
     title: str
     x: Axis
     y: Axis
     width: int = 600
     height: int = 360
-    parts: list[str] = field(default_factory=list)
+    marks: list[Draw] = field(default_factory=list)
     legend: list[tuple[str, str, str]] = field(default_factory=list)
     notes: list[tuple[float, float, str]] = field(default_factory=list)
     """Point labels (data x, data y, text), placed when the chart is drawn."""
@@ -143,30 +111,23 @@ class Chart:
     top: int = 34
     bottom: int = 52
 
-    @property
-    def plot_w(self) -> float:
-        return self.width - self.left - self.right
-
-    @property
-    def plot_h(self) -> float:
-        return self.height - self.top - self.bottom
-
-    def px(self, x: float, y: float) -> tuple[float, float]:
-        """Pixel position of a data point."""
-        return (self.left + self.x.scale(x, self.plot_w),
-                self.top + self.plot_h - self.y.scale(y, self.plot_h))
-
     def line(self, xs: Sequence[float], ys: Sequence[float], label: str, color: str,
              dash: bool = False, markers: bool = True) -> None:
         """A polyline through the points, with round markers."""
-        pts = [self.px(x, y) for x, y in zip(xs, ys, strict=True)]
-        path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+        data = list(zip(xs, ys, strict=True))
         style = ' stroke-dasharray="6 4"' if dash else ""
-        self.parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                          f'stroke-width="2"{style}/>')
-        if markers:
-            self.parts += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{color}"/>'
-                           for a, b in pts]
+
+        def draw(frame: Frame) -> list[str]:
+            pts = [frame.px(x, y) for x, y in data]
+            path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+            out = [f'<polyline class="series" points="{path}" fill="none" stroke="{color}" '
+                   f'stroke-width="2"{style}>{_title(label)}</polyline>']
+            if markers:
+                out += [f'<circle class="mark" cx="{a:.1f}" cy="{b:.1f}" r="3.5" '
+                        f'fill="{color}">{_title(label)}</circle>' for a, b in pts]
+            return out
+
+        self.marks.append(draw)
         if label:
             self.legend.append((label, color, "dash" if dash else "line"))
 
@@ -174,13 +135,8 @@ class Chart:
               note: str = "") -> None:
         """One point; ``ring`` draws a hollow marker (the current layout); ``note`` is its
         own label, placed where it overlaps no other."""
-        a, b = self.px(x, y)
-        if ring:
-            self.parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="8" fill="none" '
-                              f'stroke="{color}" stroke-width="2.5"/>')
-        else:
-            self.parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="5" fill="{color}" '
-                              f'fill-opacity="0.85" stroke="#fff"/>')
+        name = note or label
+        self.marks.append(lambda frame: [_point_mark(*frame.px(x, y), color, ring, name)])
         if note:
             self.notes.append((x, y, note))
         if label and all(entry[0] != label for entry in self.legend):
@@ -188,42 +144,45 @@ class Chart:
 
     def vline(self, x: float, note: str, color: str = "#888") -> None:
         """A dashed vertical marker, its note placed with the point labels."""
-        a, _ = self.px(x, self.y.span()[0])
-        self.parts.append(f'<line x1="{a:.1f}" y1="{self.top}" x2="{a:.1f}" '
-                          f'y2="{self.top + self.plot_h}" stroke="{color}" '
-                          'stroke-dasharray="3 3"/>')
+
+        def draw(frame: Frame) -> list[str]:
+            a = frame.x.px(x)
+            return [f'<line class="vline" x1="{a:.1f}" y1="{frame.top:.1f}" x2="{a:.1f}" '
+                    f'y2="{frame.bottom:.1f}" stroke="{color}" stroke-dasharray="3 3">'
+                    f"{_title(note)}</line>"]
+
+        self.marks.append(draw)
         self.notes.append((x, self.y.span()[0], note))
 
-    def _axes(self, layout: LabelLayout) -> list[str]:
-        out = [f'<rect x="{self.left}" y="{self.top}" width="{self.plot_w:.0f}" '
-               f'height="{self.plot_h:.0f}" fill="#fcfcfc" stroke="#999"/>']
-        bottom = self.top + self.plot_h
-        for t in self.x.ticks():
-            a = self.left + self.x.scale(t, self.plot_w)
-            out.append(f'<line x1="{a:.1f}" y1="{self.top}" x2="{a:.1f}" y2="{bottom}" '
-                       'stroke="#e4e4e4"/>')
-            out.append(_text(a, bottom + 16, self.x.fmt(t), anchor="middle"))
-        for t in self.y.ticks():
-            b = bottom - self.y.scale(t, self.plot_h)
-            out.append(f'<line x1="{self.left}" y1="{b:.1f}" x2="{self.left + self.plot_w:.0f}" '
+    def _axes(self, frame: Frame, height: float) -> list[str]:
+        out = [f'<rect class="plot" x="{frame.left:.1f}" y="{frame.top:.1f}" '
+               f'width="{frame.width:.1f}" height="{frame.height:.1f}" fill="#fcfcfc" '
+               'stroke="#999"/>']
+        for a, _, text in frame.x.ticks():
+            out.append(f'<line x1="{a:.1f}" y1="{frame.top:.1f}" x2="{a:.1f}" '
+                       f'y2="{frame.bottom:.1f}" stroke="#e4e4e4"/>')
+            out.append(_text(a, frame.bottom + 16, text, anchor="middle", cls="tick-x"))
+        for b, _, text in frame.y.ticks():
+            out.append(f'<line x1="{frame.left:.1f}" y1="{b:.1f}" x2="{frame.right:.1f}" '
                        f'y2="{b:.1f}" stroke="#e4e4e4"/>')
-            out.append(_text(self.left - 6, b + 4, self.y.fmt(t), anchor="end"))
-        out.append(_text(self.left + self.plot_w / 2, self.height - 12, self.x.label,
+            out.append(_text(frame.left - 6, b + 4, text, anchor="end", cls="tick-y"))
+        out.append(_text(frame.left + frame.width / 2, height - 12, self.x.label,
                          anchor="middle", size=12))
-        mid = self.top + self.plot_h / 2
+        mid = frame.top + frame.height / 2
         out.append(_text(16, mid, self.y.label, anchor="middle", size=12,
                          extra=f' transform="rotate(-90 16 {mid:.0f})"'))
-        out.append(_text(self.left, 20, self.title, size=14, extra=' font-weight="bold"'))
+        out.append(_text(frame.left, 20, self.title, size=14, extra=' font-weight="bold"'))
         return out
 
-    def _labels(self, layout: LabelLayout) -> list[str]:
+    def _labels(self, frame: Frame, layout: LabelLayout) -> tuple[list[str], list[str]]:
+        """The placed notes, and the ones no free spot was found for."""
         out: list[str] = []
         for x, y, _ in self.notes:
-            a, b = self.px(x, y)
+            a, b = frame.px(x, y)
             layout.reserve(Box(a - 6, b - 6, a + 6, b + 6))
         unplaced = []
         for x, y, note in self.notes:
-            a, b = self.px(x, y)
+            a, b = frame.px(x, y)
             spot = layout.place(a, b, note)
             if spot is None:
                 unplaced.append(note)
@@ -232,28 +191,46 @@ class Chart:
                 out.append(f'<line x1="{a:.1f}" y1="{b:.1f}" x2="{spot.x:.1f}" '
                            f'y2="{spot.y - 4:.1f}" stroke="#bbb"/>')
             out.append(_text(spot.x, spot.y, note, anchor=spot.anchor, extra=' fill="#333"'))
-        if unplaced:
-            out.append(_text(self.left, self.height - 30, "not labelled: " + "; ".join(unplaced),
-                             extra=' fill="#555"'))
-        return out
+        return out, unplaced
 
     def svg(self) -> str:
-        """The chart as one ``<svg>`` element: the legend in a band above the plot."""
-        legend, boxes, band = legend_rows(self.legend, self.left, self.top - 6, self.plot_w)
-        self.top += int(band)
-        self.height += int(band)
-        layout = LabelLayout(Box(self.left, self.top, self.left + self.plot_w,
-                                 self.top + self.plot_h))
+        """The chart as one ``<svg>`` element: the legend in a band above the plot, the
+        frame fixed below it, then every mark drawn through the frame's rulers; labels
+        with no free spot listed below the chart, wrapped to its width."""
+        plot_w = self.width - self.left - self.right
+        legend, boxes, band = legend_rows(self.legend, self.left, self.top - 6, plot_w)
+        frame = Frame.of(self.left, self.top + int(band), plot_w,
+                         self.height - self.top - self.bottom, self.x, self.y)
+        height = self.height + int(band)
+        layout = LabelLayout(Box(frame.left, frame.top, frame.right, frame.bottom))
         for box in boxes:
             layout.reserve(box)
-        parts = self._axes(layout) + self.parts + legend + self._labels(layout)
-        return _svg(self.title, self.width, self.height, parts)
+        notes, unplaced = self._labels(frame, layout)
+        lines = wrap("not labelled: " + "; ".join(unplaced), self.width - 24) if unplaced else []
+        below = [_text(12, height + 14 * i + 4, line, extra=' fill="#555"')
+                 for i, line in enumerate(lines)]
+        parts = self._axes(frame, height) + [p for draw in self.marks for p in draw(frame)]
+        return _svg(self.title, self.width, height + 14 * len(lines) + (6 if lines else 0),
+                    parts + legend + notes + below)
 
 
 def _short(label: str, room: float) -> str:
     """``label`` cut from the left with an ellipsis to fit ``room`` pixels."""
     keep = int(room / text_width("x"))
     return label if len(label) <= keep else "…" + label[-(keep - 1):]
+
+
+def _bar_axis(ruler: Ruler, top: float, bottom: float) -> list[str]:
+    out = []
+    for a, _, text in ruler.ticks():
+        out.append(f'<line x1="{a:.1f}" y1="{top}" x2="{a:.1f}" y2="{bottom}" stroke="#e4e4e4"/>')
+        out.append(_text(a, bottom + 15, text, anchor="middle", cls="tick-x"))
+    return out
+
+
+def _bar(x: float, y: float, w: float, height: float, color: str, name: str) -> str:
+    return (f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{height}" '
+            f'fill="{color}">{_title(name)}</rect>')
 
 
 def bar_chart(title: str, items: Sequence[tuple[str, float, str]], axis_label: str,
@@ -266,25 +243,21 @@ def bar_chart(title: str, items: Sequence[tuple[str, float, str]], axis_label: s
     positive = [v for _, v, _ in items if v > 0] or [1.0]
     axis = Axis(axis_label, min(positive) / 2 if log else 0.0, max(positive), log=log,
                 fmt=fmt, base=base, binary=binary)
-    plot_w = width - left - 80
+    ruler = Ruler(axis, left, width - 80)
     out = [_text(12, 20, title, size=14, extra=' font-weight="bold"')]
     bottom = top + row * len(items)
-    for t in axis.ticks():
-        a = left + axis.scale(t, plot_w)
-        out.append(f'<line x1="{a:.1f}" y1="{top}" x2="{a:.1f}" y2="{bottom}" stroke="#e4e4e4"/>')
-        out.append(_text(a, bottom + 15, fmt(t), anchor="middle"))
+    out += _bar_axis(ruler, top, bottom)
     for i, (label, value, text) in enumerate(items):
         y = top + i * row
         out.append(_text(left - 6, y + 15, _short(label, left - 16), anchor="end"))
         if value > 0:
-            w = max(1.0, axis.scale(value, plot_w))
-            out.append(f'<rect x="{left}" y="{y + 4}" width="{w:.1f}" height="{row - 8}" '
-                       f'fill="{color}"/>')
-            out.append(_text(left + w + 4, y + 15, text))
+            end = max(left + 1.0, ruler.px(value))
+            out.append(_bar(left, y + 4, end - left, row - 8, color, f"{label}: {text}"))
+            out.append(_text(end + 4, y + 15, text))
         else:
             out.append(_text(left + 4, y + 15, text, extra=' fill="#777"'))
     out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#999"/>')
-    out.append(_text(left + plot_w / 2, height - 10, axis_label, anchor="middle", size=12))
+    out.append(_text((left + ruler.end) / 2, height - 10, axis_label, anchor="middle", size=12))
     return _svg(title, width, height, out)
 
 
@@ -305,23 +278,20 @@ def stacked_bar_chart(title: str, rows: Sequence[tuple[str, Sequence[tuple[str, 
     height = top + row * len(rows) + 46
     totals = [sum(v for _, v in parts) for _, parts in rows]
     axis = Axis(axis_label, 0.0, max([*totals, 1.0]), log=False, fmt=fmt, binary=binary)
-    plot_w = width - left - 80
+    ruler = Ruler(axis, left, width - 80)
     out = [_text(12, 20, title, size=14, extra=' font-weight="bold"'), *legend]
     bottom = top + row * len(rows)
-    for t in axis.ticks():
-        a = left + axis.scale(t, plot_w)
-        out.append(f'<line x1="{a:.1f}" y1="{top}" x2="{a:.1f}" y2="{bottom}" stroke="#e4e4e4"/>')
-        out.append(_text(a, bottom + 15, fmt(t), anchor="middle"))
+    out += _bar_axis(ruler, top, bottom)
     for i, ((label, parts), total) in enumerate(zip(rows, totals, strict=True)):
-        y, x = top + i * row, float(left)
+        y, sum_before = top + i * row, 0.0
         out.append(_text(left - 6, y + 17, _short(label, left - 16), anchor="end"))
         for name, value in parts:
-            w = axis.scale(value, plot_w) if value > 0 else 0.0
-            out.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row - 8}" '
-                       f'fill="{colors[name]}"><title>{escape(name)}: {escape(fmt(value))}'
-                       '</title></rect>')
-            x += w
-        out.append(_text(x + 4, y + 17, fmt(total)))
+            # each part spans from the sum before it to the sum after it, both on the ruler
+            x0, x1 = ruler.px(sum_before), ruler.px(sum_before + max(value, 0.0))
+            out.append(_bar(x0, y + 4, x1 - x0, row - 8, colors[name],
+                            f"{name}: {fmt(value)}"))
+            sum_before += max(value, 0.0)
+        out.append(_text(ruler.px(sum_before) + 4, y + 17, fmt(total)))
     out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#999"/>')
-    out.append(_text(left + plot_w / 2, height - 10, axis_label, anchor="middle", size=12))
+    out.append(_text((left + ruler.end) / 2, height - 10, axis_label, anchor="middle", size=12))
     return _svg(title, width, height, out)

@@ -75,7 +75,8 @@ def whatif_table(sweep: WhatIf) -> str:
     """Every layout of both sweeps, the current one marked."""
     head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
     body = "".join(_row(r) for r in sweep.rows)
-    return f'<table class="whatif"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (f'<div class="scroll"><table class="whatif"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def whatif_block(sweep: WhatIf) -> str:
