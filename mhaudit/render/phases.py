@@ -47,8 +47,12 @@ def _training(report: Report) -> str | None:
     kernel = f", attention on {t.attention_kernel}" if t.attention_kernel else ""
     if t.attention_kernel in ("mem_efficient", "math") and t.attention_kernel_reason:
         kernel += f" ({t.attention_kernel_reason})"
+    rung = {"real-cpu": ", run for real on a CPU build",
+            "fake-bounded": ", data-dependent sizes at their upper bound (peak and FLOPs are "
+                            "upper bounds)"}.get(t.rung, "")
     return (f"  training step ({t.optimizer}, {t.precision}, checkpointing {t.checkpointing}"
-            f"{kernel}, loss: {t.loss}): peak {units.nbytes(t.peak_bytes)} in the {t.peak_phase} "
+            f"{kernel}, loss: {t.loss}{rung}): peak {units.nbytes(t.peak_bytes)} in the "
+            f"{t.peak_phase} "
             f"(params {units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer "
             f"states {units.nbytes(b.optimizer_states)}, activations "
             f"{units.nbytes(b.activations)}, temporaries {units.nbytes(b.temporaries)}); "
