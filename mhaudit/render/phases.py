@@ -25,13 +25,24 @@ def _decode(report: Report) -> str | None:
     if not d.applicable:
         return ("  decode step: not applicable: no block keeps K/V that grows with generated "
                 "tokens (an encoder)")
-    fits = "fits" if d.fits else "does not fit"
     return (f"  decode step: {d.batch_size} × 1 token at context {d.context:,}, "
             f"{units.flops(d.flops_per_step)}, {units.nbytes(d.bytes_per_step)} read "
             f"(KV cache {units.nbytes(d.kv_read_bytes)}), {units.seconds(d.time_per_step_s)} "
-            f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; KV cache "
-            f"{units.nbytes(d.kv_cache_bytes)} {fits} beside the weights "
-            f"({units.nbytes(d.param_bytes)}) in {units.nbytes(d.memory_bytes)}")
+            f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; {_decode_fit(report)}")
+
+
+def _decode_fit(report: Report) -> str:
+    """What fits in memory, naming what does not: the weights alone, or the KV cache
+    beside them."""
+    d = report.decode
+    assert d is not None
+    weights, cache, memory = (units.nbytes(d.param_bytes), units.nbytes(d.kv_cache_bytes),
+                              units.nbytes(d.memory_bytes))
+    if d.param_bytes > d.memory_bytes:
+        return (f"the weights ({weights}) alone do not fit in {memory}, before the KV "
+                f"cache ({cache})")
+    fits = "fits" if d.fits else "does not fit"
+    return f"KV cache {cache} {fits} beside the weights ({weights}) in {memory}"
 
 
 def _training(report: Report) -> str | None:
