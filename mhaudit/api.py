@@ -175,7 +175,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
         from mhaudit.phases.attach import with_phases  # imported only for the steps
 
         stage("phases")
-        report = with_phases(report, loaded, traced, opts, plans)
+        report = with_phases(report, loaded, traced, opts, plans, twin)
     if opts.verify:
         stage("measuring")
         report = with_verification(report, loaded)

@@ -110,6 +110,13 @@ class TrainingCost:
     its peak. Empty when the step was not tracked op by op."""
     timeline_peak_index: int | None = None
     """The point of ``timeline`` at ``peak_bytes``; None without a timeline."""
+    rung: str = "fake"
+    """Where the step ran: ``fake`` (fake tensors), ``real-cpu`` (for real on a CPU build,
+    where a shape depends on the data and the weights fit the real-forward limit) or
+    ``fake-bounded`` (fake tensors, data-dependent sizes at their upper bound)."""
+    bounds: tuple[str, ...] = ()
+    """Data-dependent sizes read at their upper bound (``fake-bounded``): the peak and
+    the FLOPs are then upper bounds."""
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,8 @@ def training_to_dict(t: TrainingCost) -> dict[str, Any]:
         "host_state_bytes": t.host_state_bytes,
         "timeline": [{"step": p.step, "live_bytes": p.live_bytes} for p in t.timeline],
         "timeline_peak_index": t.timeline_peak_index,
+        "rung": t.rung,
+        "bounds": list(t.bounds),
     }
     if t.parallel is not None:
         data["parallel"] = parallel_to_dict(t.parallel)

@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.data import AttentionBlock, DecodeCost, TrainingCost
+from mhaudit.data import AttentionBlock, DecodeCost, Severity, TrainingCost
 from mhaudit.data.parallel import ParallelCost, ParallelPlan
 from mhaudit.errors import ConfigError, MhauditError, first_line
 from mhaudit.parallel import analytic
@@ -19,6 +19,9 @@ from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan, sweep_plans
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
 from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
+from mhaudit.rules.base import RuleContext
+from mhaudit.rules.config import RuleConfig
+from mhaudit.rules.engine import check_block
 
 
 def _forward_flops(blocks: Sequence[AttentionBlock], params: int, batch: int, tokens: int,
@@ -135,12 +138,33 @@ def plan_costs(
     elif why is not None:
         notes.append(f"analytic model: {why}")
     time_s = analytic.step_time_s(spec, comm, held, plan, profile)
+    errors = plan_errors(blocks, plan, profile, dtype)
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
         comm_calls_per_step=comm.calls, step_time_s=time_s,
-        fits=held.peak <= profile.memory_bytes,
-        max_batch_size=analytic.max_batch_size(held, spec.batch, profile),
-        source=source, notes=tuple(notes), analytic_activations=analytic_acts)
+        fits=held.peak <= profile.memory_bytes and not errors,
+        max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
+        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts)
+
+
+def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: GpuProfile,
+                dtype: str) -> tuple[str, ...]:
+    """What the rules call an error at the plan's tensor-parallel degree and not without
+    it (MHA008: heads that do not shard), each as ``CODE block: message``: a plan with
+    one does not run, so it does not fit. The rules' own checks decide, not a copy."""
+    if plan.tp <= 1:
+        return ()
+    config = RuleConfig()
+    alone = RuleContext.for_target(profile, dtype)
+    split = RuleContext.for_target(profile, dtype, plan.tp)
+    found: list[str] = []
+    for block in blocks:
+        before = {f.code for f in check_block(block, alone, config)
+                  if f.severity == Severity.ERROR}
+        found += [f"{f.code} error on {block.name or '(root)'}: {f.message}"
+                  for f in check_block(block, split, config)
+                  if f.severity == Severity.ERROR and f.code not in before]
+    return tuple(dict.fromkeys(found))
 
 
 def sweep_costs(

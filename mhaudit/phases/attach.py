@@ -22,6 +22,7 @@ from mhaudit.phases.step_weights import (
 from mhaudit.phases.training import training_step
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList
+from mhaudit.trace.real import CpuTwin
 
 
 class PhaseOptions(Protocol):
@@ -50,14 +51,16 @@ class PhaseOptions(Protocol):
 
 
 def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
-                opts: PhaseOptions, plans: tuple[FoldedList, ...] = ()) -> Report:
-    """Add the training step and the decode step the options ask for."""
+                opts: PhaseOptions, plans: tuple[FoldedList, ...] = (),
+                twin: CpuTwin | None = None) -> Report:
+    """Add the training step and the decode step the options ask for; ``twin`` builds
+    the model on CPU for a real step where a shape depends on the data."""
     profile = get_profile(opts.gpu)
     if opts.train:
         training = training_step(
             loaded.module, loaded.args, loaded.kwargs, report.blocks, profile,
             optimizer=opts.optimizer, precision=opts.precision,
-            checkpointing=opts.checkpointing, fold_layers=opts.fold)
+            checkpointing=opts.checkpointing, fold_layers=opts.fold, twin=twin)
         if opts.parallel is not None:
             training = replace(training, parallel=_per_device(
                 report, loaded, opts, "train", training=training))

@@ -24,11 +24,10 @@ from torch.utils.checkpoint import checkpoint
 
 from mhaudit.errors import TraceError, first_line
 from mhaudit.fake.live import LiveStorages, StepLog, tensors_in
-from mhaudit.fake.mode import FakeMode
-from mhaudit.fake.run import fake_inputs, fake_state
 from mhaudit.phases.backward_flops import op_flops
-from mhaudit.phases.indices import RealIndices
+from mhaudit.phases.stepstate import RUNGS, UpperBounds, step_state
 from mhaudit.phases.target_attention import TargetAttention, attention_mode
+from mhaudit.trace.real import seeded
 
 PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
     "fp32": (torch.float32, None),
@@ -59,6 +58,8 @@ class FakeRun:
     """``id`` of each original parameter that received a gradient."""
     forward_end: int
     """Tick at which the forward (loss included) ended."""
+    bounds: tuple[str, ...] = ()
+    """Data-dependent sizes the step read at their upper bound instead of their value."""
 
 
 def pick_loss(output: Any) -> tuple[torch.Tensor, str]:
@@ -190,55 +191,71 @@ class FusedAttention(TorchFunctionMode):
 def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                   precision: str, layers: Sequence[LayerRun],
                   blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
-                  attention: TargetAttention | None = None) -> FakeRun:
+                  attention: TargetAttention | None = None, rung: str = "fake") -> FakeRun:
     """Forward, loss and backward of ``model`` on fake tensors, tracked; with
-    ``attention``, each SDPA call keeps what the target's kernel for it keeps."""
+    ``attention``, each SDPA call keeps what the target's kernel for it keeps. ``rung``
+    ``real-cpu`` runs the step for real on CPU copies of the state (seeded), tracked
+    alike; ``fake-bounded`` reads data-dependent sizes at their upper bound."""
     dtype, autocast = PRECISIONS[precision]
     if recompute:
         kwargs = without_cache(model, kwargs)
-    mode = FakeMode(allow_non_fake_inputs=True)  # real index arithmetic meets fakes
     tracker = LiveStorages(op_flops)
     was_training = model.training
-    with fake_state(model, mode, dtype) as (param_bytes, buffer_bytes, fakes):
-        f_args, f_kwargs = fake_inputs(args, mode, dtype), fake_inputs(kwargs, mode, dtype)
+    real = rung == "real-cpu"
+    bounds = UpperBounds() if rung == "fake-bounded" else None
+    with step_state(model, dtype, rung, bounds) as state, \
+            seeded() if real else contextlib.nullcontext():
+        s_args, s_kwargs = state.inputs(args), state.inputs(kwargs)
         storages = {t.untyped_storage()._cdata: t.untyped_storage().nbytes()
-                    for t in tensors_in((f_args, f_kwargs))}
-        input_bytes = sum(storages.values())
-        tracker.known([*fakes.values(), *model.buffers(), *tensors_in((f_args, f_kwargs))])
+                    for t in tensors_in((s_args, s_kwargs))}
+        tracker.known([*state.params.values(), *model.buffers(),
+                       *tensors_in((s_args, s_kwargs))])
         model.train()
         try:
             if attention is not None:
                 attention.owner = lambda: tracker.owner
             marks = layer_marks(tracker, layers, blocks, recompute, attention)
-            with mode, RealIndices(), tracker, marks, attention_mode(attention):
-                cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
-                        else contextlib.nullcontext())
-                with cast:
-                    output = model(*f_args, **f_kwargs)
-                    loss, source = pick_loss(output)
-                del output
-                forward_end = tracker.log.ticks
-                tracker.phase = "backward"
-                loss.backward()  # type: ignore[no-untyped-call]
-                del loss
-                grads = frozenset(k for k, p in fakes.items() if p.grad is not None)
-                for p in fakes.values():
-                    index = tracker.storage_index(p.grad) if p.grad is not None else None
-                    if index is not None:
-                        tracker.log.records[index].category = "grads"
-                for rec in tracker.log.records:
-                    if rec.phase == "backward" and rec.category != "grads":
-                        rec.category = "temporaries"
-                for p in fakes.values():
-                    p.grad = None
+            with state.modes(), tracker, marks, attention_mode(attention):
+                forward_end, source, grads = _forward_backward(
+                    model, s_args, s_kwargs, tracker, autocast, state.params)
         except TraceError:
             raise
         except Exception as exc:
             raise TraceError(
-                f"the training step failed on fake tensors: {first_line(exc)}",
+                f"the training step failed {RUNGS[rung]}: {first_line(exc)}",
+                "Check that forward() and its loss run on CPU tensors." if real else
                 "Check that forward() and its loss run under torch's FakeTensorMode "
                 "(no .item() or data-dependent control flow).") from exc
         finally:
             model.train(was_training)
-    return FakeRun(tracker.log, param_bytes, buffer_bytes, input_bytes, source, grads,
-                   forward_end)
+    return FakeRun(tracker.log, state.param_bytes, state.buffer_bytes, sum(storages.values()),
+                   source, grads, forward_end, bounds.notes() if bounds is not None else ())
+
+
+def _forward_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                      tracker: LiveStorages, autocast: torch.dtype | None,
+                      params: dict[int, nn.Parameter]) -> tuple[int, str, frozenset[int]]:
+    """Forward, loss and backward, tracked: the tick the forward ended at, where the loss
+    came from and the ``id`` of each original parameter that got a gradient (gradients
+    and backward temporaries categorised, then dropped)."""
+    cast = (torch.autocast("cpu", dtype=autocast) if autocast is not None
+            else contextlib.nullcontext())
+    with cast:
+        output = model(*args, **kwargs)
+        loss, source = pick_loss(output)
+    del output
+    forward_end = tracker.log.ticks
+    tracker.phase = "backward"
+    loss.backward()  # type: ignore[no-untyped-call]
+    del loss
+    grads = frozenset(k for k, p in params.items() if p.grad is not None)
+    for p in params.values():
+        index = tracker.storage_index(p.grad) if p.grad is not None else None
+        if index is not None:
+            tracker.log.records[index].category = "grads"
+    for rec in tracker.log.records:
+        if rec.phase == "backward" and rec.category != "grads":
+            rec.category = "temporaries"
+    for p in params.values():
+        p.grad = None
+    return forward_end, source, grads

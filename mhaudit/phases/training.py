@@ -13,26 +13,31 @@ starts (``zero_grad(set_to_none=True)``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.cost.kernels import KernelChoice
 from mhaudit.data import AttentionBlock, BlockTraining, MemoryBreakdown, TrainingCost
-from mhaudit.errors import ConfigError, TraceError
+from mhaudit.errors import ConfigError, TraceError, first_line
 from mhaudit.fake.live import is_scores_of
 from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.options import check_phase_options
 from mhaudit.phases.fakestep import PRECISIONS, FakeRun, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import optimizer_step
 from mhaudit.phases.step_timeline import step_timeline
+from mhaudit.phases.stepstate import RUNGS
 from mhaudit.phases.target_attention import TargetAttention
+from mhaudit.trace.export import DATA_DEPENDENT
 from mhaudit.trace.fold import find_lists
 from mhaudit.trace.left_out import Watch, stand_ins
+from mhaudit.trace.real import CpuTwin, on_meta, plan_real_forward
 
 COPIES = 3
 """Members of each group of identical layers that run; the middle one is copied."""
@@ -160,9 +165,60 @@ def training_step(
     precision: str = "fp32",
     checkpointing: str = "none",
     fold_layers: bool = True,
+    twin: CpuTwin | None = None,
 ) -> TrainingCost:
-    """Peak memory, its breakdown and FLOPs of one steady-state optimizer step."""
+    """Peak memory, its breakdown and FLOPs of one steady-state optimizer step.
+
+    The step runs on fake tensors; where a shape depends on the data (``nonzero``
+    routing), it runs as the inference does: for real on CPU (the model's own weights,
+    or ``twin``, its CPU build) where that fits the real-forward limit, else on fake
+    tensors with data-dependent sizes at their upper bound (:mod:`mhaudit.phases.stepstate`).
+    """
     check_phase_options(optimizer, precision, checkpointing)
+    options: dict[str, Any] = {"optimizer": optimizer, "precision": precision,
+                               "checkpointing": checkpointing}
+    try:
+        return _training_step(model, args, kwargs, blocks, profile, fold_layers=fold_layers,
+                              **options)
+    except TraceError as exc:
+        if not isinstance(exc.__cause__, DATA_DEPENDENT):
+            raise
+        first = exc
+    return _data_dependent_step(model, args, kwargs, blocks, profile, twin, first,
+                                fold_layers=fold_layers, **options)
+
+
+def _data_dependent_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                         blocks: Sequence[AttentionBlock], profile: GpuProfile,
+                         twin: CpuTwin | None, first: TraceError, *, fold_layers: bool,
+                         **options: Any) -> TrainingCost:
+    """The step of a model whose shapes depend on the data, on the rung the inference's
+    ladder would take: real on CPU where it may run, else at the upper bounds; one error
+    naming what to do where neither can."""
+    decision = plan_real_forward(model, twin)
+    if decision.ran:
+        source = (twin.build() if twin is not None and on_meta(model)
+                  else contextlib.nullcontext((model, args, kwargs)))
+        with source as (built, b_args, b_kwargs):
+            return _training_step(built, b_args, b_kwargs, blocks, profile, fold_layers=False,
+                                  rung="real-cpu", **options)
+    try:
+        return _training_step(model, args, kwargs, blocks, profile, fold_layers=fold_layers,
+                              rung="fake-bounded", **options)
+    except TraceError as exc:
+        raise TraceError(
+            f"the training step reads a value from the data that fake tensors cannot hold "
+            f"({first_line(first.__cause__ or first)}) and no real CPU step may run: "
+            f"{decision.reason}",
+            "Audit the model's file or config.json (mhaudit builds it on CPU when its "
+            "weights fit), or build it with --device cpu.") from exc
+
+
+def _training_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   blocks: Sequence[AttentionBlock], profile: GpuProfile, *, optimizer: str,
+                   precision: str, checkpointing: str, fold_layers: bool, rung: str = "fake"
+                   ) -> TrainingCost:
+    """The step on ``rung`` (:data:`~mhaudit.phases.stepstate.RUNGS`)."""
     groups = _layer_groups(model, fold_layers)
     if checkpointing == "layers" and not groups:
         raise ConfigError("--checkpointing layers found no list of repeated layers to recompute",
@@ -175,27 +231,25 @@ def training_step(
     run = _run_folded(model, groups, repeats, fold_layers, lambda: run_fake_step(
         model, args, kwargs, precision=precision, layers=layers,
         blocks=_run_blocks(blocks, modules), recompute=checkpointing == "layers",
-        attention=attention))
+        attention=attention, rung=rung))
     if run is None:  # the layers cannot be folded: run every one
-        return training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
-                             precision=precision, checkpointing=checkpointing,
-                             fold_layers=False)
+        return _training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
+                              precision=precision, checkpointing=checkpointing,
+                              fold_layers=False, rung=rung)
     kernel, why = attention_kernel(attention.choices.values())
     folded = fold(run.log, repeats, run.forward_end)
     params, copies = _grad_params(model, groups, run.grad_params)
     master = PRECISIONS[precision][0]
-    full_param_bytes = sum(p.numel() for p in model.parameters()) * master.itemsize
-    full_buffer_bytes = sum(b.numel() * (master.itemsize if b.is_floating_point()
-                                         else b.element_size()) for b in model.buffers())
     opt = optimizer_step(params, optimizer, master, copies)
-    during, update = _peaks(folded, opt, run.input_bytes, full_param_bytes, full_buffer_bytes)
+    during, update = _peaks(folded, opt, run.input_bytes, *_state_bytes(model, master))
     breakdown, phase = (update, "optimizer") if update.total > during.total else (
         during, folded.peak.phase)
     batch, memory = _batch(blocks, args, kwargs), profile.memory_bytes
     max_batch = _max_batch(during, update, batch, memory)
     extra = sum(r.extra for r in repeats)
-    convention = _convention(precision, run.loss, optimizer, len(layers), extra,
-                             checkpointing, opt.host_state_bytes, kernel)
+    convention = _rung_words(rung, run.bounds) + _convention(
+        precision, run.loss, optimizer, len(layers), extra, checkpointing,
+        opt.host_state_bytes, kernel)
     fixed = during.total - sum(folded.peak.live)  # alive all along: weights, states, inputs
     timeline, peak_at = step_timeline(run.log, repeats, run.forward_end, fixed, update.total,
                                       phase == "optimizer")
@@ -207,6 +261,7 @@ def training_step(
         folded_layers=extra, ops_without_formula=dict(run.log.missing), convention=convention,
         attention_kernel=kernel, attention_kernel_reason=why,
         host_state_bytes=opt.host_state_bytes, timeline=timeline, timeline_peak_index=peak_at,
+        rung=rung, bounds=run.bounds,
     )
 
 
@@ -226,6 +281,24 @@ def _run_folded(model: nn.Module, groups: Sequence[_Group], repeats: Sequence[Re
     if fold_layers and (watch.spoiled or not all(_marked(run.log, r.key) for r in repeats)):
         return None
     return run
+
+
+def _state_bytes(model: nn.Module, master: torch.dtype) -> tuple[int, int]:
+    """Bytes of the full model's parameters and buffers, floats at ``master``."""
+    params = sum(p.numel() for p in model.parameters()) * master.itemsize
+    buffers = sum(b.numel() * (master.itemsize if b.is_floating_point() else b.element_size())
+                  for b in model.buffers())
+    return params, buffers
+
+
+def _rung_words(rung: str, bounds: Sequence[str]) -> str:
+    """Where the step ran, when not on plain fake tensors, in words."""
+    if rung == "fake":
+        return ""
+    words = f"run {RUNGS[rung]}, a shape depending on the data"
+    if bounds:
+        words += f" ({'; '.join(bounds)}: peak and FLOPs are upper bounds)"
+    return words + "; "
 
 
 def _run_blocks(blocks: Sequence[AttentionBlock], modules: dict[str, nn.Module]

@@ -25,13 +25,10 @@ def _decode(report: Report) -> str | None:
     if not d.applicable:
         return ("  decode step: not applicable: no block keeps K/V that grows with generated "
                 "tokens (an encoder)")
-    fits = "fits" if d.fits else "does not fit"
     return (f"  decode step: {d.batch_size} × 1 token at context {d.context:,}, "
             f"{units.flops(d.flops_per_step)}, {units.nbytes(d.bytes_per_step)} read "
             f"(KV cache {units.nbytes(d.kv_read_bytes)}), {units.seconds(d.time_per_step_s)} "
-            f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; KV cache "
-            f"{units.nbytes(d.kv_cache_bytes)} {fits} beside the weights "
-            f"({units.nbytes(d.param_bytes)}) in {units.nbytes(d.memory_bytes)}"
+            f"{d.bound}-bound, {d.tokens_per_s:,.0f} tokens/s; {_decode_fit(report)}"
             + _prefill_only(d))
 
 
@@ -41,6 +38,20 @@ def _prefill_only(d: DecodeCost) -> str:
         return ""
     return (f"; once in prefill, not per step: {units.flops(d.prefill_only_flops)}, "
             f"weights {units.nbytes(d.prefill_only_weight_bytes)}")
+
+
+def _decode_fit(report: Report) -> str:
+    """What fits in memory, naming what does not: the weights alone, or the KV cache
+    beside them."""
+    d = report.decode
+    assert d is not None
+    weights, cache, memory = (units.nbytes(d.param_bytes), units.nbytes(d.kv_cache_bytes),
+                              units.nbytes(d.memory_bytes))
+    if d.param_bytes > d.memory_bytes:
+        return (f"the weights ({weights}) alone do not fit in {memory}, before the KV "
+                f"cache ({cache})")
+    fits = "fits" if d.fits else "does not fit"
+    return f"KV cache {cache} {fits} beside the weights ({weights}) in {memory}"
 
 
 def _training(report: Report) -> str | None:
@@ -56,8 +67,12 @@ def _training(report: Report) -> str | None:
     kernel = f", attention on {t.attention_kernel}" if t.attention_kernel else ""
     if t.attention_kernel in ("mem_efficient", "math") and t.attention_kernel_reason:
         kernel += f" ({t.attention_kernel_reason})"
+    rung = {"real-cpu": ", run for real on a CPU build",
+            "fake-bounded": ", data-dependent sizes at their upper bound (peak and FLOPs are "
+                            "upper bounds)"}.get(t.rung, "")
     return (f"  training step ({t.optimizer}, {t.precision}, checkpointing {t.checkpointing}"
-            f"{kernel}, loss: {t.loss}): peak {units.nbytes(t.peak_bytes)} in the {t.peak_phase} "
+            f"{kernel}, loss: {t.loss}{rung}): peak {units.nbytes(t.peak_bytes)} in the "
+            f"{t.peak_phase} "
             f"(params {units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer "
             f"states {units.nbytes(b.optimizer_states)}, activations "
             f"{units.nbytes(b.activations)}, temporaries {units.nbytes(b.temporaries)}); "

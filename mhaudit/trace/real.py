@@ -85,14 +85,15 @@ def forward_limit() -> int:
     return min(REAL_FORWARD_MAX_BYTES, available_memory_bytes() // MEMORY_SHARE)
 
 
-def _on_meta(model: nn.Module) -> bool:
+def on_meta(model: nn.Module) -> bool:
+    """Whether any of the model's tensors is on the meta device."""
     return any(t.device.type == "meta" for t in model_tensors(model))
 
 
 def plan_real_forward(model: nn.Module, twin: CpuTwin | None) -> RealForward:
     """Whether the real rung can run, and why (or why not)."""
     limit = forward_limit()
-    if not _on_meta(model):
+    if not on_meta(model):
         return RealForward(True, "the model holds real weights; its own forward ran",
                            weights_bytes(model), limit)
     if twin is None:
@@ -122,7 +123,7 @@ def real_record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     if not decision.ran:
         raise TraceError(f"no real forward: {decision.reason}",
                          "Build the model with --device cpu, or audit its file or config.")
-    source = _same(model, args, kwargs) if twin is None or not _on_meta(model) else twin.build()
+    source = _same(model, args, kwargs) if twin is None or not on_meta(model) else twin.build()
     with source as (built, built_args, built_kwargs):
         built.eval()
         traced = record(built, built_args, built_kwargs, fake=False)

@@ -55,7 +55,7 @@ def _masked_select_bound(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return tensor.new_zeros(size)  # (numel,)
 
 
-_BOUNDED: dict[Any, Any] = {
+UPPER_BOUNDS: dict[Any, Any] = {
     torch.ops.aten.nonzero.default: _nonzero_bound,
     torch.ops.aten.masked_select.default: _masked_select_bound,
 }
@@ -123,9 +123,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
             self.guesses += 1
             dtype = args[0].dtype
             return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
-        if func in _BOUNDED and self.guess:
+        if func in UPPER_BOUNDS and self.guess:
             self.bounded[func.name()] = self.bounded.get(func.name(), 0) + 1
-            out = _BOUNDED[func](*args, **kwargs)
+            out = UPPER_BOUNDS[func](*args, **kwargs)
         else:
             out = func(*args, **kwargs)
         if func in _IGNORED or self.paused:

@@ -56,7 +56,11 @@ def test_json_sweeps_both_phases_over_the_gpus(llama: str, gpus: int) -> None:
             assert p["plan"]["world_size"] == gpus
             held = p["per_device_bytes"]
             assert held["peak"] == sum(v for k, v in held.items() if k != "peak")
-            assert p["fits"] is (held["peak"] <= data["memory_bytes"])
+            # h = 8, h_kv = 4: t = 16 leaves half a query head per GPU (MHA008), no fit
+            t = p["plan"]["tp"]
+            shards = 8 % t == 0 and (4 % t == 0 or t % 4 == 0)
+            assert p["fits"] is (held["peak"] <= data["memory_bytes"] and shards)
+            assert shards or any(n.startswith("MHA008") for n in p["notes"])
         if phase == "train":
             assert all(p["per_device_bytes"]["kv_cache"] == 0 for p in plans)
             # t = 1: FSDP alone, no TP traffic; each step of t doubles the TP share of a rank
