@@ -6,11 +6,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import AttentionBlock, ExpertLayer, Totals
 from mhaudit.fake.run import run_dtype
-from mhaudit.flops.graph import GraphFlops
+from mhaudit.flops.graph import GraphFlops, tensor_outputs
 from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction
 from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.trace.export import TracedGraph
@@ -39,6 +40,7 @@ def model_totals(
     else:
         activations = _scale_bytes(
             activation_peak if activation_peak is not None else graph_peak, traced, dtype)
+    activations = max(activations, _scale_bytes(output_bytes(traced), traced, dtype))
     buffer_bytes = sum(
         b.numel() * (dtype_bytes(dtype) if b.is_floating_point() else b.element_size())
         for b in model.buffers()
@@ -56,6 +58,7 @@ def model_totals(
         peak_activation_bytes=activations,
         buffer_bytes=buffer_bytes,
         peak_memory_bytes=param_bytes + buffer_bytes + activations,
+        peak_activation_is_lower_bound=activation_peak is None,
         flops_by_family=costs.by_family(weights),
         params_active=params_total - _inactive_params(model, experts),
     )
@@ -90,6 +93,15 @@ def attention_params_of(blocks: Sequence[AttentionBlock]) -> int:
             if proj is not None:
                 seen[(proj.weight, role, proj.out_features)] = proj.params
     return sum(seen.values())
+
+
+def output_bytes(traced: TracedGraph) -> int:
+    """Bytes of the tensors the forward returns (each output node once), at the traced
+    dtypes."""
+    returned = {leaf for node in traced.graph.nodes if node.op == "output"
+                for leaf in tree_leaves(node.args) if isinstance(leaf, torch.fx.Node)}
+    return sum(t.numel() * t.element_size() for leaf in returned
+               for t in tensor_outputs(leaf.meta.get("val")) if t is not None)
 
 
 def _scale_bytes(graph_bytes: int, traced: TracedGraph, dtype: str) -> int:

@@ -110,6 +110,11 @@ class Totals:
     peak_memory_bytes: int | None = None
     """Estimated inference peak: ``param_bytes`` + ``buffer_bytes`` +
     ``peak_activation_bytes``."""
+    peak_activation_is_lower_bound: bool = False
+    """True when ``peak_activation_bytes`` comes from the graph's tensor lifetimes (the
+    eager forward could not run on fake tensors): each tensor freed at its last use in the
+    graph, where eager code that keeps its locals longer peaks higher. Never below the
+    bytes of the forward's own outputs."""
 
 
 @dataclass(frozen=True)

@@ -277,7 +277,8 @@ def decode_to_dict(d: DecodeCost) -> dict[str, Any]:
 _TOTAL_FIELDS = ("num_blocks", "params_total", "attention_params", "attention_params_share",
                  "flops", "flops_by_family", "params_active", "attention_flops",
                  "kv_cache_bytes_per_token", "param_bytes", "peak_activation_bytes",
-                 "buffer_bytes", "peak_memory_bytes", "measured_peak_memory_bytes", "latency_ms")
+                 "buffer_bytes", "peak_memory_bytes", "peak_activation_is_lower_bound",
+                 "measured_peak_memory_bytes", "latency_ms")
 
 
 def model_to_dict(info: ModelInfo) -> dict[str, Any]:

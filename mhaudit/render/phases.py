@@ -8,7 +8,8 @@ from mhaudit.data import DecodeCost, ParallelCost, Report
 
 def _prefill(report: Report) -> str:
     t = report.totals
-    peak = (f", peak activations {units.nbytes(t.peak_activation_bytes)}"
+    at_least = "at least " if t.peak_activation_is_lower_bound else ""
+    peak = (f", peak activations {at_least}{units.nbytes(t.peak_activation_bytes)}"
             if t.peak_activation_bytes is not None else "")
     shape = ""
     if report.blocks:

@@ -150,7 +150,10 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"fvcore for comparison: {units.flops(fvcore['flops'])} (its MACs × 2; "
                      "it skips softmax, SDPA and elementwise ops)")
     if t.peak_activation_bytes is not None:
-        lines.append(f"peak activations (estimate): {units.nbytes(t.peak_activation_bytes)}")
+        bound = (", a lower bound: from the graph's tensor lifetimes, the forward could not "
+                 "run on fake tensors") if t.peak_activation_is_lower_bound else ""
+        lines.append(f"peak activations (estimate{bound}): "
+                     f"{units.nbytes(t.peak_activation_bytes)}")
     if t.measured_peak_memory_bytes is not None:
         lines.append(f"measured peak memory: {units.nbytes(t.measured_peak_memory_bytes)}")
     if t.latency_ms is not None:
