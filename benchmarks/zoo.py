@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo_harness import fold_worker, timm_zoo
 from zoo_harness.sweep import load_results, mixed_order, model_types, record
 from zoo_harness.table import headline, render
-from zoo_harness.worker import SEQ, preload, run_one
+from zoo_harness.worker import SEQ, STATUSES, preload, run_one
 
 PREAMBLE = (
     "Every transformers model type with a base model, built by `python benchmarks/zoo.py` "
@@ -102,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         todo = todo[: args.limit]
     preload()
     preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
-    title, run = "The transformers zoo", run_one
+    title, run, statuses = "The transformers zoo", run_one, STATUSES
     if args.fold_check:
         title, preamble, run = "Folded against unfolded", FOLD_PREAMBLE, fold_worker.run_one
+        statuses = fold_worker.STATUSES
     record(todo, run, done, out=args.out, results_path=results_path,
-           page=lambda results: render(results, title, preamble),
+           page=lambda results: render(results, title, preamble, statuses=statuses),
            jobs=args.jobs, timeout_s=args.timeout, deadline=args.deadline)
-    print(headline(done.values()))
+    print(headline(done.values(), statuses=statuses))
     return 0
 
 

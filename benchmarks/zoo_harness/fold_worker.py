@@ -2,9 +2,9 @@
 
 Each model type's tiny config is made deep enough to fold (``LAYERS`` layers, keeping one
 of each kind its per-layer lists name) with sliding windows narrower than the audited
-length, then audited twice through the CLI with a decode step: once folded (the default)
-and once with ``--no-fold``. The reports must be equal but for the line that says what
-was folded.
+length, then audited twice through the CLI with a decode step (without one for a model
+that has no block to decode): once folded (the default) and once with ``--no-fold``.
+The reports must be equal but for the line that says what was folded.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ DECODE = ("--decode", "--context", "64")
 WINDOW = SEQ // 2
 """Sliding windows shrink below the audited length, so that a layer given another layer's
 window shows in its figures."""
+STATUSES = ("equal", "differ", "not folded", "exit 1", "exit 2", "exit 3", "exit 4",
+            "skipped", "timeout")
+"""Outcomes, the good one first (the headline's share)."""
 NOT_COMPARED = ("folded_layers",)
 """The one section that says how the report was made, not what it found."""
 
@@ -75,11 +78,19 @@ def run_one(name: str) -> Result:
     with tempfile.TemporaryDirectory(prefix="fold-") as folder:
         path = Path(folder) / "config.json"
         path.write_text(json.dumps(data, indent=1, default=str))
-        runs = [run_cli(path, Path(folder) / f"{kind}.json", Path(folder) / f"{kind}.log",
-                        (*DECODE, flag)) for kind, flag in (("f", "--fold"), ("u", "--no-fold"))]
+        runs = _both(path, Path(folder), DECODE)
+        if runs[0][0] == 2:  # no block that decodes (an encoder): the forward alone
+            runs = _both(path, Path(folder), ())
     result = classify(name, runs)
     result.seconds = round(time.monotonic() - start, 1)
     return result
+
+
+def _both(config: Path, folder: Path, extra: tuple[str, ...]
+          ) -> list[tuple[int, dict[str, Any] | None, str]]:
+    """The CLI's exit code, report and first error line, folded and unfolded."""
+    return [run_cli(config, folder / f"{kind}.json", folder / f"{kind}.log", (*extra, flag))
+            for kind, flag in (("f", "--fold"), ("u", "--no-fold"))]
 
 
 def classify(name: str, runs: list[tuple[int, dict[str, Any] | None, str]]) -> Result:
