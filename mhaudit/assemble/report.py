@@ -61,7 +61,7 @@ def build_report(
         ops_without_formula=costs.without_formula(node_weights(traced, plans)),
         untraced_modules=untraced,
         untraced_attention=untraced_attention(model, untraced),
-        unread_projections=unread_projections(traced),
+        unread_projections=tuple(sorted(expand_names(set(unread_projections(traced)), plans))),
         untraced_towers=untraced_towers(model, used),
         data_dependent=traced.data_dependent,
     )

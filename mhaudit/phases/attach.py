@@ -83,7 +83,7 @@ def _decode(report: Report, loaded: LoadedModel, traced: TracedGraph, opts: Phas
     model a step runs, the weights it reads."""
     e = dtype_bytes(report.model.dtype)
     part = step_part(traced, report.blocks, plans)
-    weights = step_weight_bytes(loaded.module, gathered_parameters(traced),
+    weights = step_weight_bytes(loaded.module, gathered_parameters(traced, plans),
                                 _decode_batch(report, part), e, part.prefill_only_params)
     experts = expert_groups([x for x in report.experts if _in_step(x.module, part)],
                             loaded.module, e)

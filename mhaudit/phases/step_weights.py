@@ -8,10 +8,12 @@ from collections.abc import Sequence
 import torch
 from torch import fx, nn
 
+from mhaudit.assemble.expand import expand_names
 from mhaudit.data import ExpertLayer
 from mhaudit.flops.moe import expert_tensor_numel
 from mhaudit.phases.decode import ExpertGroup
 from mhaudit.trace.export import TracedGraph
+from mhaudit.trace.fold import FoldedList
 from mhaudit.trace.ops import GATHER_OPS
 
 _GATHERS = frozenset(f"aten.{name}" for name in GATHER_OPS)
@@ -24,8 +26,10 @@ def _op(node: fx.Node) -> str:
     return str(target)
 
 
-def gathered_parameters(traced: TracedGraph) -> frozenset[str]:
-    """Parameters the forward only gathers rows from (embedding tables not tied to a head)."""
+def gathered_parameters(traced: TracedGraph, plans: tuple[FoldedList, ...] = ()
+                        ) -> frozenset[str]:
+    """Parameters the forward only gathers rows from (embedding tables not tied to a head),
+    in every layer a folded representative stands for."""
     names: set[str] = set()
     for node in traced.graph.nodes:
         if node.op != "placeholder" or node.name not in traced.params or not node.users:
@@ -33,7 +37,7 @@ def gathered_parameters(traced: TracedGraph) -> frozenset[str]:
         if all(u.op == "call_function" and _op(u) in _GATHERS and u.args[0] is node
                for u in node.users):
             names.add(traced.params[node.name])
-    return frozenset(names)
+    return frozenset(expand_names(names, plans))
 
 
 def step_weight_bytes(model: nn.Module, gathered: frozenset[str], rows: int,
