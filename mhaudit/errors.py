@@ -25,9 +25,23 @@ class MhauditError(Exception):
     def __str__(self) -> str:
         return self.one_line()
 
-    def one_line(self) -> str:
-        """The message and the tip on one line, as the CLI prints it."""
-        return sentences(" ".join(self.message.split()), " ".join(self.tip.split()))
+    def one_line(self, limit: int | None = None) -> str:
+        """The message and the tip on one line, as the CLI prints it; with ``limit``, the
+        message is shortened (never the start of the tip) so the line fits in it."""
+        message, tip = " ".join(self.message.split()), " ".join(self.tip.split())
+        if limit is not None:
+            tip = shorten(tip, limit // 3)
+            message = shorten(message, max(limit - len(tip) - 2, 20))
+        return sentences(message, tip)
+
+
+MAX_LINE_CHARS = 300
+"""Longest error line the CLI prints: echoed user text beyond it is cut with a marker."""
+
+
+def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, ending in ``…`` where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def end_sentence(text: str) -> str:

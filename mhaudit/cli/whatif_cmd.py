@@ -45,7 +45,7 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = [part.strip() for part in text.split(",")]
-    if not all(ascii_digits(item) and 0 < int(item) <= MAX_SIZE for item in items):
+    if not all(ascii_digits(item) and len(item) <= 20 and 0 < int(item) <= MAX_SIZE for item in items):
         raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
                           "Write comma-separated counts, e.g. --try-heads 8,16,32.")
     return tuple(int(item) for item in items)
