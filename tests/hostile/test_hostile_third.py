@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
-from hostile_helpers import assert_one_error, invoke, model_file
+from hostile_helpers import (
+    assert_one_error,
+    invoke,
+    model_file,
+    run_process,
+    snapshot,
+    subprocess_env,
+)
 
 from mhaudit.errors import MAX_LINE_CHARS
 
@@ -73,3 +81,84 @@ def test_timing_a_layout_beyond_the_traced_limit_is_refused() -> None:
     run = invoke("whatif", "--d-model", "32", "--heads", "4", "--seq-len", str(2**40),
                  "--device", "cpu")
     assert_one_error(run, 2, "16,777,216")
+
+
+@pytest.mark.parametrize(("toml", "key"), [
+    ('tool = "mhaudit"\n', "tool must be a table"),
+    ("[tool]\nmhaudit = 1\n", "tool.mhaudit must be a table"),
+    ("[tool.mhaudit]\nselect = 5\n", "tool.mhaudit.select"),
+    ('[tool.mhaudit]\ntargets = "model.py"\n', "tool.mhaudit.targets"),
+    ("[tool.mhaudit]\nbudget = 3\n", "tool.mhaudit.budget"),
+    ("[tool.mhaudit]\nseverity = [1]\n", "tool.mhaudit.severity"),
+])
+@pytest.mark.parametrize("command", ["report", "check"])
+def test_a_pyproject_value_of_the_wrong_type_names_its_key(
+        tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch, toml: str, key: str,
+        command: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(toml, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert_one_error(invoke(command, model), 2, key)
+
+
+def test_a_fifo_in_github_step_summary_is_refused_not_waited_on(
+        tmp_path: Path, model: Path, budget: Path) -> None:
+    fifo = tmp_path / "summary"
+    os.mkfifo(fifo)
+    run = run_process("check", model, "--budget", budget, "--format", "github", timeout=60,
+                      env=subprocess_env(GITHUB_STEP_SUMMARY=str(fifo)))
+    assert_one_error(run, 2, "GITHUB_STEP_SUMMARY", "FIFO")
+
+
+def test_the_step_summary_is_appended_to(tmp_path: Path, model: Path, budget: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    run = invoke("check", model, "--budget", budget, "--format", "github")
+    assert run.code == 0, run.stderr
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("earlier step\n") and "mhaudit budget" in text
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_outputs_are_all_or_none_when_a_device_fails(
+        tmp_path: Path, model: Path, budget: Path) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("before\n", encoding="utf-8")
+    run = invoke("check", model, "--budget", budget, "-f", "json", "-o", out,
+                 "--baseline", "/dev/full", "--update-baseline")
+    assert_one_error(run, 2, "No space left")
+    assert out.read_text(encoding="utf-8") == "before\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_step_summary_on_a_full_device_leaves_the_output_untouched(
+        tmp_path: Path, model: Path, budget: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "r.txt"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/dev/full")
+    run = invoke("check", model, "--budget", budget, "--format", "github", "-o", out)
+    assert_one_error(run, 2, "No space left")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--output", "--summary"])
+def test_an_output_name_ending_in_a_slash_is_refused(
+        tmp_path: Path, model: Path, budget: Path, flag: str) -> None:
+    before = snapshot(tmp_path)
+    run = invoke("check", model, "--budget", budget, flag, f"{tmp_path / 'new'}/")
+    assert_one_error(run, 2, "folder")
+    assert snapshot(tmp_path) == before
+
+
+def test_report_output_ending_in_a_slash_is_refused(tmp_path: Path, model: Path) -> None:
+    assert_one_error(invoke("report", model, "-o", f"{tmp_path / 'new'}/"), 2, "folder")
+    assert not (tmp_path / "new").exists()
+
+
+def test_whatif_plot_and_output_are_written_together(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "sweep.png"
+    run = invoke("whatif", "--d-model", "32", "--heads", "4", "--plot", plot,
+                 "--output", f"{tmp_path / 'missing'}/out.txt")
+    assert_one_error(run, 2, "does not exist")
+    assert not plot.exists()
