@@ -37,7 +37,8 @@ def _strings(value: Any) -> bool:
 
 
 SCHEMA: dict[str, tuple[Callable[[Any], bool], str, str]] = {
-    "targets": (_strings, "a list of strings", 'targets = ["model.py"]'),
+    "targets": (lambda v: _strings(v) and bool(v), "a non-empty list of target strings",
+                'targets = ["model.py", "config.json"]'),
     "budget": (_table, "a table", '[tool.mhaudit.budget] with max_params = "20M"'),
     "select": (_codes, "a string or a list of strings", 'select = ["MHA00"]'),
     "ignore": (_codes, "a string or a list of strings", 'ignore = ["MHA007"]'),

@@ -162,3 +162,101 @@ def test_whatif_plot_and_output_are_written_together(tmp_path: Path) -> None:
                  "--output", f"{tmp_path / 'missing'}/out.txt")
     assert_one_error(run, 2, "does not exist")
     assert not plot.exists()
+
+
+DATACLASS_OUT = '''
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+@dataclass
+class Out:
+    note: str
+    hidden: object
+
+
+class Pair(NamedTuple):
+    first: object
+    rest: object
+
+
+class Wrapped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = Attention()
+
+    def forward(self, x):
+        return Out("done", Pair(None, {"deep": [self.a(x)]}))
+
+
+def build_model():
+    return Wrapped()
+'''
+
+
+def test_outputs_inside_any_container_are_found(tmp_path: Path) -> None:
+    run = invoke("report", model_file(tmp_path, DATACLASS_OUT), "--format", "json")
+    assert run.code == 0, run.stderr
+    assert len(json.loads(run.stdout)["blocks"]) == 1
+
+
+IGNORES_SIGTERM = '''
+import signal
+import time
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+time.sleep(30)
+
+
+def build_model():
+    return Attention()
+'''
+
+
+def test_model_code_cannot_take_sigterm(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model = model_file(tmp_path, IGNORES_SIGTERM)
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "mhaudit", "report", str(model), "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    time.sleep(4)  # inside the model's import
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err.decode()
+    assert not out.exists() and b"Traceback" not in err
+
+
+HOSTILE_BODIES = {
+    "exits": "import sys\nsys.exit(3)\n",
+    "os_exit": "import os\n\ndef build_model():\n    os._exit(0)\n",
+    "raises_base": "def build_model():\n    raise GeneratorExit\n",
+    "bad_repr": ("class E(Exception):\n    def __str__(self):\n        raise ValueError\n\n"
+                 "def build_model():\n    raise E()\n"),
+    "generator_forward": ("class G(Attention):\n    def forward(self, x):\n        yield x\n\n"
+                          "def build_model():\n    return G()\n"),
+    "dataclass": DATACLASS_OUT,
+    "strange_name": NAMED,
+    "debugger_loop": ("import sys\n\ndef build_model():\n    frames = []\n"
+                      "    sys.settrace(lambda f, e, a: frames.append(f))\n"
+                      "    while True:\n        pass\n"),
+    "finaliser_raises": ("class Bad:\n    def __del__(self):\n        raise RuntimeError('x')\n\n"
+                         "def build_model():\n    Bad()\n    return Attention()\n"),
+    "thread_raises": ("import threading\n\ndef boom():\n    raise RuntimeError('x')\n\n"
+                      "def build_model():\n    threading.Thread(target=boom).start()\n"
+                      "    return Attention()\n"),
+}
+"""Hostile model files, each run as a real process: whatever its exit, no traceback."""
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
+def test_no_hostile_fixture_puts_a_traceback_on_stderr(tmp_path: Path, name: str) -> None:
+    model = model_file(tmp_path, HOSTILE_BODIES[name])
+    run = run_process("report", model, "--timeout", "3", timeout=90)
+    assert run.code in (0, 1, 2, 3), run.stderr
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    assert all(len(line) <= MAX_LINE_CHARS for line in run.stderr.splitlines()), run.stderr
