@@ -40,8 +40,12 @@ MAX_LINE_CHARS = 300
 
 
 def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, ending in ``…`` where it was cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` cut to ``limit`` characters by leaving out its middle, marked ``…``: the
+    start says what failed, the end (a library's own reason) why."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
 
 
 def end_sentence(text: str) -> str:
