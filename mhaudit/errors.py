@@ -39,9 +39,18 @@ MAX_LINE_CHARS = 300
 """Longest error line the CLI prints: echoed user text beyond it is cut with a marker."""
 
 
+_WORD = 40
+"""A word longer than this is shortened first when a line is over its limit."""
+
+
 def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
     """``text`` cut to ``limit`` characters by leaving out its middle, marked ``…``: the
     start says what failed, the end (a library's own reason) why."""
+    if len(text) <= limit:
+        return text
+    words = text.split(" ")  # long words first (paths, echoed values): the sentence stays
+    text = " ".join(w if len(w) <= _WORD else w[:_WORD // 2] + "…" + w[-(_WORD // 2 - 1):]
+                    for w in words)
     if len(text) <= limit:
         return text
     head = (limit - 1) // 2
