@@ -58,6 +58,12 @@ def resolve_output(path: str | Path | None) -> OutputPath:
         return OutputPath(None, to_stderr=True)
     if not text:
         raise ConfigError("the output path is empty", "Name a file, or '-' for stdout.")
+    if text.endswith(("/", os.sep)) or os.path.basename(text) in (".", ".."):
+        if os.path.isdir(text):
+            raise _refuse(Path(text), "a directory")
+        raise ConfigError(f"cannot write {text}: the name ends in a folder separator, so it "
+                          "names a folder, not a file", "Name a file inside the folder, "
+                          "e.g. reports/report.json.")
     resolved = Path(os.path.realpath(os.path.abspath(text)))
     try:
         info = os.stat(resolved)
@@ -100,6 +106,11 @@ def _failed(path: Path, exc: OSError) -> ConfigError:
                        "Check free space and that the folder is writable.")
 
 
+def _encoded(text: str | bytes) -> bytes:
+    """UTF-8 bytes; a character no UTF-8 holds (a lone surrogate) as its escape."""
+    return text.encode("utf-8", "backslashreplace") if isinstance(text, str) else text
+
+
 def _stage(path: Path, text: str | bytes) -> str:
     """Write ``text`` (or bytes) to a new temporary file beside ``path``; return its name."""
     try:
@@ -107,7 +118,7 @@ def _stage(path: Path, text: str | bytes) -> str:
     except OSError as exc:
         raise _failed(path, exc) from exc
     try:
-        data = text.encode("utf-8") if isinstance(text, str) else text
+        data = _encoded(text)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -124,14 +135,14 @@ def _stage(path: Path, text: str | bytes) -> str:
 def _write_in_place(path: Path, text: str | bytes) -> None:
     try:
         with open(path, "wb") as handle:
-            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
+            handle.write(_encoded(text))
     except OSError as exc:
         raise _failed(path, exc) from exc
 
 
 def write_texts_atomic(items: Sequence[tuple[OutputPath, str | bytes]]) -> None:
-    """Write every file, or none: all texts (or bytes) are staged before any target is
-    replaced.
+    """Write every file, or none: all texts (or bytes) are staged, and every character
+    device written, before any target is replaced.
 
     Items for the report stream are skipped (the caller prints them). If a rename fails
     part way, the targets already replaced are put back from hard-link backups.
@@ -141,6 +152,9 @@ def write_texts_atomic(items: Sequence[tuple[OutputPath, str | bytes]]) -> None:
     try:
         for path, text in files:
             staged.append((path, _stage(path, text)))
+        for out, text in items:  # a device that fails (/dev/full) fails before any rename
+            if out.path is not None and out.in_place:
+                _write_in_place(out.path, text)
     except BaseException:
         for _, tmp in staged:
             Path(tmp).unlink(missing_ok=True)
@@ -171,9 +185,6 @@ def write_texts_atomic(items: Sequence[tuple[OutputPath, str | bytes]]) -> None:
         for _, backup in backups:
             if backup is not None:
                 Path(backup).unlink(missing_ok=True)
-    for out, text in items:
-        if out.path is not None and out.in_place:
-            _write_in_place(out.path, text)
 
 
 def write_text_atomic(path: str | Path | OutputPath, text: str | bytes) -> None:

@@ -25,9 +25,36 @@ class MhauditError(Exception):
     def __str__(self) -> str:
         return self.one_line()
 
-    def one_line(self) -> str:
-        """The message and the tip on one line, as the CLI prints it."""
-        return sentences(" ".join(self.message.split()), " ".join(self.tip.split()))
+    def one_line(self, limit: int | None = None) -> str:
+        """The message and the tip on one line, as the CLI prints it; with ``limit``, the
+        message is shortened (never the start of the tip) so the line fits in it."""
+        message, tip = " ".join(self.message.split()), " ".join(self.tip.split())
+        if limit is not None:
+            tip = shorten(tip, limit // 3)
+            message = shorten(message, max(limit - len(tip) - 2, 20))
+        return sentences(message, tip)
+
+
+MAX_LINE_CHARS = 300
+"""Longest error line the CLI prints: echoed user text beyond it is cut with a marker."""
+
+
+_WORD = 40
+"""A word longer than this is shortened first when a line is over its limit."""
+
+
+def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters by leaving out its middle, marked ``…``: the
+    start says what failed, the end (a library's own reason) why."""
+    if len(text) <= limit:
+        return text
+    words = text.split(" ")  # long words first (paths, echoed values): the sentence stays
+    text = " ".join(w if len(w) <= _WORD else w[:_WORD // 2] + "…" + w[-(_WORD // 2 - 1):]
+                    for w in words)
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
 
 
 def end_sentence(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -19,6 +20,15 @@ from mhaudit.rules import RuleConfig
 
 MAX_SIZE = 2**40
 """Largest batch, length, context or dimension accepted: beyond it no shape is meant."""
+
+MAX_TRACED_DIM = 2**24
+"""Largest size of one dimension of a traced input (the batch, the first ``--seq-len``, each
+``--input-shape`` size): 16,777,216. Lengths beyond it are costed by arithmetic (a further
+``--seq-len`` item, ``--context``), never traced."""
+MAX_TRACED_ELEMENTS = 2**28
+"""Most elements of one traced input (batch × length, or an input shape's product). With
+each dimension at most ``MAX_TRACED_DIM``, a b·h·n² score tensor stays far inside torch's
+64-bit storage size, so no size the user gives can overflow it."""
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while a long step runs."""
@@ -273,6 +283,7 @@ def _check_sizes(opts: AuditOptions) -> None:
                           "Pass e.g. scaling_seq_lens=(512, 2048).")
     for n in opts.scaling_seq_lens:
         check_size("scaling_seq_lens item", n)
+    _check_traced(opts)
     if opts.input_shape is not None:
         if not isinstance(opts.input_shape, (tuple, list)) or not opts.input_shape:
             raise ConfigError("input_shape must be a non-empty tuple of sizes",
@@ -301,3 +312,30 @@ def _check_named_shapes(shapes: Any) -> None:
                               tip)
         for dim in shape:
             check_size(f"input_shapes[{name!r}] item", dim)
+
+
+def _check_traced(opts: AuditOptions) -> None:
+    """The sizes the traced forward is built from, within what torch can hold."""
+    if not (opts.input_shape or opts.input_shapes):
+        check_traced_shape(("batch_size", "seq_len"), (opts.batch_size, opts.seq_len))
+    if opts.input_shape:
+        check_traced_shape(("input_shape",), tuple(opts.input_shape))
+    for name, shape in opts.input_shapes:
+        check_traced_shape((f"input_shapes[{name!r}]",), tuple(shape))
+
+
+def check_traced_shape(names: tuple[str, ...], shape: tuple[int, ...]) -> None:
+    """Refuse a shape torch would be asked to build beyond :data:`MAX_TRACED_DIM` per
+    dimension or :data:`MAX_TRACED_ELEMENTS` in all; ``names`` name its dimensions (one
+    name: the whole shape)."""
+    for i, dim in enumerate(shape):
+        if dim > MAX_TRACED_DIM:
+            name = names[i] if len(names) == len(shape) else names[0]
+            raise ConfigError(f"{name} {dim:,} is over {MAX_TRACED_DIM:,}, the largest size a "
+                              "traced input takes", "Longer lengths go in --seq-len after the "
+                              "first (4096,N): those are costed by arithmetic.")
+    if math.prod(shape) > MAX_TRACED_ELEMENTS:
+        raise ConfigError(f"{' × '.join(names)} is {math.prod(shape):,} elements, over "
+                          f"{MAX_TRACED_ELEMENTS:,}, the most a traced input takes",
+                          "Trace a smaller batch or length; --seq-len items after the first "
+                          "are costed by arithmetic.")

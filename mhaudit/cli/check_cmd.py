@@ -60,7 +60,7 @@ Examples:
 @click.option("--budget", "budget_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="TOML file with a [budget] table (default: the nearest "
               "pyproject.toml with [tool.mhaudit.budget]).")
-@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="A previous JSON report to compare with (max_increase_percent).")
 @click.option("--update-baseline", is_flag=True,
               help="Write this run's JSON report to --baseline instead of comparing with it.")
@@ -71,14 +71,14 @@ Examples:
 @rule_options
 @click.option("--format", "-f", "fmt", type=click.Choice(formats_with("checks")), default="table",
               show_default=True, help="Output format.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+@click.option("--output", "-o", type=click.Path(), default=None,
               help="Write the output here (atomically; '-' for stdout) instead of stdout.")
-@click.option("--summary", "summary", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--summary", "summary", type=click.Path(dir_okay=False),
               default=None, help="Also write the markdown summary to this file (atomically, "
               "with --output), so one run gives both.")
-def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: Path | None,
+def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: str | None,
                   update_baseline: bool, allow_other_model: bool, fmt: str,
-                  output: Path | None, summary: Path | None, **params: Any) -> None:
+                  output: str | None, summary: str | None, **params: Any) -> None:
     """Fail (exit 1) when a TARGET is over its attention budget.
 
     TARGET is model.py[:NAME], pkg.module:NAME, or a transformers config.json;
@@ -100,10 +100,11 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         destination = output_path(output)
         baseline_out = output_path(baseline) if update_baseline else None
         summary_out = _summary_path(summary)
+        step_out = _step_summary_path(FORMATS[fmt])
         _refuse_same_file(destination, baseline_out)
         refuse_inputs_as_outputs(
             [("--output", destination), ("--baseline", baseline_out),
-             ("--summary", summary_out)],
+             ("--summary", summary_out), ("GITHUB_STEP_SUMMARY", step_out)],
             command_inputs(targets, budget=budget_path,
                            baseline=None if update_baseline else baseline))
         from mhaudit.gate.baseline import load_baseline_report
@@ -126,7 +127,7 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         form = FORMATS[fmt]
         listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
         if items or listed:
-            _emit(form, items, (destination, baseline_out, summary_out), baseline,
+            _emit(form, items, (destination, baseline_out, summary_out, step_out), baseline,
                   (len(targets), failed))
             # recording a baseline is the job's purpose: it succeeds once written, and the
             # verdict is still shown
@@ -154,19 +155,20 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
 
 
 def _emit(form: OutputFormat, items: list[Checked],
-          outputs: tuple[OutputPath, OutputPath | None, OutputPath | None],
-          baseline: Path | None, targets: tuple[int, list[Failed]]) -> None:
+          outputs: tuple[OutputPath, OutputPath | None, OutputPath | None, OutputPath | None],
+          baseline: str | None, targets: tuple[int, list[Failed]]) -> None:
     """Write the output, the baseline and the summary (all or none), then the verdicts on
     stderr. ``outputs``: where the output, the baseline (or None) and the markdown summary
-    (or None) go; ``targets``: how many were given and the failed ones."""
+    (or None) and the GitHub step summary (or None) go; ``targets``: how many were given
+    and the failed ones."""
     from mhaudit.gate.baseline import baseline_text
 
-    destination, baseline_out, summary_out = outputs
+    destination, baseline_out, summary_out, step_out = outputs
     assert form.checks is not None
     options = render_options(form, False, destination.is_stdout,
                              flagged_sweeps(form, [c.report for c in items]))
     text = with_failed(form, form.checks(items, options) if items else None, *targets) or ""
-    writes: list[tuple[OutputPath, str]] = [(destination, text)]
+    writes: list[tuple[OutputPath, str | bytes]] = [(destination, text)]
     if baseline_out is not None and items:  # every file is replaced, or none
         writes.append((baseline_out, baseline_text(items[0].data())))
     if summary_out is not None:
@@ -174,6 +176,8 @@ def _emit(form: OutputFormat, items: list[Checked],
         assert markdown.checks is not None
         summary = markdown.checks(items, PLAIN) if items else None
         writes.append((summary_out, with_failed(markdown, summary, *targets) or ""))
+    if step_out is not None and form.step_summary is not None:
+        writes.append((step_out, _appended(step_out, form.step_summary(items, PLAIN) + "\n")))
     for out, _ in writes:
         refuse_imported_as_output(out)
     write_texts_atomic(writes)  # the report stream is skipped here and printed below
@@ -181,8 +185,6 @@ def _emit(form: OutputFormat, items: list[Checked],
         write_output(text, destination)
     if baseline_out is not None and items:
         say(f"wrote baseline {baseline}")
-    if form.step_summary is not None:
-        _append_step_summary(form.step_summary(items, PLAIN))
     if not destination.is_stdout or not form.states_verdict:
         for c in items:
             prefix = f"{c.target}: " if len(items) > 1 else ""
@@ -191,7 +193,7 @@ def _emit(form: OutputFormat, items: list[Checked],
             say(overall_verdict(items))
 
 
-def _summary_path(summary: Path | None) -> OutputPath | None:
+def _summary_path(summary: str | None) -> OutputPath | None:
     """``--summary FILE``: a file, never a stream (the output already has stdout)."""
     if summary is None:
         return None
@@ -211,13 +213,28 @@ def _refuse_same_file(output: OutputPath, baseline: OutputPath | None) -> None:
                           "Name a JSON file, e.g. --baseline mhaudit-baseline.json.")
 
 
-def _append_step_summary(text: str) -> None:
-    """Append to the file GitHub names in GITHUB_STEP_SUMMARY, when it is set."""
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not path:
-        return
+def _step_summary_path(form: OutputFormat) -> OutputPath | None:
+    """The file GitHub names in GITHUB_STEP_SUMMARY, for a format that writes one: checked
+    as every output is (a regular file or refused), before the model runs."""
+    name = os.environ.get("GITHUB_STEP_SUMMARY")
+    if form.step_summary is None or not name:
+        return None
     try:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    except OSError as exc:
-        say(f"warning: cannot write GITHUB_STEP_SUMMARY {path}: {exc}")
+        out = output_path(name)
+    except ConfigError as error:
+        raise ConfigError(f"GITHUB_STEP_SUMMARY: {error.message}", error.tip) from None
+    if out.path is None:
+        raise ConfigError(f"GITHUB_STEP_SUMMARY names a stream ({name}), not a file",
+                          "Point it at a file, or unset it.")
+    return out
+
+
+def _appended(out: OutputPath, text: str) -> bytes:
+    """The step summary's bytes with ``text`` added (a summary is appended to, never
+    replaced), read through the one input reader: regular, bounded, never blocking."""
+    from mhaudit.contain.files import read_input_bytes
+
+    new = text.encode("utf-8", "backslashreplace")
+    if out.path is None or out.in_place or not out.path.exists():
+        return new
+    return read_input_bytes(out.path, "GITHUB_STEP_SUMMARY") + new

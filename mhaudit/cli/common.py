@@ -21,6 +21,7 @@ from mhaudit.cli.inputs import pyprojects
 from mhaudit.contain.files import check_toml_depth, read_input_text
 from mhaudit.cost.devices import ALIASES, DEFAULT_GPU, PROFILES
 from mhaudit.errors import (
+    MAX_LINE_CHARS,
     DependencyError,
     InternalError,
     Interrupted,
@@ -29,6 +30,7 @@ from mhaudit.errors import (
     OutputClosed,
     first_line,
     safe_text,
+    shorten,
     type_name,
 )
 from mhaudit.load.device import parse_device
@@ -54,6 +56,10 @@ def ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+_MAX_DIGITS = 30
+"""Longest number read: ``int()`` refuses over 4,300 digits, and no size needs 30."""
+
+
 class AsciiIntRange(click.IntRange):
     """An integer option written in ASCII digits (``int()`` reads other scripts' digits too)."""
 
@@ -61,6 +67,8 @@ class AsciiIntRange(click.IntRange):
                 ) -> Any:
         if isinstance(value, str) and not ascii_digits(value.strip().lstrip("+-")):
             self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
+        if isinstance(value, str) and len(value.strip().lstrip("+-")) > _MAX_DIGITS:
+            self.fail(f"{value.strip()[:20]}… is over {_MAX_DIGITS} digits long", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -75,6 +83,9 @@ def _positive_ints(value: str, what: str, example: str) -> tuple[int, ...]:
         if not ascii_digits(item.lstrip("+")):
             raise click.BadParameter(f"{value!r}: {item!r} is not a whole number; "
                                      f"write a {what} like {example}")
+        if len(item.lstrip("+")) > _MAX_DIGITS:
+            raise click.BadParameter(f"{item[:20]}… is over {_MAX_DIGITS} digits long; "
+                                     f"sizes go up to {MAX_SIZE:,}")
         dims.append(int(item))
     if any(d < 1 for d in dims):
         raise click.BadParameter(f"{value!r} must hold positive sizes, like {example}")
@@ -283,7 +294,7 @@ class CommandExit(SystemExit):
 
 def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
     _explain(error, log, verbose)
-    text = plain(" ".join(line.split()))
+    text = shorten(plain(" ".join(line.split())), MAX_LINE_CHARS - len("mhaudit: "))
     echo_error(f"mhaudit: {text}")
     raise CommandExit(code, text)
 
@@ -308,7 +319,7 @@ def errors_to_exit(verbose: bool = False) -> Iterator[None]:
         except OutputClosed as error:
             raise CommandExit(error.exit_code) from None
         except MhauditError as error:
-            _exit(f"error: {error.one_line()}", error.exit_code, error,
+            _exit(f"error: {error.one_line(MAX_LINE_CHARS - 20)}", error.exit_code, error,
                   error.log or log.text(), verbose)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, CommandExit):
             raise

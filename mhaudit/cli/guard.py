@@ -27,12 +27,14 @@ from mhaudit.contain.contain import Terminated
 from mhaudit.errors import (
     INTERNAL_ERROR_EXIT,
     INTERRUPTED_EXIT,
+    MAX_LINE_CHARS,
     ConfigError,
     OutputClosed,
     first_line,
     sentences,
+    shorten,
 )
-from mhaudit.render.escape import encodable
+from mhaudit.render.escape import encodable, plain
 
 _report: list[TextIO] = []
 _errors: list[TextIO] = []
@@ -161,7 +163,8 @@ def terminate_as_exception() -> Iterator[None]:
 
 def _usage_error(error: click.UsageError) -> NoReturn:
     hint = f"Run `{error.ctx.command_path} --help`." if error.ctx is not None else ""
-    line = sentences(" ".join(error.format_message().split()), hint)
+    line = shorten(plain(sentences(" ".join(error.format_message().split()), hint)),
+                   MAX_LINE_CHARS - len("mhaudit: error: "))
     with contextlib.suppress(Exception):  # a closed or full stderr loses the line, not the code
         click.echo(f"mhaudit: error: {line}", file=error_stream())
     sys.exit(error.exit_code)
@@ -206,7 +209,8 @@ class GuardedGroup(click.Group):
             _usage_error(error)
         except click.ClickException as error:
             with contextlib.suppress(Exception):
-                click.echo(f"mhaudit: error: {' '.join(error.format_message().split())}",
+                line = plain(" ".join(error.format_message().split()))
+                click.echo(f"mhaudit: error: {shorten(line, MAX_LINE_CHARS - 16)}",
                            file=error_stream())
             sys.exit(error.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):

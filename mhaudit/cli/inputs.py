@@ -82,7 +82,7 @@ def refuse_inputs_as_outputs(
 
 
 def command_inputs(
-    targets: Iterable[str], *, budget: Path | None = None, baseline: Path | None = None
+    targets: Iterable[str], *, budget: Path | None = None, baseline: str | Path | None = None
 ) -> list[tuple[str, Path]]:
     """Every file a command reads: each target's file, the budget, the baseline being
     compared with, and the pyproject.toml files the settings may come from."""
@@ -93,7 +93,7 @@ def command_inputs(
     if budget is not None:
         found.append(("budget file", budget))
     if baseline is not None:
-        found.append(("baseline", baseline))
+        found.append(("baseline", Path(baseline)))
     found.extend(("settings file", p) for p in pyprojects())
     return found
 

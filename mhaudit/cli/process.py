@@ -6,7 +6,10 @@ fd 0, 1 or 2 is filled with ``/dev/null`` (so no file mhaudit opens lands on fd 
 report for a closed stdout is refused with exit 2), and the hard stop for ``--timeout`` is
 installed. After the verdict: every stream is flushed and the process ends with
 ``os._exit``, so a thread the model left running, or an ``atexit`` hook it registered,
-cannot hold the exit or change its code.
+cannot hold the exit or change its code. For the whole run, an exception Python cannot
+raise (one in a finaliser or a generator closed by the collector: "Exception ignored in")
+and one that ends a thread are dropped, not printed as a traceback: the run's own error
+line says what went wrong.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +64,15 @@ def _hard_stop(err_fd: int) -> Callable[[str], None]:
     return stop
 
 
+def _unraisable(unraisable: Any) -> None:
+    """An exception raised where nothing can catch it: dropped (its traceback would be
+    stray text on stderr, after or beside the run's one line)."""
+
+
+def _thread_died(args: Any) -> None:
+    """An exception that ended a thread (the model's or a watchdog): dropped likewise."""
+
+
 def _status(code: object) -> int:
     if code is None:
         return 0
@@ -79,6 +92,8 @@ def run_process(run: Callable[[], object], streams: Callable[[], list[Any]]) -> 
     from mhaudit.contain.contain import set_hard_stop
 
     _fill_closed_fds()
+    sys.unraisablehook = _unraisable
+    threading.excepthook = _thread_died
     with contextlib.suppress(OSError):  # no descriptor left: the SIGALRM timer alone
         set_hard_stop(_hard_stop(os.dup(2)))
     code: int = INTERNAL_ERROR_EXIT

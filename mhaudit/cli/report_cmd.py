@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -52,7 +51,7 @@ Examples:
 @phase_options
 @click.option("--format", "-f", "fmt", type=click.Choice(sorted(formats_with("report"))),
               default="table", show_default=True, help="Output format.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+@click.option("--output", "-o", type=click.Path(), default=None,
               help="Write the report here (atomically; '-' for stdout) instead of stdout.")
 @click.option("--wide", is_flag=True,
               help="Every table column, unwrapped (default: fit the terminal width).")
@@ -62,7 +61,7 @@ Examples:
               help="Exit 1 when a flag at or above this severity is raised.")
 @click.option("--repeats", type=AsciiIntRange(min=1), default=10, show_default=True,
               help="Timed forwards when measuring on cpu or cuda.")
-def report_command(targets: tuple[str, ...], fmt: str, output: Path | None, wide: bool,
+def report_command(targets: tuple[str, ...], fmt: str, output: str | None, wide: bool,
                    fail_on: str, repeats: int, **params: Any) -> None:
     """Audit the attention blocks of each TARGET.
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from mhaudit.atomic import write_texts_atomic
 from mhaudit.cli.common import (
     DTYPE,
     GPU,
@@ -27,12 +28,12 @@ from mhaudit.cli.inputs import command_inputs, refuse_inputs_as_outputs
 from mhaudit.cli.progress import Status, status_label
 from mhaudit.cli.terminal import terminal_width
 from mhaudit.cost.devices import DEFAULT_GPU, canonical_dtype, get_profile
-from mhaudit.data import AttentionBlock
+from mhaudit.data import AttentionBlock, WhatIf
 from mhaudit.errors import ConfigError, first_line
 from mhaudit.options import MAX_SIZE, Precision
 from mhaudit.render.formats import FORMATS, formats_with
 from mhaudit.render.style import RenderOptions
-from mhaudit.whatif import LayoutSpec, check_spec, plot_whatif, spec_from_block
+from mhaudit.whatif import LayoutSpec, check_spec, spec_from_block
 from mhaudit.whatif import whatif as run_whatif
 
 DEFAULT_SEQ_LEN = 2048
@@ -45,7 +46,8 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = [part.strip() for part in text.split(",")]
-    if not all(ascii_digits(item) and 0 < int(item) <= MAX_SIZE for item in items):
+    if not all(ascii_digits(item) and len(item) <= 20 and 0 < int(item) <= MAX_SIZE
+               for item in items):
         raise ConfigError(f"--try-heads {text!r} is not a list of positive head counts",
                           "Write comma-separated counts, e.g. --try-heads 8,16,32.")
     return tuple(int(item) for item in items)
@@ -256,11 +258,20 @@ def whatif(target: str | None, block_name: str | None, seq_lens: tuple[int, ...]
                               f" not {opts['fmt']}", "Pass --format table or json.")
         options = RenderOptions(width=terminal_width())
         text = _joined([render(r, options) for r in results], opts["fmt"])
-        if opts["plot"]:
-            try:
-                say(f"wrote {plot_whatif(result, opts['plot'])}")
-            except ValueError as exc:  # matplotlib: a suffix it cannot draw
-                raise ConfigError(f"cannot draw --plot {opts['plot']}: {first_line(exc)}",
-                                  "Name a .png or .svg file.") from None
+        if plot is not None:  # the plot and the output: both written, or neither
+            write_texts_atomic([(plot, _png(result, opts["plot"])), (destination, text)])
+            say(f"wrote {opts['plot']}")
+            if destination.path is not None:
+                return
         write_output(text, destination)
+
+
+def _png(result: WhatIf, name: str) -> bytes:
+    from mhaudit.render.whatif_plot import whatif_png
+
+    try:
+        return whatif_png(result)
+    except ValueError as exc:  # matplotlib: an image it cannot draw
+        raise ConfigError(f"cannot draw --plot {name}: {first_line(exc)}",
+                          "Name a .png file.") from None
 

@@ -69,6 +69,10 @@ def interrupted() -> bool:
     return _sigint.is_set()
 
 
+KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals whose handlers model code cannot replace, ignore or block: they end the run
+(130, 143) with the outputs untouched."""
+
 _REAL_SIGNAL = signal.signal
 """``signal.signal`` as it was at import: mhaudit's own handlers never go through the
 guard that keeps a model's SIGINT handler out."""
@@ -120,9 +124,9 @@ _guards: list[None] = []
 
 @contextlib.contextmanager
 def _guarded_process() -> Iterator[None]:
-    """``os._exit`` and ``os.fork`` of the model's code raise instead, and a SIGINT handler
-    it installs is not installed (the outermost guard patches them; nested ones leave
-    them be)."""
+    """``os._exit`` and ``os.fork`` of the model's code raise instead, and a SIGINT or
+    SIGTERM handler it installs (or a mask that blocks them) is not installed (the
+    outermost guard patches them; nested ones leave them be)."""
     if _guards:
         _guards.append(None)
         try:
@@ -134,12 +138,22 @@ def _guarded_process() -> Iterator[None]:
     real_exit, real_fork = os._exit, getattr(os, "fork", None)
 
     def model_signal(signum: Any, handler: Any) -> Any:
-        if signum == signal.SIGINT:  # Ctrl-C stays the user's: the model's handler is kept out
-            return signal.getsignal(signum)
+        if signum in KEPT_SIGNALS:  # Ctrl-C and kill stay the user's: the model's handler
+            return signal.getsignal(signum)  # is kept out
         return _REAL_SIGNAL(signum, handler)
+
+    real_mask = getattr(signal, "pthread_sigmask", None)
+
+    def model_mask(how: Any, mask: Any) -> Any:
+        if how != signal.SIG_UNBLOCK:  # the model may not block them either
+            mask = set(mask) - set(KEPT_SIGNALS)
+        assert real_mask is not None
+        return real_mask(how, mask)
 
     os._exit = _model_exit  # type: ignore[assignment]
     signal.signal = model_signal  # type: ignore[assignment]
+    if real_mask is not None:
+        signal.pthread_sigmask = model_mask
     if real_fork is not None:
         os.fork = _model_fork
     try:
@@ -147,6 +161,8 @@ def _guarded_process() -> Iterator[None]:
     finally:
         _guards.pop()
         signal.signal = _REAL_SIGNAL
+        if real_mask is not None:
+            signal.pthread_sigmask = real_mask
         os._exit = real_exit
         if real_fork is not None:
             os.fork = real_fork

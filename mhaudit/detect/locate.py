@@ -15,7 +15,9 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+from mhaudit.contain.files import read_input_text
 from mhaudit.data import SourceLocation
+from mhaudit.errors import MhauditError
 
 
 def relative_path(path: str | Path, root: Path | None = None) -> tuple[str, bool]:
@@ -113,8 +115,8 @@ def model_location(target: str, root: Path | None = None) -> SourceLocation | No
         return SourceLocation(shown, 1, path.name)
     names = (attr,) if attr else ("build_model", "model")
     try:
-        hit = _definition_line(path.read_text(encoding="utf-8"), names)
-    except (OSError, UnicodeDecodeError):
+        hit = _definition_line(read_input_text(path, "model file"), names)
+    except MhauditError:  # read as every input is: regular, bounded, never blocking
         hit = None
     if hit is None:
         return SourceLocation(shown, 1, attr)

@@ -21,6 +21,7 @@ from mhaudit.data import BudgetLimit, BudgetResult, Finding, GateOutcome, Report
 from mhaudit.data.parallel import ParallelPlan
 from mhaudit.errors import ConfigError
 from mhaudit.gate.per_device import budget_plan, per_device_metrics, phase_sections
+from mhaudit.rules.pyproject import tool_table
 
 METRIC_KEYS: dict[str, str] = {
     "max_params": "params_total",
@@ -285,7 +286,7 @@ def find_pyproject_budget(start: str | Path | None = None) -> Budget | None:
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
         if pyproject.is_file():
-            table = _tool_budget(_read_toml(pyproject))
+            table = (tool_table(pyproject) or {}).get("budget")
             if table is not None:
                 if not isinstance(table, Mapping):
                     raise ConfigError(f"{pyproject}: tool.mhaudit.budget must be a table",

@@ -7,17 +7,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mhaudit.data import Report
+from mhaudit.render.escape import text_data
 from mhaudit.render.style import PLAIN, RenderOptions
 
 
 def render_json(report: Report, options: RenderOptions = PLAIN) -> str:
     """The report as indented JSON (schema version 1)."""
-    return json.dumps(report.to_dict(), indent=2, sort_keys=False) + "\n"
+    return json.dumps(text_data(report.to_dict()), indent=2, sort_keys=False) + "\n"
 
 
 def render_json_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
     """Several reports as one JSON list."""
-    return json.dumps([r.to_dict() for r in reports], indent=2) + "\n"
+    return json.dumps(text_data([r.to_dict() for r in reports]), indent=2) + "\n"
 
 
 def json_listing(text: str | None, count: int, failed: Mapping[int, Mapping[str, Any]]) -> str:
@@ -30,4 +31,4 @@ def json_listing(text: str | None, count: int, failed: Mapping[int, Mapping[str,
     data = json.loads(text) if text is not None else []
     made = iter(data if isinstance(data, list) else [data])
     items = [dict(failed[i]) if i in failed else next(made) for i in range(count)]
-    return json.dumps(items, indent=2) + "\n"
+    return json.dumps(text_data(items), indent=2) + "\n"

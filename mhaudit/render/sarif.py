@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from mhaudit import __version__
 from mhaudit.data import Finding, Report, Severity, SourceLocation
+from mhaudit.render.escape import text_data
 from mhaudit.render.style import PLAIN, RenderOptions
 from mhaudit.rules import REGISTRY
 
@@ -43,7 +44,7 @@ def driver_rules() -> list[dict[str, Any]]:
 
 def fingerprint(*parts: str) -> str:
     """A stable digest of what identifies a finding (never its numbers or line)."""
-    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def path_uri(path: str) -> str:
@@ -123,4 +124,4 @@ def render_sarif(report: Report, options: RenderOptions = PLAIN) -> str:
 
 def render_sarif_many(reports: Sequence[Report], options: RenderOptions = PLAIN) -> str:
     """Several reports as one SARIF log with one run."""
-    return json.dumps(sarif_log(reports), indent=2) + "\n"
+    return json.dumps(text_data(sarif_log(reports)), indent=2) + "\n"

@@ -7,7 +7,7 @@ import json
 from mhaudit import units
 from mhaudit.data.schema import whatif_to_dict
 from mhaudit.data.whatif import LayoutSpec, WhatIf, WhatIfRow
-from mhaudit.render.escape import plain
+from mhaudit.render.escape import plain, text_data
 from mhaudit.render.fit import column_groups, simple_table, text_width
 from mhaudit.render.style import PLAIN, RenderOptions, wrap
 
@@ -100,4 +100,4 @@ def render_whatif_table(result: WhatIf, options: RenderOptions = PLAIN) -> str:
 
 def render_whatif_json(result: WhatIf, options: RenderOptions = PLAIN) -> str:
     """The sweep as indented JSON: the spec, both sweeps and their merged ``rows``."""
-    return json.dumps(whatif_to_dict(result), indent=2) + "\n"
+    return json.dumps(text_data(whatif_to_dict(result)), indent=2) + "\n"

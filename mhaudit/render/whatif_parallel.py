@@ -9,6 +9,7 @@ from collections.abc import Callable
 from mhaudit import units
 from mhaudit.data.parallel import ParallelCost
 from mhaudit.data.parallel_sweep import ParallelSweep, PhaseSweep, sweep_to_dict
+from mhaudit.render.escape import text_data
 
 Column = tuple[str, Callable[[ParallelCost], str]]
 
@@ -95,7 +96,7 @@ def render_parallel_sweep_markdown(sweep: ParallelSweep) -> str:
 
 def render_parallel_sweep_json(sweep: ParallelSweep) -> str:
     """JSON: ``{source, gpus, gpu, memory_bytes, phases: {train|decode: [parallel, ...]}}``."""
-    return json.dumps(sweep_to_dict(sweep), indent=2) + "\n"
+    return json.dumps(text_data(sweep_to_dict(sweep)), indent=2) + "\n"
 
 
 RENDERERS: dict[str, Callable[[ParallelSweep], str]] = {

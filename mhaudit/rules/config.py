@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -15,11 +14,6 @@ from mhaudit.data import Severity
 from mhaudit.errors import ConfigError
 from mhaudit.rules.base import Rule
 from mhaudit.rules.registry import REGISTRY
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
 
 RULE_KEYS: tuple[str, ...] = ("select", "ignore", "severity", "thresholds", "per-module-ignores")
 """Keys of ``[tool.mhaudit]`` that configure rules."""
@@ -244,28 +238,22 @@ def config_from_table(
 
 def find_pyproject(start: Path | None = None) -> Path | None:
     """The closest pyproject.toml with a ``[tool.mhaudit]`` table, from ``start`` upward."""
+    from mhaudit.rules.pyproject import tool_table
+
     folder = (start or Path.cwd()).resolve()
     for candidate in (folder, *folder.parents):
         path = candidate / "pyproject.toml"
-        if path.is_file() and "mhaudit" in _read_toml(path).get("tool", {}):
+        if path.is_file() and tool_table(path) is not None:
             return path
     return None
 
 
 def read_tool_table(path: Path) -> Mapping[str, Any]:
-    """The ``[tool.mhaudit]`` table of ``path`` (a ConfigError when it is not a table)."""
-    table = _read_toml(path).get("tool", {}).get("mhaudit", {})
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"[tool.mhaudit] in {path} is not a table")
-    return table
+    """The ``[tool.mhaudit]`` table of ``path``, every key's type checked (a ConfigError
+    naming the key otherwise); empty without one."""
+    from mhaudit.rules.pyproject import tool_table
 
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}", "Fix the TOML syntax.") from None
+    return tool_table(path) or {}
 
 
 def load_config(

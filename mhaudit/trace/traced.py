@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,14 +49,40 @@ def strip_wrapper(path: str) -> str:
 
 
 def output_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a model output (nested tuples, lists, mappings); caches dropped."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from output_tensors(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from output_tensors(item)
-    elif hasattr(value, "to_tuple"):
-        yield from output_tensors(value.to_tuple())
+    """Every tensor in a model output, each once: nested tuples (named ones too), lists,
+    sets, mappings, dataclasses and transformers' ``ModelOutput``; caches dropped."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    found: list[torch.Tensor] = []
+    while stack:
+        item, depth = stack.pop()
+        if id(item) in seen or depth > _MAX_OUTPUT_DEPTH:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+            continue
+        stack.extend((child, depth + 1) for child in reversed(_children(item)))
+    yield from found
+
+
+_MAX_OUTPUT_DEPTH = 64
+"""Deepest nesting of containers read in a model output (a cycle is read once)."""
+
+
+def _children(value: Any) -> list[Any]:
+    """The items a container of a model output holds; none for anything else."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return []
+    if isinstance(value, Mapping):
+        return list(value.values())
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=id)
+    if hasattr(value, "to_tuple"):
+        with contextlib.suppress(Exception):
+            return list(value.to_tuple())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, f.name, None) for f in dataclasses.fields(value)]
+    return []

@@ -13,6 +13,7 @@ from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import AttentionBlock, Layout, LayoutSpec, Projection, WhatIf, WhatIfRow
 from mhaudit.errors import ConfigError
 from mhaudit.load.device import parse_device
+from mhaudit.options import check_traced_shape
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
 from mhaudit.rules.engine import check_block
@@ -106,6 +107,9 @@ def whatif(
     by_kv = tuple(_row(spec, ctx, config, spec.heads, kv)
                   for kv in reversed(divisors(spec.heads)))
     if device is not None:
+        check_traced_shape(("batch_size", "seq_len"), (spec.batch_size, spec.seq_len))
+        if spec.seq_len_kv is not None:
+            check_traced_shape(("batch_size", "seq_len_kv"), (spec.batch_size, spec.seq_len_kv))
         timed: dict[tuple[int, int], float | None] = {}
         for row in (*by_heads, *by_kv):
             key = (row.heads, row.kv_heads)
@@ -142,8 +146,12 @@ def measure_block_ms(
         block = reference_block(layout, rand, causal=bool(layout.causal), device=dev)
         samples = time_calls(block.forward, str(dev), repeats=max(1, repeats), warmup=warmup)
         return statistics.median(samples) * 1e3
-    except torch.cuda.OutOfMemoryError:
+    except (torch.cuda.OutOfMemoryError, MemoryError):
         return None
+    except RuntimeError as exc:  # the CPU allocator's "can't allocate memory"
+        if "allocate" in str(exc):
+            return None
+        raise
     finally:
         if dev.type == "cuda":
             torch.cuda.empty_cache()

@@ -11,6 +11,7 @@ from typing import Any
 
 from mhaudit.data import GateOutcome, Report, Severity, SourceLocation
 from mhaudit.render.escape import summary as _summary_text
+from mhaudit.render.escape import text_data
 from mhaudit.render.gate import outcome as one
 from mhaudit.render.sarif import fingerprint, physical, sarif_log
 from mhaudit.render.style import PLAIN, RenderOptions
@@ -113,7 +114,7 @@ def checks_table(items: Sequence[Checked], options: RenderOptions) -> str:
 def checks_json(items: Sequence[Checked], options: RenderOptions) -> str:
     """The JSON report with its ``budget`` section (several targets: a list)."""
     data: Any = items[0].data() if len(items) == 1 else [c.data() for c in items]
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(text_data(data), indent=2) + "\n"
 
 
 def checks_github(items: Sequence[Checked], options: RenderOptions) -> str:
@@ -164,7 +165,7 @@ def checks_sarif(items: Sequence[Checked], options: RenderOptions) -> str:
         for c in items for r in c.outcome.results if not r.passed
     ]
     log = sarif_log([c.report for c in items], [BUDGET_RULE], breaches)
-    return json.dumps(log, indent=2) + "\n"
+    return json.dumps(text_data(log), indent=2) + "\n"
 
 
 def checks_html(items: Sequence[Checked], options: RenderOptions) -> str:
