@@ -260,3 +260,23 @@ def test_five_sliding_to_one_global_transformers_layers_fold_to_the_unfolded_rep
     expected = [config.sliding_window if t == "sliding_attention" else None
                 for t in config.layer_types]
     assert [b.layout.window for b in report.blocks] == expected
+
+
+def test_each_global_layer_reads_the_full_context_in_decode_when_folded() -> None:
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    with torch.device("meta"):
+        config = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=12, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16, sliding_window=8)
+        model = Gemma3TextModel(config).eval()
+        ids = torch.zeros(1, 32, dtype=torch.long)
+    report = audit(model, (ids,), decode=True, context=1024)
+    assert report.extras["folded_layers"][0]["traced"] == 2
+    assert report.decode is not None
+    # K and V of 2 KV heads of 16 at 2 bytes (bf16): 128 B a cached token, per layer; a
+    # global layer reads all 1,024 cached tokens, a sliding one its window of 8
+    per_token = 2 * 2 * 16 * 2
+    read = [b.kv_read_bytes for b in report.decode.blocks]
+    assert read == [per_token * (1024 if t == "full_attention" else config.sliding_window)
+                    for t in config.layer_types]
