@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -246,15 +248,19 @@ def test_a_per_layer_setting_gives_each_layer_its_own_window_when_folded(read_ow
     assert report.extras["folded_layers"][0]["traced"] < 12
 
 
-def test_five_sliding_to_one_global_transformers_layers_fold_to_the_unfolded_report() -> None:
+def _five_to_one() -> tuple[Any, nn.Module, torch.Tensor]:
+    """A transformers model of twelve layers, five sliding (window 8) to one global."""
     from transformers import Gemma3TextConfig, Gemma3TextModel
 
     with torch.device("meta"):
         config = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
                                   num_hidden_layers=12, num_attention_heads=4,
                                   num_key_value_heads=2, head_dim=16, sliding_window=8)
-        model = Gemma3TextModel(config).eval()
-        ids = torch.zeros(1, 32, dtype=torch.long)
+        return config, Gemma3TextModel(config).eval(), torch.zeros(1, 32, dtype=torch.long)
+
+
+def test_five_sliding_to_one_global_transformers_layers_fold_to_the_unfolded_report() -> None:
+    config, model, ids = _five_to_one()
     _compare(model, (ids,))
     report = audit(model, (ids,))
     expected = [config.sliding_window if t == "sliding_attention" else None
@@ -263,14 +269,7 @@ def test_five_sliding_to_one_global_transformers_layers_fold_to_the_unfolded_rep
 
 
 def test_each_global_layer_reads_the_full_context_in_decode_when_folded() -> None:
-    from transformers import Gemma3TextConfig, Gemma3TextModel
-
-    with torch.device("meta"):
-        config = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
-                                  num_hidden_layers=12, num_attention_heads=4,
-                                  num_key_value_heads=2, head_dim=16, sliding_window=8)
-        model = Gemma3TextModel(config).eval()
-        ids = torch.zeros(1, 32, dtype=torch.long)
+    config, model, ids = _five_to_one()
     report = audit(model, (ids,), decode=True, context=1024)
     assert report.extras["folded_layers"][0]["traced"] == 2
     assert report.decode is not None
