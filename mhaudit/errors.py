@@ -1,8 +1,12 @@
-"""Exception hierarchy: one base, one subclass per stage."""
+"""Exception hierarchy: one base, one subclass per stage; install hints for their tips."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from urllib.parse import unquote, urlparse
 
 
 class MhauditError(Exception):
@@ -179,3 +183,60 @@ INTERNAL_ERROR_EXIT = InternalError.exit_code
 
 INTERRUPTED_EXIT = Interrupted.exit_code
 """Exit code after Ctrl-C (128 + SIGINT), the shell convention."""
+
+
+# Install hints: the tip for a missing optional dependency names the source the user has.
+
+DIST = "mhaudit"
+
+
+@dataclass(frozen=True)
+class InstallSource:
+    """How the running mhaudit was installed."""
+
+    local_dir: str | None
+    """The directory pip installed it from (a clone, editable or not); None for a package
+    from an index (or a copy pip did not record)."""
+    editable: bool
+    """Whether that install is editable (``pip install -e``)."""
+
+
+def read_source(direct_url: str | None) -> InstallSource:
+    """The source that a distribution's ``direct_url.json`` text records (PEP 610): a local
+    directory (``dir_info``, editable or not) or, for anything else, an index."""
+    try:
+        data = json.loads(direct_url) if direct_url else {}
+    except ValueError:
+        data = {}
+    info = data.get("dir_info") if isinstance(data, dict) else None
+    url = data.get("url", "") if isinstance(data, dict) else ""
+    if not isinstance(info, dict) or not isinstance(url, str) or not url.startswith("file:"):
+        return InstallSource(None, False)
+    return InstallSource(unquote(urlparse(url).path), bool(info.get("editable")))
+
+
+def direct_url_text() -> str | None:
+    """The installed ``mhaudit`` distribution's ``direct_url.json``; None when pip wrote
+    none (an index install) or mhaudit is not installed (a source tree on ``PYTHONPATH``).
+    A clone's ``mhaudit.egg-info`` (on the path when run from its root) records no source,
+    so the first distribution that records one wins."""
+    for dist in metadata.distributions(name=DIST):
+        text = dist.read_text("direct_url.json")
+        if text:
+            return text
+    return None
+
+
+def installed_source() -> InstallSource:
+    """The source of the installed ``mhaudit`` distribution."""
+    return read_source(direct_url_text())
+
+
+def install_hint(extra: str, source: InstallSource | None = None) -> str:
+    """The pip command that adds ``extra`` from where mhaudit came from: the clone's root
+    for a local install, the package index otherwise."""
+    found = installed_source() if source is None else source
+    if found.local_dir is None:
+        return f"pip install 'mhaudit[{extra}]' (from PyPI)"
+    flag = "-e " if found.editable else ""
+    return f"pip install {flag}'.[{extra}]' (from the clone's root, {found.local_dir})"

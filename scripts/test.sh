@@ -19,4 +19,6 @@ fi
 .venv/bin/ruff check mhaudit tests examples benchmarks
 .venv/bin/mypy
 .venv/bin/python -m mhaudit.rules.docs --check
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# The default run keeps a sample of the tests marked slow; `bash scripts/test.sh -m slow`
+# runs all of them. --durations lists the slowest, to mark the next heavy test slow.
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"

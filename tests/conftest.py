@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--regen-golden", action="store_true", default=False,
         help="Rewrite the golden files under tests/golden/ from the current output.",
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run (the whole tree, no ``-m``) keeps a stable sample of the slow tests
+    and skips the others with a reason that names the command that runs them."""
+    from slowset import SKIP_REASON, default_run, sampled
+
+    from_testpaths = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    if not default_run(config.option.markexpr, from_testpaths,
+                       os.environ.get("MHAUDIT_SLOW", "")):
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("slow") is not None and not sampled(item.nodeid):
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -218,13 +218,16 @@ def test_whatif_errors_exit_2(args: tuple[str, ...], message: str) -> None:
 
 
 def test_whatif_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_install_hint import EDITABLE, installed_as
+
+    installed_as(monkeypatch, EDITABLE)  # a clone's editable install: the hint names its root
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     done = invoke(whatif_command, "--d-model", "64", "--heads", "8", "--plot",
                   str(tmp_path / "x.png"))
     assert done.exit_code == 2
     assert done.stderr.strip() == ("mhaudit: error: --plot needs matplotlib, which is not "
-                                   "installed. Install it with: pip install 'mhaudit[plot]' "
-                                   "(from PyPI).")
+                                   "installed. Install it with: pip install -e '.[plot]' "
+                                   "(from the clone's root, /home/me/mhaudit).")
 
 
 def test_whatif_on_a_model_block(monkeypatch: pytest.MonkeyPatch) -> None:

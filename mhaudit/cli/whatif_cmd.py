@@ -164,7 +164,8 @@ def _parallel_sweep(target: str | None, opts: dict[str, Any]) -> str:
         given["input_shapes"] = shapes
     options = AuditOptions(train=opts["train"] or not opts["decode"], decode=opts["decode"],
                            precision=opts["precision"], **given)
-    return render(parallel_whatif(target, options, opts["gpus"], sp=opts["sp"]))
+    return render(parallel_whatif(target, options, opts["gpus"], sp=opts["sp"]),
+                  terminal_width())
 
 
 EXAMPLES = """\b

@@ -12,13 +12,9 @@ from torch import nn
 from mhaudit.contain.contain import contained
 from mhaudit.contain.files import check_input_file, parse_json, read_input_text
 from mhaudit.contain.offline import hub_offline, set_offline_env
-from mhaudit.errors import LoadError, first_line
+from mhaudit.errors import LoadError, first_line, install_hint
 from mhaudit.load.configtree import read
 from mhaudit.load.inputs import Shapes, config_inputs
-
-HF_TIP = "pip install 'mhaudit[hf]' (from PyPI)"
-"""The one-line fix when transformers is missing."""
-
 
 SIZE_FIELDS = (
     "hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
@@ -106,7 +102,8 @@ def _transformers() -> Any:
     try:
         import transformers
     except ImportError as exc:
-        raise LoadError("building a model from config.json needs transformers", HF_TIP) from exc
+        raise LoadError("building a model from config.json needs transformers",
+                        install_hint("hf")) from exc
     return transformers
 
 

@@ -24,7 +24,7 @@ from mhaudit.load.rows import (
     tower,
     tower_rows,
 )
-from mhaudit.load.vision import TOWER_MAKERS, patch_grids
+from mhaudit.load.vision import TOWER_MAKERS, grid_patches, patch_grids
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,10 @@ def _fed(req: Request, modality: Modality, name: str, token: int, params: Mappin
         except NoSize:
             return 0, made
     tries = [Candidate(base[name], 1)] if name in fixed else candidates(req, name, base[name])
+    packed = _packed(req, method, name, params, fixed)
+    if packed:  # patches packed beside the grid that places them: the one layout
+        base.update(packed)
+        tries = [Candidate(base[name], 1)]
     for candidate in tries:
         trial = dict(base, **{name: candidate.tensor})
         _masks(req, method, name, candidate, params, trial)
@@ -210,6 +214,18 @@ def _fed(req: Request, modality: Modality, name: str, token: int, params: Mappin
         if count and count % made["input_ids"].shape[0] == 0:
             return count, trial
     return 0, made
+
+
+def _packed(req: Request, method: Callable[..., Any] | None, name: str,
+            params: Mapping[str, Any], fixed: frozenset[str]) -> dict[str, Any]:
+    """Packed patches for ``name`` and their grid, where the feature method documents a
+    temporal, height and width grid the forward also takes and the user shaped neither."""
+    if method is None or name in fixed:
+        return {}
+    made = grid_patches(req, method, name)
+    if name not in made or any(k not in params or k in fixed for k in made):
+        return {}
+    return made
 
 
 def _no_doc(doc: DocInput) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -124,13 +124,27 @@ def packed_patches(req: Request, docs: Mapping[str, DocInput]) -> dict[str, Any]
     signature = inspect.signature(method).parameters
     params = [n for n, p in signature.items() if p.default is inspect.Parameter.empty
               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]  # required inputs
-    grid = next((name for name in params if name in docs and docs[name].dims[-1:] == ("3",)
-                 and "temporal" in _described(method, name).lower()), None)
+    grid = _grid_name(method, params, docs)
     values = next((name for name in params if name != grid
                    and "long" not in docs.get(name, _FLOAT).type_name.lower()), None)
+    if grid is None or values is None:
+        return {}
+    return _packed(req, method, docs, values, grid, params)
+
+
+def _grid_name(method: Callable[..., Any], names: Sequence[str],
+               docs: Mapping[str, DocInput]) -> str | None:
+    """The input of ``names`` documented as a ``(num_images, 3)`` grid of temporal, height
+    and width patches."""
+    return next((name for name in names if name in docs and docs[name].dims[-1:] == ("3",)
+                 and "temporal" in _described(method, name).lower()), None)
+
+
+def _packed(req: Request, method: Callable[..., Any], docs: Mapping[str, DocInput],
+            values: str, grid: str, params: Sequence[str]) -> dict[str, Any]:
     vision = modality_config(req.config, ("vision", "image"))
     side = find_size(vision, ("patch_size",))
-    if grid is None or values is None or side is None:
+    if side is None:
         return {}
     frames = find_size(vision, ("temporal_patch_size",)) or 1
     channels = find_size(vision, ("in_channels", "num_channels", "in_chans")) or 3
@@ -138,7 +152,7 @@ def packed_patches(req: Request, docs: Mapping[str, DocInput]) -> dict[str, Any]
     rows = merge * -(-PACKED_SIDE // merge)  # patches per side, a multiple of the merge
     patch = _patch_shape(docs.get(values), channels, frames, side)
     made = {
-        values: torch.randn(req.batch * rows * rows, *patch),
+        values: torch.randn(req.batch * rows * rows, *patch),  # (images · rows², patch)
         grid: torch.tensor([[1, rows, rows]] * req.batch, dtype=torch.long, device="cpu"),
     }
     for name in params:  # a merge ratio per image, counted as the grid counts images
@@ -146,6 +160,19 @@ def packed_patches(req: Request, docs: Mapping[str, DocInput]) -> dict[str, Any]
                 and any(w in _described(method, name).lower() for w in MERGE_WORDS):
             made[name] = torch.full((req.batch,), merge, dtype=torch.long, device="cpu")
     return made
+
+
+def grid_patches(req: Request, method: Callable[..., Any], values: str) -> dict[str, Any]:
+    """Packed ``values`` and their grid for a feature method (``get_image_features``) that
+    documents a ``(num_images, 3)`` grid of temporal, height and width patches beside them,
+    required or not (a whole Qwen2-VL-style model reads the grid to place the patches): as
+    :func:`packed_patches` makes them for a tower. Empty when it documents no such grid."""
+    docs = documented_inputs(method)
+    names = list(inspect.signature(method).parameters)
+    grid = _grid_name(method, names, docs)
+    if grid is None or values not in names:
+        return {}
+    return _packed(req, method, docs, values, grid, names)
 
 
 INPUT_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {

@@ -10,6 +10,7 @@ from mhaudit import units
 from mhaudit.data.parallel import ParallelCost
 from mhaudit.data.parallel_sweep import ParallelSweep, PhaseSweep, sweep_to_dict
 from mhaudit.render.escape import text_data
+from mhaudit.render.fit import fitted
 
 Column = tuple[str, Callable[[ParallelCost], str]]
 
@@ -57,31 +58,38 @@ def _cells(phase: PhaseSweep) -> tuple[list[str], list[list[str]]]:
     return [h for h, _ in columns], [[cell(c) for _, cell in columns] for c in phase.costs]
 
 
-def _table_phase(phase: PhaseSweep) -> list[str]:
+DROP_ORDER: dict[str, tuple[str, ...]] = {
+    "train": ("temps", "grads", "optim", "params", "acts", "sends", "step"),
+    "decode": ("temps", "params", "sends", "KV", "step"),
+}
+"""Columns given up first to last when a phase's table is wider than the terminal: the
+plan, its peak per device, whether it fits and the largest batch stay."""
+
+
+def _table_phase(phase: PhaseSweep, width: int | None) -> list[str]:
     head, rows = _cells(phase)
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-
-    def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = " ".join(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        return f" {first} {rest}".rstrip()
-
     title = f"{_PHASE_NAMES[phase.phase].capitalize()} per device ({_sources(phase)}):"
-    return [title, line(head), *(line(r) for r in rows)]
+    return [*_wrapped(title, width, ""), fitted(rows, head, DROP_ORDER[phase.phase], width)]
 
 
-def render_parallel_sweep_table(sweep: ParallelSweep) -> str:
-    """Plain text, one table per phase, each row one plan (at most 100 columns
-    up to 9,999 GPUs)."""
-    lines = [*textwrap.wrap(_title(sweep), 100, subsequent_indent="  "), ""]
+def _wrapped(text: str, width: int | None, indent: str, hang: str = "  ") -> list[str]:
+    return textwrap.wrap(text, width or 100, initial_indent=indent,
+                         subsequent_indent=indent + hang, break_on_hyphens=False)
+
+
+def render_parallel_sweep_table(sweep: ParallelSweep, width: int | None = None) -> str:
+    """Plain text, one table per phase, each row one plan; with ``width``, every line fits
+    it (columns dropped as in ``report``, then one record per plan; text wrapped)."""
+    lines = [*_wrapped(_title(sweep), width, ""), ""]
     for phase in sweep.phases:
-        lines += [*_table_phase(phase), ""]
-    lines += textwrap.wrap(f"{LEGEND}.", 99, initial_indent=" ", subsequent_indent=" ")
+        lines += [*_table_phase(phase, width), ""]
+    lines += _wrapped(f"{LEGEND}.", width, " ", hang="")
     return "\n".join(lines) + "\n"
 
 
-def render_parallel_sweep_markdown(sweep: ParallelSweep) -> str:
-    """Markdown: a heading and one table per phase."""
+def render_parallel_sweep_markdown(sweep: ParallelSweep, width: int | None = None) -> str:
+    """Markdown: a heading and one table per phase (``width`` is for the table's sake:
+    a markdown table is never cut)."""
     lines = [f"## {_title(sweep)}", ""]
     for phase in sweep.phases:
         head, rows = _cells(phase)
@@ -94,12 +102,13 @@ def render_parallel_sweep_markdown(sweep: ParallelSweep) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_parallel_sweep_json(sweep: ParallelSweep) -> str:
-    """JSON: ``{source, gpus, gpu, memory_bytes, phases: {train|decode: [parallel, ...]}}``."""
+def render_parallel_sweep_json(sweep: ParallelSweep, width: int | None = None) -> str:
+    """JSON: ``{source, gpus, gpu, memory_bytes, phases: {train|decode: [parallel, ...]}}``
+    (``width`` unused)."""
     return json.dumps(text_data(sweep_to_dict(sweep)), indent=2) + "\n"
 
 
-RENDERERS: dict[str, Callable[[ParallelSweep], str]] = {
+RENDERERS: dict[str, Callable[[ParallelSweep, int | None], str]] = {
     "table": render_parallel_sweep_table,
     "markdown": render_parallel_sweep_markdown,
     "json": render_parallel_sweep_json,

@@ -8,9 +8,7 @@ from typing import Any
 
 from mhaudit import units
 from mhaudit.data.whatif import WhatIf, WhatIfRow
-from mhaudit.errors import ConfigError
-
-PLOT_TIP = "Install it with: pip install 'mhaudit[plot]' (from PyPI)."
+from mhaudit.errors import ConfigError, install_hint
 
 Panel = tuple[str, str, Callable[["WhatIfRow"], float], Callable[[float], str], bool]
 
@@ -61,7 +59,8 @@ def whatif_png(result: WhatIf) -> bytes:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError("--plot needs matplotlib, which is not installed", PLOT_TIP) from None
+        raise ConfigError("--plot needs matplotlib, which is not installed",
+                          f"Install it with: {install_hint('plot')}.") from None
     fig, axes = plt.subplots(3, 2, figsize=(11, 11))
     by_h = result.by_heads
     for ax, panel in zip(axes[:2].flat, PANELS, strict=True):

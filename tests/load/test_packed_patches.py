@@ -101,3 +101,32 @@ def test_a_merge_ratio_beside_the_grid_is_the_configs() -> None:
     assert made["merge_sizes"].tolist() == [2, 2, 2]
     assert made["grid_thw"].tolist() == [[1, 4, 4]] * 3
     assert model(**made).shape == (3 * 16, 8)
+
+
+def test_a_qwen2_vl_config_gets_packed_pixels_their_grid_and_its_tokens(tmp_path: Path
+                                                                          ) -> None:
+    tf = pytest.importorskip("transformers")
+    from mhaudit import audit_target
+
+    vision = {"depth": 2, "embed_dim": 64, "num_heads": 4, "hidden_size": 64, "mlp_ratio": 2,
+              "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+    config = tf.Qwen2VLConfig(vision_config=vision, text_config=text, image_token_id=990,
+                              video_token_id=991, vision_start_token_id=992,
+                              vision_end_token_id=993)
+    config.architectures = ["Qwen2VLForConditionalGeneration"]
+    config.save_pretrained(tmp_path)
+    report = audit_target(str(tmp_path / "config.json"))
+    inputs = report.model.inputs
+    # one image of 4×4 patches (4 is a multiple of the merge 2), each 3 channels · 2 frames
+    # · 14² pixels = 1176 wide, and its grid (t, h, w) = (1, 4, 4) in patches
+    assert inputs["pixel_values"]["shape"] == [16, 3 * 2 * 14 * 14]
+    assert inputs["image_grid_thw"]["shape"] == [1, 3]
+    # the merger folds 2×2 patches into one token: 16 / 4 = 4 image tokens, and as many
+    # for the video tower's clip, before the 128 text tokens
+    assert inputs["input_ids"]["shape"] == [1, 128 + 4 + 4]
+    text_blocks = [b for b in report.blocks if "language_model" in b.name]
+    assert [b.layout.seq_len_q for b in text_blocks] == [136, 136]
+    assert {b.name.split(".")[1] for b in report.blocks} == {"visual", "language_model"}

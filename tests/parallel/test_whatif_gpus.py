@@ -77,10 +77,27 @@ def test_table_marks_fits_and_batch_within_100_columns(llama: str) -> None:
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 100
     assert "Decode step per device (analytic):" in text
-    rows = [line.split() for line in lines if line.startswith(" tp=")]
+    rows = [line.split() for line in lines if line.startswith("tp=")]
     assert [r[0] for r in rows] == ["tp=1,fsdp=16", "tp=2,sp,fsdp=8", "tp=4,sp,fsdp=4",
                                     "tp=8,sp,fsdp=2", "tp=16,sp,fsdp=1"]
     assert "KV" in text and "yes" in rows[0]
+
+
+KEPT = {"train": ("plan", "peak", "fit", "batch"), "decode": ("plan", "peak", "fit", "batch")}
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_table_fits_columns_and_keeps_the_key_columns(llama: str, width: int) -> None:
+    done = CliRunner().invoke(cli, ["whatif", llama, "--gpus", "64", "--sp", "--train",
+                                    "--decode"], env={"COLUMNS": str(width)})
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= width, done.stdout
+    for phase, title in (("train", "Training step"), ("decode", "Decode step")):
+        head = lines[lines.index(f"{title} per device (analytic):") + 1].split()
+        assert all(column in head for column in KEPT[phase]), (width, head)
+    if width == 100:  # every column where they all fit
+        assert "grads" in done.stdout and "temps" in done.stdout
 
 
 def test_markdown_has_one_table_per_phase(llama: str) -> None:
