@@ -185,7 +185,7 @@ def _sources(plan: FoldedList) -> dict[int, int]:
 @contextlib.contextmanager
 def folded(model: nn.Module) -> Iterator[tuple[FoldedList, ...]]:
     """Replace every left-out layer of each foldable list by a stand-in; restore on exit."""
-    with _folded(model, Watch()) as plans:
+    with _folded(model, Watch(fresh=True)) as plans:
         yield plans
 
 
@@ -209,7 +209,7 @@ def traced_folded(
     ``twin`` included, runs on the whole model. The fake records run at ``dtype``
     (:func:`~mhaudit.trace.export.trace`). Yields the plans used."""
     if fold:
-        watch = Watch()
+        watch = Watch(fresh=True)
         with _folded(model, watch) as plans:
             try:
                 traced: TracedGraph | None = trace(model, args, kwargs, twin,

@@ -30,6 +30,10 @@ class Watch:
     into a left-out layer and called a part of it (layers held in a ``ModuleDict`` that
     the forward walks instead of calling)."""
 
+    fresh: bool = False
+    """Whether a stand-in passes on a copy of its input, as a real layer's output is a
+    storage of its own that the caller may keep (a cache of each layer's output) while
+    the input is freed; off where the copies' outputs are counted another way."""
     reshaped: bool = False
     unordered: bool = False
     reached: bool = False
@@ -122,7 +126,7 @@ class LeftOutLayer(nn.Module):
         if passed is None:
             watch.reshaped = True  # no input of the shape to pass on
             return given[0] if given else None
-        return made.rebuilt(passed)
+        return made.rebuilt(passed.clone() if watch.fresh else passed)
 
 
 def _record(layer: nn.Module, watch: Watch) -> torch.utils.hooks.RemovableHandle:
