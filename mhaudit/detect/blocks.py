@@ -188,7 +188,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         global_keys=first.global_keys,
         score_dtype=score_dtype(first.output) if first.implementation == "eager" else None,
         latent_width=latent_elements_per_position(
-            (first.k, first.v), traced.params, batch * first.seq_len_kv
+            (first.k, first.v), traced.params, batch * first.seq_len_kv, first.q
         ),
         score_form=first.form,
         score_map_ops=first.map_ops,

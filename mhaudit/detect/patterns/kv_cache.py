@@ -93,7 +93,8 @@ def _projections_behind(
 
 
 def latent_elements_per_position(
-    operands: tuple[fx.Node, ...], params: dict[str, str], positions: int
+    operands: tuple[fx.Node, ...], params: dict[str, str], positions: int,
+    query: fx.Node | None = None,
 ) -> int | None:
     """Elements per position of the latent K and V are expanded from, if they are.
 
@@ -102,10 +103,16 @@ def latent_elements_per_position(
     only (no residual add), the output of another projection stands for that
     down-projection's output: multi-head latent attention caches the down-projection
     (kv_lora_rank + the decoupled rope key, which reads it directly). None when K and
-    V come from projections of the residual stream (nothing latent to cache).
+    V come from projections of the residual stream (nothing latent to cache), or from the
+    projection that makes ``query`` too (a fused QKV widens its input threefold, and in a
+    first layer reads an embedding's projection through a norm: nothing is cached
+    compressed there).
     """
     first, _ = _projections_behind(list(operands), params, through_residuals=True)
     if not first or not positions:
+        return None
+    if query is not None and first & _projections_behind([query], params,
+                                                         through_residuals=True)[0]:
         return None
     frontier: set[fx.Node] = set()
     for projection in first:
