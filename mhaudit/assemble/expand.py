@@ -42,8 +42,19 @@ def _expand(items: Sequence[_Item], name: Callable[[_Item], str],
 
 
 def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list[Layout]:
-    """Give every original layer its own copy of its representative's blocks, in order."""
-    return _expand(layouts, lambda layout: layout.name, _renamed, plans)
+    """Give every original layer its own copy of its representative's blocks, in order; a
+    score-bias table that several copies read counts in the first (a model-level table)."""
+    expanded = _expand(layouts, lambda layout: layout.name, _renamed, plans)
+    if not plans:
+        return expanded
+    seen: set[str] = set()
+    counted = []
+    for layout in expanded:
+        fresh = [(name, size) for name, size in layout.score_bias_tables if name not in seen]
+        seen.update(name for name, _ in fresh)
+        counted.append(replace(layout, score_bias_params=sum(size for _, size in fresh))
+                       if layout.score_bias_tables else layout)
+    return counted
 
 
 def expand_experts(experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]
@@ -60,6 +71,8 @@ def _renamed(layout: Layout, plan: FoldedList, pos: int, index: int) -> Layout:
     return replace(
         layout,
         name=rename(layout.name, plan, pos, index),
+        score_bias_tables=tuple((rename(name, plan, pos, index), size)
+                                for name, size in layout.score_bias_tables),
         q=_rename_projection(layout.q, plan, pos, index),
         k=_rename_projection(layout.k, plan, pos, index),
         v=_rename_projection(layout.v, plan, pos, index),

@@ -160,6 +160,9 @@ class Layout:
     """Elements of the learned parameters that bias the logits outside W_Q, W_K, W_V and
     W_O (relative-position tables and embeddings, their projections, content and
     position bias vectors); a table several blocks read counts in the first one."""
+    score_bias_tables: tuple[tuple[str, int], ...] = ()
+    """Qualified names and elements of the score-bias parameters the block reads, before a
+    table shared with an earlier block is left to that block (``score_bias_params``)."""
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,12 @@ def _with_score_biases(layouts: list[Layout], groups: list[list[_Draft]],
     for layout, drafts in zip(layouts, groups, strict=True):
         ops = [op for d in drafts for op in _own_projections(d)]
         cores = [(d.core.q, d.core.k, d.core.masks) for d in drafts]
-        fresh = score_bias_names(cores, ops, traced.params, walker.cache) - seen
+        read = score_bias_names(cores, ops, traced.params, walker.cache)
+        fresh = read - seen
         seen |= fresh
-        result.append(replace(layout, score_bias_params=sum(sizes.get(n, 0) for n in fresh)))
+        tables = tuple(sorted((traced.params.get(n, n), sizes.get(n, 0)) for n in read))
+        result.append(replace(layout, score_bias_params=sum(sizes.get(n, 0) for n in fresh),
+                              score_bias_tables=tables))
     return result
 
 
