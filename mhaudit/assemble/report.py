@@ -13,6 +13,7 @@ from mhaudit.assemble.totals import model_totals, node_weights
 from mhaudit.assemble.unreached import untraced_attention
 from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
+from mhaudit.data.schema import FLEX_CONVENTION
 from mhaudit.flops.graph import graph_flops
 from mhaudit.flops.moe import routed_experts
 from mhaudit.load.describe import describe_inputs
@@ -67,8 +68,10 @@ def build_report(
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}
+    flex = any(b.layout.visited_fraction is not None for b in blocks)
     return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
-                  experts=experts, extras=extras)
+                  experts=experts, extras=extras,
+                  conventions={"flex_attention": FLEX_CONVENTION} if flex else {})
 
 
 def used_parameters(model: nn.Module, traced: TracedGraph,

@@ -192,6 +192,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         ),
         score_form=first.form,
         score_map_ops=first.map_ops,
+        visited_fraction=first.visited_fraction,
         **call_facts(first, traced.user_inputs),
     )
 

@@ -19,6 +19,7 @@ from mhaudit.cost.formulas import (
     lookup,
 )
 from mhaudit.data import Coverage
+from mhaudit.trace.flex import facts_of
 from mhaudit.trace.ops import qualified_name
 
 WRAPPER_OPS: frozenset[str] = frozenset(
@@ -182,11 +183,12 @@ def _costed(node: Node, name: str) -> tuple[int, dict[str, int], str] | tuple[()
             return None  # unknown outputs count as missing too
         return ()
     try:
-        call = OpCall(
-            args=tuple(_formula_value(a) for a in node.args),
-            kwargs={k: _formula_value(v) for k, v in node.kwargs.items()},
-            out=_formula_value(node.meta.get("val")),
-        )
+        kwargs = {k: _formula_value(v) for k, v in node.kwargs.items()}
+        flex = facts_of(node)
+        if flex is not None:  # the block mask's share of tiles, which shapes cannot say
+            kwargs["visited_fraction"] = flex.visited_fraction
+        call = OpCall(args=tuple(_formula_value(a) for a in node.args), kwargs=kwargs,
+                      out=_formula_value(node.meta.get("val")))
         flops = entry.formula(call)
         return flops, entry.by_family(call, flops), entry.family
     except FormulaInputError:
