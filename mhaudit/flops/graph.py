@@ -78,7 +78,7 @@ op_name = qualified_name
 
 def _dim(size: Any) -> int:
     if isinstance(size, torch.SymInt):
-        hint = size.node.hint
+        hint = getattr(size.node, "hint", None)  # a nested tensor's ragged size has none
         if hint is None:
             raise FormulaInputError(f"symbolic size {size} has no hint")
         return int(hint)
@@ -95,7 +95,7 @@ def _formula_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_formula_value(v) for v in value)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return value.node.hint
+        return getattr(value.node, "hint", None)
     return value
 
 

@@ -38,6 +38,7 @@ from mhaudit.fake.counter import ForwardCounter, ForwardStorages
 from mhaudit.fake.mode import FakeMode
 from mhaudit.fake.run import FakeForward, fake_forward
 from mhaudit.trace.flex import eager_flex, flex_facts
+from mhaudit.trace.guards import plain_causal_bias, unbiased_sdpa
 from mhaudit.trace.ops import WHOLE_OPS
 from mhaudit.trace.stand_ins import StandIns
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
@@ -210,6 +211,8 @@ class _Composites(TorchFunctionMode):
                 return func(*args, **kwargs)
             with self:  # see what it calls (F.linear inside F.multi_head_attention_forward)
                 return redispatch_function(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        if name == "scaled_dot_product_attention":
+            args, kwargs = unbiased_sdpa(tuple(args), kwargs)
         self.recorder.paused += 1
         try:
             out = func(*args, **kwargs)
@@ -332,7 +335,7 @@ def _record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                          StandIns(counter.storage_index) if counter is not None else None)
     params, buffers, inputs = _placeholders(model, args, kwargs, recorder)
     watch = (_module_stack(model, stack), _fast_path_checks(recorder), eager_flex(),
-             recorder, _Composites(recorder))
+             plain_causal_bias(), recorder, _Composites(recorder))
     if forward is None or counter is None:
         with contextlib.ExitStack() as scope:
             for context in (torch.no_grad(), *watch):
