@@ -34,9 +34,9 @@ from mhaudit.cost.scaling import project
 from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.locate import block_locations, class_location, model_location
-from mhaudit.errors import ConfigError, TraceError, first_line
+from mhaudit.errors import ConfigError, LoadError, TraceError, first_line
 from mhaudit.fake.run import run_dtype
-from mhaudit.load.checks import check_module, check_runs_on
+from mhaudit.load.checks import check_module, check_runs_on, refused_on_meta
 from mhaudit.load.target import (
     LoadedModel,
     load_target,
@@ -48,7 +48,7 @@ from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.fold import FoldedList, traced_folded
-from mhaudit.trace.real import Built, CpuTwin, seeded, weights_bytes
+from mhaudit.trace.real import Built, CpuTwin, forward_limit, seeded, weights_bytes
 from mhaudit.trace.recorder import RecordedGraph
 from mhaudit.trace.traced import TracedGraph
 
@@ -97,21 +97,42 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
     with listening(opts.on_stage), preserved_state(model_folder(target)), hub_offline(), \
             captured_logs(), time_limit(opts.timeout), process_guard(target):
         stage("loading")
-        loaded = load_target(
-            target,
-            device=opts.device,
-            batch_size=opts.batch_size,
-            seq_len=opts.seq_len,
-            input_shape=opts.input_shape,
-            input_shapes=opts.input_shapes,
-        )
+        loaded = _load(target, opts)
         return audit_loaded(loaded, opts, cpu_twin(target, loaded, opts))
+
+
+def _load(target: str, opts: AuditOptions) -> LoadedModel:
+    """Build ``target`` on the audit's device; a model that does not build on meta (a
+    sparse buffer, ``.item()`` in a constructor) is built on CPU where its weights fit
+    the real-forward limit, and the report says so."""
+    def on(device: str) -> LoadedModel:
+        return load_target(target, device=device, batch_size=opts.batch_size,
+                           seq_len=opts.seq_len, input_shape=opts.input_shape,
+                           input_shapes=opts.input_shapes)
+
+    try:
+        return on(opts.device)
+    except LoadError as exc:
+        if opts.device != "meta" or not refused_on_meta(exc):
+            raise
+        meta_failure = exc
+    with seeded():
+        loaded = on("cpu")
+    size, limit = weights_bytes(loaded.module), forward_limit()
+    if size > limit:
+        raise LoadError(f"{meta_failure.message}; built on CPU instead, its weights "
+                        f"({size:,} B) exceed the real-forward limit ({limit:,} B)",
+                        meta_failure.tip) from meta_failure
+    return replace(loaded, device="cpu", note=(
+        f"built on CPU: building on meta failed "
+        f"({first_line(meta_failure.__cause__ or meta_failure, 120)}); "
+        f"its weights ({size:,} B) fit the real-forward limit"))
 
 
 def cpu_twin(target: str, loaded: LoadedModel, opts: AuditOptions) -> CpuTwin | None:
     """How to build ``target`` again on CPU at the same size, for a real forward where a
     value read from the data decides a shape; None when the model already runs for real."""
-    if opts.device != "meta":
+    if opts.device != "meta" or loaded.device:
         return None
 
     @contextlib.contextmanager

@@ -49,12 +49,13 @@ def build_report(
         class_name=type(model).__name__,
         params_total=totals.params_total,
         trace_method=traced.method,
-        device=device,
+        device=loaded.device or device,
         dtype=dtype,
         inputs=describe_inputs(model, loaded.args, loaded.kwargs),
         param_bytes=totals.params_total * dtype_bytes(dtype),
         inputs_inferred=loaded.inputs_inferred,
         location=location,
+        note=loaded.note,
     )
     used = used_parameters(model, traced, plans)
     untraced = untraced_modules(model, used)

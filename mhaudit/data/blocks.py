@@ -53,6 +53,8 @@ class ModelInfo:
     """True when mhaudit made the inputs up from the model's first layer."""
     location: SourceLocation | None = None
     """The target file and the line where the model is built, when known."""
+    note: str = ""
+    """How the model was built when not as asked (on CPU where meta refused it)."""
 
 
 @dataclass(frozen=True)

@@ -302,6 +302,7 @@ def model_to_dict(info: ModelInfo) -> dict[str, Any]:
         "inputs": info.inputs,
         "inputs_inferred": info.inputs_inferred,
         "location": location_to_dict(info.location),
+        **({"note": info.note} if info.note else {}),
     }
 
 
