@@ -33,7 +33,9 @@ from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.scaling import project
 from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
+from mhaudit.detect.cores import Core
 from mhaudit.detect.locate import block_locations, class_location, model_location
+from mhaudit.detect.unread import unread_cores
 from mhaudit.errors import ConfigError, LoadError, TraceError, first_line
 from mhaudit.fake.run import run_dtype
 from mhaudit.load.checks import check_module, check_runs_on, refused_on_meta
@@ -174,7 +176,9 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
                               run_dtype(dtype)))
         stop_timer()
         stage("detecting")
-        layouts = expand_layouts(detect(traced, loaded.module), plans)
+        read: list[Core] = []
+        layouts = expand_layouts(detect(traced, loaded.module, read), plans)
+        unread = unread_cores(traced, read)
         stage("costing")
         peak = _fake_peak(loaded, traced, plans, run_dtype(dtype))
     profile = get_profile(opts.gpu)
@@ -184,7 +188,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
     where = model_location(loaded.source) or class_location(type(loaded.module))
     found = block_locations(loaded.module, [b.name for b in blocks], where)
     blocks = located(blocks, found)
-    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where)
+    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where,
+                          unread)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == FlopsBackend.FVCORE:

@@ -12,7 +12,14 @@ from mhaudit.assemble.grouping import group_blocks
 from mhaudit.assemble.totals import model_totals, node_weights
 from mhaudit.assemble.unreached import untraced_attention
 from mhaudit.cost.devices import dtype_bytes
-from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
+from mhaudit.data import (
+    AttentionBlock,
+    Coverage,
+    ModelInfo,
+    Report,
+    SourceLocation,
+    UnreadCore,
+)
 from mhaudit.data.schema import FLEX_CONVENTION
 from mhaudit.flops.graph import graph_flops
 from mhaudit.flops.moe import routed_experts
@@ -32,12 +39,13 @@ def build_report(
     plans: tuple[FoldedList, ...] = (),
     activation_peak: int | None = None,
     location: SourceLocation | None = None,
+    unread: tuple[UnreadCore, ...] = (),
 ) -> Report:
     """Put the model facts, blocks, totals and coverage together.
 
     ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
     it the graph's tensor-lifetime estimate is used. ``location`` is where the model is
-    built or its class defined.
+    built or its class defined; ``unread`` the ops that can be a core and are in no block.
     """
     model = loaded.module
     costs = graph_flops(traced.graph)
@@ -66,6 +74,7 @@ def build_report(
         unread_projections=unread_projections(traced),
         untraced_towers=untraced_towers(model, used),
         data_dependent=traced.data_dependent,
+        unread_cores=unread,
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}

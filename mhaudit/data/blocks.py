@@ -58,6 +58,18 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class UnreadCore:
+    """An op that can be an attention core and is in no block."""
+
+    module: str
+    """Qualified name of the module that ran it (``""`` for the root)."""
+    op: str
+    """Its op name (``softmax``, ``scaled_dot_product_attention``, ``logsumexp``, ...)."""
+    why: str
+    """Why no block was made of it, in words."""
+
+
+@dataclass(frozen=True)
 class Coverage:
     """What the cost engine could not account for; never silently zero."""
 
@@ -76,6 +88,9 @@ class Coverage:
     reached (an audio encoder with no placeholder token, a decoder only generation runs)."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
+    unread_cores: tuple[UnreadCore, ...] = ()
+    """Ops that can be an attention core (SDPA, flex_attention, a softmax, log-softmax,
+    logsumexp or summed exp over a product of two activations) and are in no block."""
 
 
 @dataclass(frozen=True)
