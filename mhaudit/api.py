@@ -49,6 +49,7 @@ from mhaudit.memory.peak import fake_forward_peak, peak_of
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
+from mhaudit.trace.flex import eager_flex
 from mhaudit.trace.fold import FoldedList, traced_folded
 from mhaudit.trace.real import Built, CpuTwin, forward_limit, seeded, weights_bytes
 from mhaudit.trace.recorder import RecordedGraph
@@ -244,7 +245,8 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
     """Run the model for real and put latency and peak memory on the report."""
     from mhaudit.measure.device import measure  # only on a real device
 
-    with contained("forward() while measuring", loaded.source, trace=True):
+    # flex_attention's torch.compile refuses the measuring modes: it runs eagerly
+    with contained("forward() while measuring", loaded.source, trace=True), eager_flex():
         result = measure(
             loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
             device=opts.device, repeats=opts.repeats, progress=opts.progress, dtype=opts.dtype,

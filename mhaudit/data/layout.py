@@ -159,6 +159,9 @@ class Layout:
     visited_fraction: float | None = None
     """Share of the (query block, key block) score tiles a ``flex_attention`` block mask
     visits, partial and full (0–1); None for a core without a block mask."""
+    block_mask_read: str | None = None
+    """How ``visited_fraction`` was found: ``read`` (the mask's own block counts),
+    ``evaluated`` (its mask_mod on CPU), or why neither could be (then 1.0, dense)."""
     score_bias_params: int = 0
     """Elements of the learned parameters that bias the logits outside W_Q, W_K, W_V and
     W_O (relative-position tables and embeddings, their projections, content and

@@ -101,6 +101,8 @@ def _layout_to_dict(lay: Layout) -> dict[str, Any]:
               "explicit_mask", "dropout_p", "sdpa_gqa")
     data: dict[str, Any] = {"name": lay.name, "module_type": lay.module_type}
     data.update({key: getattr(lay, key) for key in fields})
+    if lay.block_mask_read is not None:
+        data["block_mask_read"] = lay.block_mask_read
     data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}
     return data
 

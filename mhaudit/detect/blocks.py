@@ -198,7 +198,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         ),
         score_form=first.form,
         score_map_ops=first.map_ops,
-        visited_fraction=first.visited_fraction,
+        visited_fraction=first.visited_fraction, block_mask_read=first.block_mask_read,
         **call_facts(first, traced.user_inputs),
     )
 

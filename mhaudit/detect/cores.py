@@ -85,6 +85,8 @@ class Core:
     sliding-window mask); None otherwise (masks are read apart)."""
     visited_fraction: float | None = None
     """Share of the score tiles a block mask visits (flex_attention); None without one."""
+    block_mask_read: str | None = None
+    """How ``visited_fraction`` was found (:class:`~mhaudit.trace.flex.FlexFacts`)."""
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:

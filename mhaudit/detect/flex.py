@@ -37,4 +37,5 @@ def flex_core(node: fx.Node) -> dict[str, Any] | None:
         gqa=shape(k)[-3] != shape(q)[-3],
         window=facts.window if facts is not None else None,
         visited_fraction=facts.visited_fraction if facts is not None else None,
+        block_mask_read=facts.how if facts is not None else None,
     )
