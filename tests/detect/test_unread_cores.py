@@ -8,6 +8,8 @@ from torch import nn
 
 from mhaudit.api import audit
 from mhaudit.data import Report
+from mhaudit.gate.budget import Budget, evaluate
+from mhaudit.render.gate.outcome import verdict
 from mhaudit.render.table import render_table
 
 D, H, N = 32, 4, 8
@@ -52,3 +54,5 @@ def test_a_softmax_of_qk_that_no_block_reads_is_listed_with_why() -> None:
         {"module": "", "op": "softmax", "why": unread.why}]
     footer = " ".join(render_table(report).split())  # the footer wraps at the width
     assert "ops that can be attention but are in no block: 1 ((root) softmax" in footer
+    assert verdict(evaluate(report, Budget())).endswith(
+        "1 op(s) that can be attention in no block (coverage.unread_cores)")
