@@ -19,11 +19,17 @@ from mhaudit.detect.operands import is_activation_matmul
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.flex import FLEX_OP
 from mhaudit.trace.graphs import tensor_inputs
-from mhaudit.trace.ops import PROJECTION_OPS, SDPA_OPS, SOFTMAX_OPS, op_name
+from mhaudit.trace.ops import (
+    LOG_NORMALISE_OPS,
+    PROJECTION_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+    op_name,
+)
 
 CALL_OPS = SDPA_OPS | {FLEX_OP}
 """Ops that are attention whatever their inputs."""
-NORMALISING_OPS = SOFTMAX_OPS | {"log_softmax", "_log_softmax", "logsumexp"}
+NORMALISING_OPS = SOFTMAX_OPS | LOG_NORMALISE_OPS
 """Ops that are an attention core when they normalise a product of two activations."""
 PRODUCT_DEPTH = 10
 """Ops walked back from a normalisation to the product it normalises."""
