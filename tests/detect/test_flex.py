@@ -95,3 +95,20 @@ def test_a_score_mod_without_a_mask_is_dense_and_counts_its_ops() -> None:
     # softmax 3·4·512² plus score_mod's 3 ops on each of the 4·512² scores
     assert block.flops.softmax == 6 * 4 * N * N
     assert block.layout.causal is False
+
+
+def test_a_causal_mask_at_4096_tokens_costs_about_half_beside_flopcountermode() -> None:
+    with torch.device("meta"):
+        model, x = Flex(4, 4, causal).eval(), torch.randn(1, 4096, D)
+    report = audit(model, (x,), verify=True)
+    (block,) = report.blocks
+    # 32 tiles a side; row i visits i + 1: 32·33/2 = 528 of 1,024
+    assert block.flops.visited_fraction == 528 / 1024
+    core = block.flops.scores + block.flops.softmax + block.flops.context
+    assert block.flops.dense_core is not None
+    assert 0.5 < core / block.flops.dense_core < 0.52
+    assert report.verification is not None
+    (flops_row, *_) = report.verification.rows
+    # FlopCounterMode's dense flex count, the skipped tiles added back to ours
+    assert flops_row.counter == "FlopCounterMode" and flops_row.agrees
+    assert "flex_attention over every score tile" in flops_row.how
