@@ -71,8 +71,11 @@ def flex_facts(args: tuple[Any, ...]) -> FlexFacts:
     n_kv = int(mask[_LENGTHS[1]])
     kv_blocks = -(-n_kv // int(mask[_BLOCK_KV]))
     total = dims[0] * dims[1] * dims[2] * kv_blocks
-    if counts and all(_real(t) for t in counts):
-        visited: int | None = sum(int(t.sum()) for t in counts)
+    if _no_mask(mask):
+        visited: int | None = total
+        how = "no block mask"
+    elif counts and all(_real(t) for t in counts):
+        visited = sum(int(t.sum()) for t in counts)
         how = "read"
     else:
         visited, how = _evaluated(mask, dims)
@@ -100,6 +103,13 @@ def facts_of(node: fx.Node) -> FlexFacts | None:
     """The facts the recorder noted on a ``flex_attention`` node, if any."""
     facts = node.meta.get("flex")
     return facts if isinstance(facts, FlexFacts) else None
+
+
+def _no_mask(mask: tuple[Any, ...]) -> bool:
+    """The block mask ``flex_attention`` makes when given none (every tile visited)."""
+    from torch.nn.attention.flex_attention import noop_mask
+
+    return mask[_MASK_MOD] is noop_mask
 
 
 def _real(tensor: torch.Tensor) -> bool:
@@ -130,9 +140,9 @@ def _evaluated(mask: tuple[Any, ...], dims: tuple[int, ...]) -> tuple[int | None
 
 def _mask_shape(mask: tuple[Any, ...]) -> tuple[bool, int | None]:
     """(causal, window) of the ``mask_mod`` over the first positions of batch 0, head 0."""
-    from torch.nn.attention.flex_attention import create_mask, noop_mask
+    from torch.nn.attention.flex_attention import create_mask
 
-    if mask[_MASK_MOD] is noop_mask:
+    if _no_mask(mask):
         return False, None
     size = min(int(mask[_LENGTHS[0]]), int(mask[_LENGTHS[1]]), SHAPE_POSITIONS)
     with _disable_current_modes(), torch._C.DisableTorchFunction():
@@ -174,10 +184,12 @@ def _score_mod_ops(score_mod: Any, query: torch.Tensor) -> int | None:
     if score_mod is None or getattr(score_mod, "__name__", "") == "_identity":
         return 0
     try:
-        score = query.new_zeros(())  # one score, in the mode the call ran in
-        index = torch.zeros((), dtype=torch.int32, device=query.device)
+        # one score, in the mode the call ran in; indices of shape (1,), not 0-d, as a 0-d
+        # index into a table is read as a Python int (a value fake tensors do not hold)
+        score = query.new_zeros(1)
+        index = torch.zeros(1, dtype=torch.int32, device=query.device)
         with _Pointwise() as counter:
             score_mod(score, index, index, index, index)
         return int(counter.ops)
-    except Exception:  # a score_mod that reads what one scalar cannot stand for
+    except Exception:  # a score_mod that reads what one score cannot stand for
         return None

@@ -140,7 +140,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
             return out
         node = self.add(func, tuple(args), dict(kwargs), out)
         if func is flex_attention_hop:
-            node.meta["flex"] = flex_facts(tuple(args))
+            with self:  # score_mod runs once on one score, recorded: a learned bias it reads
+                node.meta["flex"] = flex_facts(tuple(args))  # counts as used
         return out
 
     def add(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any

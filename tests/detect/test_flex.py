@@ -112,3 +112,23 @@ def test_a_causal_mask_at_4096_tokens_costs_about_half_beside_flopcountermode() 
     # FlopCounterMode's dense flex count, the skipped tiles added back to ours
     assert flops_row.counter == "FlopCounterMode" and flops_row.agrees
     assert "flex_attention over every score tile" in flops_row.how
+
+
+class LearnedBias(Flex):
+    """A score_mod that reads a learned per-head slope (a parameter used only there)."""
+
+    def __init__(self) -> None:
+        super().__init__(4, 4, None, self.alibi)
+        self.slopes = nn.Parameter(torch.ones(4))
+
+    def alibi(self, score: torch.Tensor, b: object, h: torch.Tensor, q: torch.Tensor,
+              kv: torch.Tensor) -> torch.Tensor:
+        return score - self.slopes[h] * (q - kv).abs()  # index, sub, abs, mul, sub
+
+
+def test_a_parameter_only_score_mod_reads_counts_as_used() -> None:
+    report = _audit(LearnedBias())
+    (block,) = report.blocks
+    assert report.coverage.untraced_modules == ()
+    assert block.layout.score_map_ops == 4  # sub, abs, mul, sub (the index is no arithmetic)
+    assert block.layout.block_mask_read == "no block mask"
