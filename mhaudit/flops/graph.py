@@ -95,7 +95,9 @@ def _formula_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_formula_value(v) for v in value)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return getattr(value.node, "hint", None)
+        if not hasattr(value.node, "hint"):  # a nested tensor's ragged size
+            raise FormulaInputError(f"symbolic value {value} has no hint")
+        return value.node.hint
     return value
 
 
