@@ -73,6 +73,7 @@ def test_a_causal_block_mask_is_read_and_costed_by_its_visited_tiles() -> None:
     # 512 tokens: 4 query tiles of 128; row i visits i + 1 key tiles: 1+2+3+4 = 10 of 16
     assert block.flops.visited_fraction == 10 / 16
     assert block.layout.block_mask_read == "evaluated"  # fake tensors hold no counts
+    assert block.target is not None and block.target.kernel == "flex"  # not an SDPA backend
     products = _dense_products(8, 2)
     assert block.flops.scores + block.flops.context == products * 10 // 16
     assert block.flops.dense_core is not None
