@@ -136,7 +136,9 @@ def _flex(s: CoreShape) -> CoreCost:
     share ``visited`` of them, partial tiles whole, as its kernel computes them), plus
     ``map_ops`` pointwise FLOPs of the score_mod per visited score, in the softmax part.
     Masked positions inside a visited tile count as work. Scores bh·n_q·n_kv (the
-    eager CPU path materialises them; the compiled kernel does not)."""
+    eager CPU path materialises them; the compiled kernel does not). At another length
+    (scaling, what-if) the traced share is kept: an upper bound for a causal mask at a
+    longer one (its share falls toward 1/2), a lower bound at a shorter one."""
     elements = s.batch_heads * s.n_q * s.n_kv  # (bh, n_q, n_kv)
     scores, softmax, context = attention_parts(s.batch_heads, s.n_q, s.n_kv, s.d_k, s.d_v)
     return CoreCost(round(scores * s.visited),
