@@ -33,10 +33,12 @@ from mhaudit.cost.devices import canonical_dtype, dtype_bytes, get_profile
 from mhaudit.cost.scaling import project
 from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
+from mhaudit.detect.cores import Core
 from mhaudit.detect.locate import block_locations, class_location, model_location
-from mhaudit.errors import ConfigError, TraceError, first_line
+from mhaudit.detect.unread import unread_cores
+from mhaudit.errors import ConfigError, LoadError, TraceError, first_line
 from mhaudit.fake.run import run_dtype
-from mhaudit.load.checks import check_module, check_runs_on
+from mhaudit.load.checks import check_module, check_runs_on, refused_on_meta
 from mhaudit.load.target import (
     LoadedModel,
     load_target,
@@ -47,8 +49,9 @@ from mhaudit.memory.peak import fake_forward_peak, peak_of
 from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
+from mhaudit.trace.flex import eager_flex
 from mhaudit.trace.fold import FoldedList, traced_folded
-from mhaudit.trace.real import Built, CpuTwin, seeded, weights_bytes
+from mhaudit.trace.real import Built, CpuTwin, forward_limit, seeded, weights_bytes
 from mhaudit.trace.recorder import RecordedGraph
 from mhaudit.trace.traced import TracedGraph
 
@@ -97,21 +100,42 @@ def audit_target(target: str, options: AuditOptions | None = None, **overrides: 
     with listening(opts.on_stage), preserved_state(model_folder(target)), hub_offline(), \
             captured_logs(), time_limit(opts.timeout), process_guard(target):
         stage("loading")
-        loaded = load_target(
-            target,
-            device=opts.device,
-            batch_size=opts.batch_size,
-            seq_len=opts.seq_len,
-            input_shape=opts.input_shape,
-            input_shapes=opts.input_shapes,
-        )
+        loaded = _load(target, opts)
         return audit_loaded(loaded, opts, cpu_twin(target, loaded, opts))
+
+
+def _load(target: str, opts: AuditOptions) -> LoadedModel:
+    """Build ``target`` on the audit's device; a model that does not build on meta (a
+    sparse buffer, ``.item()`` in a constructor) is built on CPU where its weights fit
+    the real-forward limit, and the report says so."""
+    def on(device: str) -> LoadedModel:
+        return load_target(target, device=device, batch_size=opts.batch_size,
+                           seq_len=opts.seq_len, input_shape=opts.input_shape,
+                           input_shapes=opts.input_shapes)
+
+    try:
+        return on(opts.device)
+    except LoadError as exc:
+        if opts.device != "meta" or not refused_on_meta(exc):
+            raise
+        meta_failure = exc
+    with seeded():
+        loaded = on("cpu")
+    size, limit = weights_bytes(loaded.module), forward_limit()
+    if size > limit:
+        raise LoadError(f"{meta_failure.message}; built on CPU instead, its weights "
+                        f"({size:,} B) exceed the real-forward limit ({limit:,} B)",
+                        meta_failure.tip) from meta_failure
+    return replace(loaded, device="cpu", note=(
+        f"built on CPU: building on meta failed "
+        f"({first_line(meta_failure.__cause__ or meta_failure, 120)}); "
+        f"its weights ({size:,} B) fit the real-forward limit"))
 
 
 def cpu_twin(target: str, loaded: LoadedModel, opts: AuditOptions) -> CpuTwin | None:
     """How to build ``target`` again on CPU at the same size, for a real forward where a
     value read from the data decides a shape; None when the model already runs for real."""
-    if opts.device != "meta":
+    if opts.device != "meta" or loaded.device:
         return None
 
     @contextlib.contextmanager
@@ -153,7 +177,9 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
                               run_dtype(dtype)))
         stop_timer()
         stage("detecting")
-        layouts = expand_layouts(detect(traced, loaded.module), plans)
+        read: list[Core] = []
+        layouts = expand_layouts(detect(traced, loaded.module, read), plans)
+        unread = unread_cores(traced, read)
         stage("costing")
         peak = _fake_peak(loaded, traced, plans, run_dtype(dtype))
     profile = get_profile(opts.gpu)
@@ -163,7 +189,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
     where = model_location(loaded.source) or class_location(type(loaded.module))
     found = block_locations(loaded.module, [b.name for b in blocks], where)
     blocks = located(blocks, found)
-    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where)
+    report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where,
+                          unread)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == FlopsBackend.FVCORE:
@@ -218,7 +245,8 @@ def with_measurement(report: Report, loaded: LoadedModel, opts: AuditOptions) ->
     """Run the model for real and put latency and peak memory on the report."""
     from mhaudit.measure.device import measure  # only on a real device
 
-    with contained("forward() while measuring", loaded.source, trace=True):
+    # flex_attention's torch.compile refuses the measuring modes: it runs eagerly
+    with contained("forward() while measuring", loaded.source, trace=True), eager_flex():
         result = measure(
             loaded.module, loaded.args, loaded.kwargs, [b.name for b in report.blocks],
             device=opts.device, repeats=opts.repeats, progress=opts.progress, dtype=opts.dtype,

@@ -12,7 +12,15 @@ from mhaudit.assemble.grouping import group_blocks
 from mhaudit.assemble.totals import model_totals, node_weights
 from mhaudit.assemble.unreached import untraced_attention
 from mhaudit.cost.devices import dtype_bytes
-from mhaudit.data import AttentionBlock, Coverage, ModelInfo, Report, SourceLocation
+from mhaudit.data import (
+    AttentionBlock,
+    Coverage,
+    ModelInfo,
+    Report,
+    SourceLocation,
+    UnreadCore,
+)
+from mhaudit.data.schema import FLEX_CONVENTION
 from mhaudit.flops.graph import graph_flops
 from mhaudit.flops.moe import routed_experts
 from mhaudit.load.describe import describe_inputs
@@ -31,12 +39,13 @@ def build_report(
     plans: tuple[FoldedList, ...] = (),
     activation_peak: int | None = None,
     location: SourceLocation | None = None,
+    unread: tuple[UnreadCore, ...] = (),
 ) -> Report:
     """Put the model facts, blocks, totals and coverage together.
 
     ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
     it the graph's tensor-lifetime estimate is used. ``location`` is where the model is
-    built or its class defined.
+    built or its class defined; ``unread`` the ops that can be a core and are in no block.
     """
     model = loaded.module
     costs = graph_flops(traced.graph)
@@ -48,12 +57,13 @@ def build_report(
         class_name=type(model).__name__,
         params_total=totals.params_total,
         trace_method=traced.method,
-        device=device,
+        device=loaded.device or device,
         dtype=dtype,
         inputs=describe_inputs(model, loaded.args, loaded.kwargs),
         param_bytes=totals.params_total * dtype_bytes(dtype),
         inputs_inferred=loaded.inputs_inferred,
         location=location,
+        note=loaded.note,
     )
     used = used_parameters(model, traced, plans)
     untraced = untraced_modules(model, used)
@@ -64,11 +74,14 @@ def build_report(
         unread_projections=tuple(sorted(expand_names(set(unread_projections(traced)), plans))),
         untraced_towers=untraced_towers(model, used),
         data_dependent=traced.data_dependent,
+        unread_cores=unread,
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}
+    flex = any(b.layout.visited_fraction is not None for b in blocks)
     return Report(info, tuple(blocks), totals, flags, coverage, group_blocks(blocks),
-                  experts=experts, extras=extras)
+                  experts=experts, extras=extras,
+                  conventions={"flex_attention": FLEX_CONVENTION} if flex else {})
 
 
 def used_parameters(model: nn.Module, traced: TracedGraph,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mhaudit.cost.arithmetic import attention_flops, matmul_flops
 from mhaudit.cost.devices import GpuProfile
-from mhaudit.cost.forms import core_cost
+from mhaudit.cost.forms import core_cost, dense_core
 from mhaudit.data import BlockMemory, FlopBreakdown, Layout, Projection, Roofline
 
 # Every figure here is for one forward pass at the layout's (b, n_q, n_kv). The
@@ -187,6 +187,8 @@ def block_flops(layout: Layout) -> FlopBreakdown:
         o_proj=o_proj,
         causal_total=causal_total,
         causal_tiles_total=tiles_total,
+        visited_fraction=layout.visited_fraction,
+        dense_core=dense_core(layout),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mhaudit.cost.arithmetic import (
     attention_parts,
@@ -45,6 +45,8 @@ class CoreShape:
     Longformer's sliding chunks); None for a dense core."""
     global_keys: int = 0
     """Keys scored apart and joined beside a band (global tokens)."""
+    visited: float = 1.0
+    """Share of the score tiles a block mask visits (the ``flex`` form)."""
 
 
 FormFormula = Callable[[CoreShape], CoreCost]
@@ -128,6 +130,22 @@ def _channel(s: CoreShape) -> CoreCost:
     )
 
 
+@_register("flex")
+def _flex(s: CoreShape) -> CoreCost:
+    """torch's flex_attention: the softmax form over the tiles its block mask visits (a
+    share ``visited`` of them, partial tiles whole, as its kernel computes them), plus
+    ``map_ops`` pointwise FLOPs of the score_mod per visited score, in the softmax part.
+    Masked positions inside a visited tile count as work. Scores bh·n_q·n_kv (the
+    eager CPU path materialises them; the compiled kernel does not). At another length
+    (scaling, what-if) the traced share is kept: an upper bound for a causal mask at a
+    longer one (its share falls toward 1/2), a lower bound at a shorter one."""
+    elements = s.batch_heads * s.n_q * s.n_kv  # (bh, n_q, n_kv)
+    scores, softmax, context = attention_parts(s.batch_heads, s.n_q, s.n_kv, s.d_k, s.d_v)
+    return CoreCost(round(scores * s.visited),
+                    round((softmax + s.map_ops * elements) * s.visited),
+                    round(context * s.visited), elements)
+
+
 def form_names() -> tuple[str, ...]:
     """The forms with a formula."""
     return tuple(_FORMS)
@@ -140,7 +158,8 @@ def core_shape(layout: Layout, batch: int | None = None, n_q: int | None = None,
     return CoreShape(b * layout.num_heads, layout.seq_len_q if n_q is None else n_q,
                      layout.seq_len_kv if n_kv is None else n_kv, layout.head_dim,
                      layout.v_head_dim, layout.score_map_ops, layout.window_chunk,
-                     layout.global_keys)
+                     layout.global_keys,
+                     1.0 if layout.visited_fraction is None else layout.visited_fraction)
 
 
 def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,
@@ -148,6 +167,14 @@ def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,
     """The core cost of ``layout`` by its score form (an unknown form costs as softmax)."""
     formula = _FORMS.get(layout.score_form, _FORMS["softmax"])
     return formula(core_shape(layout, batch, n_q, n_kv))
+
+
+def dense_core(layout: Layout) -> int | None:
+    """A block-masked core's FLOPs over every tile (None for a core without a block mask)."""
+    if layout.visited_fraction is None:
+        return None
+    cost = _FORMS[layout.score_form](replace(core_shape(layout), visited=1.0))
+    return cost.scores + cost.softmax + cost.context
 
 
 def score_elements(layout: Layout) -> int:

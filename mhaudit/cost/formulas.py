@@ -266,6 +266,21 @@ def _sdpa(call: OpCall) -> int:
     return sum(_sdpa_split(call))
 
 
+def _flex_parts(call: OpCall, flops: int) -> dict[str, int]:
+    """As :func:`_sdpa_parts`, the softmax over the visited tiles only."""
+    parts = _sdpa_parts(call, flops)
+    softmax = round(parts["softmax"] * float(call.kwargs.get("visited_fraction", 1.0)))
+    return {"matmul": flops - softmax, "softmax": softmax}
+
+
+@register("higher_order.flex_attention", family="attention", parts=_flex_parts)
+def _flex_attention(call: OpCall) -> int:
+    """flex_attention: the SDPA formula over the score tiles its block mask visits (the
+    ``visited_fraction`` keyword the graph reader adds from the call's mask; 1.0 without);
+    score_mod's pointwise work is not counted here (the block's figure counts it)."""
+    return round(sum(_sdpa_split(call)) * float(call.kwargs.get("visited_fraction", 1.0)))
+
+
 @register("aten._grouped_mm", "transformers.grouped_mm_fallback", family="matmul")
 def _grouped_mm(call: OpCall) -> int:
     """Grouped GEMM of routed experts: x (rows, k) by stacked W (E, k, n) at offsets.

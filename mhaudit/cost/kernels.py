@@ -189,7 +189,8 @@ def layout_query(layout: Layout, dtype_name: str, profile: GpuProfile, *,
 def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile, *,
                  training: bool = False) -> KernelChoice:
     """The kernel a block runs on ``profile``: eager code always materialises the scores;
-    SDPA as :func:`choose_kernel` decides for the block's call."""
+    flex_attention runs its own compiled kernel; SDPA as :func:`choose_kernel` decides for
+    the block's call."""
     if layout.implementation == "eager":
         dtype = canonical_dtype(dtype_name)
         unsupported = (f"; {profile.name} has no {dtype} support (audit with --dtype fp16)"
@@ -198,6 +199,11 @@ def block_kernel(layout: Layout, dtype_name: str, profile: GpuProfile, *,
             "eager", None, 0.0, True, dtype_bytes(dtype),
             "explicit softmax(QKᵀ) in eager code materialises the scores" + unsupported,
         )
+    if layout.implementation == "flex":
+        return KernelChoice(
+            "flex", None, 0.0, False, dtype_bytes(canonical_dtype(dtype_name)),
+            "flex_attention, compiled: one fused Triton kernel over the tiles its block "
+            "mask visits")
     return choose_kernel(layout_query(layout, dtype_name, profile, training=training))
 
 

@@ -11,7 +11,14 @@ fields ending in ``_bytes`` are bytes; ``params`` are element counts.
 
 from __future__ import annotations
 
-from mhaudit.data.blocks import AttentionBlock, BlockGroup, Coverage, ModelInfo, Totals
+from mhaudit.data.blocks import (
+    AttentionBlock,
+    BlockGroup,
+    Coverage,
+    ModelInfo,
+    Totals,
+    UnreadCore,
+)
 from mhaudit.data.costs import (
     BlockMemory,
     ExpertLayer,
@@ -83,6 +90,7 @@ __all__ = [
     "Totals",
     "TrainingCost",
     "Unchecked",
+    "UnreadCore",
     "Verification",
     "WhatIf",
     "WhatIfRow",

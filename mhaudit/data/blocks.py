@@ -53,6 +53,20 @@ class ModelInfo:
     """True when mhaudit made the inputs up from the model's first layer."""
     location: SourceLocation | None = None
     """The target file and the line where the model is built, when known."""
+    note: str = ""
+    """How the model was built when not as asked (on CPU where meta refused it)."""
+
+
+@dataclass(frozen=True)
+class UnreadCore:
+    """An op that can be an attention core and is in no block."""
+
+    module: str
+    """Qualified name of the module that ran it (``""`` for the root)."""
+    op: str
+    """Its op name (``softmax``, ``scaled_dot_product_attention``, ``logsumexp``, ...)."""
+    why: str
+    """Why no block was made of it, in words."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,9 @@ class Coverage:
     reached (an audio encoder with no placeholder token, a decoder only generation runs)."""
     data_dependent: DataDependence | None = None
     """How a value read from the data was fixed (a real forward or a stated bound)."""
+    unread_cores: tuple[UnreadCore, ...] = ()
+    """Ops that can be an attention core (SDPA, flex_attention, a softmax, log-softmax,
+    logsumexp or summed exp over a product of two activations) and are in no block."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,13 @@ class FlopBreakdown:
     causal_tiles_total: int | None = None
     """Projections plus the core over every 128×128 score tile holding an unmasked pair:
     what a tile-skipping kernel (FlashAttention) computes; None when not causal."""
+    visited_fraction: float | None = None
+    """Share of the score tiles a block mask visits (``flex``): scores, softmax and context
+    count those tiles only; None when the core has no block mask."""
+    dense_core: int | None = None
+    """scores + softmax + context over every tile, the figure without the block mask (the
+    one torch's FlopCounterMode counts for flex_attention, softmax aside); None when the
+    core has no block mask."""
 
     @property
     def total(self) -> int:

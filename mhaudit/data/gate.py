@@ -53,6 +53,8 @@ class GateOutcome:
     failing_findings: tuple[Finding, ...]
     fail_on: str
     """``"error"``, ``"warning"`` or ``"never"``."""
+    unread_cores: int = 0
+    """Ops that can be an attention core and are in no block (``coverage.unread_cores``)."""
 
     @property
     def passed(self) -> bool:

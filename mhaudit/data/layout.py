@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel")
+SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex")
 """How a block turns Q and K into the weights it applies to V:
 
 - ``softmax``: an n_q×n_kv matrix QKᵀ through a softmax over the keys (the textbook form);
@@ -156,6 +156,12 @@ class Layout:
     sdpa_gqa: bool = False
     """True when SDPA gets fewer K/V heads than query heads with ``enable_gqa`` (K/V not
     expanded before the call, as ``repeat_kv`` does)."""
+    visited_fraction: float | None = None
+    """Share of the (query block, key block) score tiles a ``flex_attention`` block mask
+    visits, partial and full (0–1); None for a core without a block mask."""
+    block_mask_read: str | None = None
+    """How ``visited_fraction`` was found: ``read`` (the mask's own block counts),
+    ``evaluated`` (its mask_mod on CPU), or why neither could be (then 1.0, dense)."""
     score_bias_params: int = 0
     """Elements of the learned parameters that bias the logits outside W_Q, W_K, W_V and
     W_O (relative-position tables and embeddings, their projections, content and

@@ -110,6 +110,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "untraced_modules": list(report.coverage.untraced_modules),
             "untraced_attention": list(report.coverage.untraced_attention),
             "unread_projections": list(report.coverage.unread_projections),
+            "unread_cores": [{"module": u.module, "op": u.op, "why": u.why}
+                             for u in report.coverage.unread_cores],
         },
     }
     if report.coverage.untraced_towers:

@@ -42,6 +42,12 @@ SCORE_FORM_CONVENTION = (
     "channel (d_k x d_k scores per head over the channels, contracted over the tokens; "
     "heads are the channel groups); scores_bytes counts what each form writes"
 )
+FLEX_CONVENTION = (
+    "a flex block (torch's flex_attention) counts QK^T, softmax and PV over the 128x128 "
+    "score tiles its block mask visits, partial and full (flops.visited_fraction of them), "
+    "plus score_mod's pointwise ops per visited score in flops.softmax; flops.dense_core is "
+    "the core over every tile, and FlopCounterMode counts the products of every tile"
+)
 CAUSAL_CONVENTION = (
     "flops.total is dense; causal_total counts unmasked query/key pairs only (a lower "
     "bound); causal_tiles_total counts every 128x128 tile holding one (a tile-skipping kernel)"
@@ -95,6 +101,8 @@ def _layout_to_dict(lay: Layout) -> dict[str, Any]:
               "explicit_mask", "dropout_p", "sdpa_gqa")
     data: dict[str, Any] = {"name": lay.name, "module_type": lay.module_type}
     data.update({key: getattr(lay, key) for key in fields})
+    if lay.block_mask_read is not None:
+        data["block_mask_read"] = lay.block_mask_read
     data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}
     return data
 
@@ -117,6 +125,8 @@ def _params_to_dict(par: ParamBreakdown) -> dict[str, Any]:
 
 _FLOP_FIELDS = ("q_proj", "k_proj", "v_proj", "scores", "softmax", "context", "o_proj", "total",
                 "causal_total", "causal_tiles_total")
+_BLOCK_MASK_FIELDS = ("visited_fraction", "dense_core")
+"""Flop fields of a core with a block mask (flex_attention), present only on such blocks."""
 _MEMORY_FIELDS = ("q_bytes", "k_bytes", "v_bytes", "scores_bytes",
                   "scores_bytes_if_materialized", "kv_cache_bytes_per_token", "kv_cache_bytes",
                   "kv_cache_bytes_static")
@@ -127,6 +137,8 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
     data = _layout_to_dict(block.layout)
     data["params"] = _params_to_dict(block.params)
     data["flops"] = {key: getattr(block.flops, key) for key in _FLOP_FIELDS}
+    if block.flops.visited_fraction is not None:
+        data["flops"].update({key: getattr(block.flops, key) for key in _BLOCK_MASK_FIELDS})
     data["memory"] = {key: getattr(block.memory, key) for key in _MEMORY_FIELDS}
     data["flags"] = [finding_to_dict(f) for f in block.findings]
     data["target"] = None if block.target is None else target_to_dict(block.target)
@@ -293,6 +305,7 @@ def model_to_dict(info: ModelInfo) -> dict[str, Any]:
         "inputs": info.inputs,
         "inputs_inferred": info.inputs_inferred,
         "location": location_to_dict(info.location),
+        **({"note": info.note} if info.note else {}),
     }
 
 

@@ -42,8 +42,10 @@ class _Draft:
     """Every output projection (one per stream for joint attention)."""
 
 
-def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
-    """Every attention block in the graph, in graph order."""
+def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
+           ) -> list[Layout]:
+    """Every attention block in the graph, in graph order; ``read`` gets the cores they
+    are made of (:mod:`mhaudit.detect.unread` lists the others)."""
     params = traced.params
     walker = SourceWalker(params, frozenset(traced.user_inputs))
     groups: dict[object, list[_Draft]] = defaultdict(list)
@@ -60,7 +62,11 @@ def detect(traced: TracedGraph, model: nn.Module) -> list[Layout]:
             _Draft(core, sources, o, outs or ((o,) if o else ())))
     layouts = [_layout(_context_columns(drafts), traced, model) for drafts in groups.values()]
     layouts = _with_score_biases(layouts, list(groups.values()), traced, walker)
-    return _unique_names([lay for lay in layouts if _readable(lay)])
+    kept = [(lay, drafts) for lay, drafts in zip(layouts, groups.values(), strict=True)
+            if _readable(lay)]
+    if read is not None:
+        read.extend(d.core for _, drafts in kept for d in drafts)
+    return _unique_names([lay for lay, _ in kept])
 
 
 def _query_rows(draft: _Draft) -> int:
@@ -195,6 +201,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         ),
         score_form=first.form,
         score_map_ops=first.map_ops,
+        visited_fraction=first.visited_fraction, block_mask_read=first.block_mask_read,
         **call_facts(first, traced.user_inputs),
     )
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.flex import flex_core
 from mhaudit.detect.operands import (
     context_value,
     is_activation_matmul,
@@ -18,6 +19,7 @@ from mhaudit.detect.patterns.buffers import written_buffer, written_values
 from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.patterns.padding import head_dims
+from mhaudit.trace.flex import FLEX_OP
 from mhaudit.trace.graphs import arg, numel, shape, tensor_inputs, val
 from mhaudit.trace.ops import (
     BAND_MOVE_OPS,
@@ -78,6 +80,13 @@ class Core:
     """Chunk length 2w when the scores are a band computed over overlapping chunks of 2w
     (stride w, :mod:`~mhaudit.detect.patterns.bands`); ``seq_len_q`` and ``seq_len_kv``
     are then the whole sequence. None for a dense core."""
+    window: int | None = None
+    """Keys each query sees at most, when the call itself bounds them (a flex_attention
+    sliding-window mask); None otherwise (masks are read apart)."""
+    visited_fraction: float | None = None
+    """Share of the score tiles a block mask visits (flex_attention); None without one."""
+    block_mask_read: str | None = None
+    """How ``visited_fraction`` was found (:class:`~mhaudit.trace.flex.FlexFacts`)."""
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
@@ -89,6 +98,9 @@ def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
             core = _sdpa_core(node, name)
         elif name in SOFTMAX_OPS:
             core = _eager_core(node, params)
+        elif name == FLEX_OP:
+            fields = flex_core(node)
+            core = None if fields is None else Core(**fields)
         else:
             continue
         if core is not None:

@@ -124,7 +124,10 @@ class LiveStorages(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Record op output storages, their deaths and, with ``op_flops``, op FLOPs.
 
     ``live`` is the bytes alive now; ``peak`` the largest ``live`` any new storage reached.
+    Higher-order ops (``flex_attention``) pass through as one op.
     """
+
+    supports_higher_order_operators = True
 
     def __init__(self, op_flops: OpFlops | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]

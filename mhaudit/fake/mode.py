@@ -29,7 +29,12 @@ def _refused(func: Any, args: tuple[Any, ...]) -> bool:
 
 
 class FakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
-    """``FakeTensorMode`` that runs a refused ``_grouped_mm`` on bf16 copies."""
+    """``FakeTensorMode`` that runs a refused ``_grouped_mm`` on bf16 copies.
+
+    Higher-order ops (``flex_attention``) reach its ``__torch_dispatch__``, which runs their
+    fake rules: torch looks those up by the mode's exact type, which a subclass is not."""
+
+    supports_higher_order_operators = True
 
     def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})

@@ -19,6 +19,7 @@ from mhaudit.cost.formulas import (
     lookup,
 )
 from mhaudit.data import Coverage
+from mhaudit.trace.flex import facts_of
 from mhaudit.trace.ops import qualified_name
 
 WRAPPER_OPS: frozenset[str] = frozenset(
@@ -77,7 +78,7 @@ op_name = qualified_name
 
 def _dim(size: Any) -> int:
     if isinstance(size, torch.SymInt):
-        hint = size.node.hint
+        hint = getattr(size.node, "hint", None)  # a nested tensor's ragged size has none
         if hint is None:
             raise FormulaInputError(f"symbolic size {size} has no hint")
         return int(hint)
@@ -94,6 +95,8 @@ def _formula_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_formula_value(v) for v in value)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if not hasattr(value.node, "hint"):  # a nested tensor's ragged size
+            raise FormulaInputError(f"symbolic value {value} has no hint")
         return value.node.hint
     return value
 
@@ -182,11 +185,12 @@ def _costed(node: Node, name: str) -> tuple[int, dict[str, int], str] | tuple[()
             return None  # unknown outputs count as missing too
         return ()
     try:
-        call = OpCall(
-            args=tuple(_formula_value(a) for a in node.args),
-            kwargs={k: _formula_value(v) for k, v in node.kwargs.items()},
-            out=_formula_value(node.meta.get("val")),
-        )
+        kwargs = {k: _formula_value(v) for k, v in node.kwargs.items()}
+        flex = facts_of(node)
+        if flex is not None:  # the block mask's share of tiles, which shapes cannot say
+            kwargs["visited_fraction"] = flex.visited_fraction
+        call = OpCall(args=tuple(_formula_value(a) for a in node.args), kwargs=kwargs,
+                      out=_formula_value(node.meta.get("val")))
         flops = entry.formula(call)
         return flops, entry.by_family(call, flops), entry.family
     except FormulaInputError:

@@ -6,7 +6,7 @@ import difflib
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -392,5 +392,8 @@ def report_findings(report: Report) -> tuple[Finding, ...]:
 
 def evaluate(report: Report, budget: Budget,
              baseline: Mapping[str, float | None] | None = None) -> GateOutcome:
-    """The gate's verdict on a report."""
-    return evaluate_metrics(metric_values(report), budget, baseline, report_findings(report))
+    """The gate's verdict on a report, with how many ops that can be attention are in no
+    block."""
+    outcome = evaluate_metrics(metric_values(report), budget, baseline,
+                               report_findings(report))
+    return replace(outcome, unread_cores=len(report.coverage.unread_cores))

@@ -34,3 +34,16 @@ def check_runs_on(loaded: LoadedModel, device: str) -> None:
                           f"on {device} to be measured",
                           f"Build the model and inputs on {device}, or audit with "
                           "device=\"meta\".")
+
+
+def refused_on_meta(exc: BaseException) -> bool:
+    """True when building on meta failed on the meta device itself (an op with no meta
+    kernel, ``.item()`` of a meta tensor), not on the model's own code."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if "meta" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -36,6 +36,11 @@ class LoadedModel:
     source: str = ""
     inputs_inferred: bool = False
     """True when mhaudit made the inputs up from the model's first layer."""
+    device: str = ""
+    """Where it was built when not where the audit asked (``cpu`` for a model that does
+    not build on meta); empty otherwise."""
+    note: str = ""
+    """Why it was built there, for the report's ``model``."""
 
 
 @contextlib.contextmanager

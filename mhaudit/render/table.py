@@ -168,6 +168,11 @@ def total_lines(report: Report) -> list[str]:
     ):
         if names:
             lines.append(f"{what}: {_named(names)}")
+    if coverage.unread_cores:
+        ops = sorted({f"{plain(u.module) or '(root)'} {u.op}" for u in coverage.unread_cores})
+        lines.append(f"ops that can be attention but are in no block: "
+                     f"{len(coverage.unread_cores)} ({', '.join(ops[:6])}"
+                     f"{' and more' if len(ops) > 6 else ''}; see coverage.unread_cores)")
     missing = report.coverage.ops_without_formula
     if missing:
         listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))

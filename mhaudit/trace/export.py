@@ -23,7 +23,14 @@ from torch.fx.experimental.symbolic_shapes import (
 
 from mhaudit.data.tracing import DataDependence
 from mhaudit.errors import TraceError, first_line
-from mhaudit.trace.guards import move_stray_tensors, plain_autocast
+from mhaudit.trace.guards import (
+    NESTED_LIMITATION,
+    NESTED_TIP,
+    move_stray_tensors,
+    nested_failure,
+    nested_inputs,
+    plain_autocast,
+)
 from mhaudit.trace.ran import require_plain_forward, require_ran
 from mhaudit.trace.real import CpuTwin, plan_real_forward, real_record
 from mhaudit.trace.recorder import record
@@ -211,6 +218,8 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     is refused, whichever rung produced it.
     """
     require_plain_forward(model)
+    if nested_inputs((args, kwargs)):
+        raise TraceError(NESTED_LIMITATION, NESTED_TIP)
     was_training = model.training
     model.eval()
     move_stray_tensors(model, (args, kwargs))
@@ -238,6 +247,8 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                     return _with_causes(traced, failures, subject)
     finally:
         model.train(was_training)
+    if nested_failure(failures):
+        raise TraceError(NESTED_LIMITATION, NESTED_TIP) from failures[0][1]
     causes = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failures)
     raise TraceError(
         f"could not trace {type(model).__name__} ({causes})",

@@ -3,6 +3,9 @@
 - Legacy constructors (``torch.FloatTensor(d, h, k)``) ignore the default device, so a
   model built under ``torch.device("meta")`` can hold a few CPU parameters beside its
   meta ones. They are moved to meta before tracing (their values are never read).
+- Nested (jagged) tensors carry their ragged lengths as symbolic sizes that neither fake
+  tensors nor the graph readers hold, and CPU SDPA has no kernel for them: they are refused
+  with one line that says so.
 - ``torch.autocast(x.device.type)`` fails on meta, and a traced autocast region becomes a
   wrapped sub-graph. The audit costs shapes at its own dtype, so autocast regions run as
   plain code while tracing.
@@ -71,3 +74,67 @@ def plain_autocast() -> Iterator[None]:
         yield
     finally:
         cls.__init__, cls.__enter__, cls.__exit__ = saved  # type: ignore[method-assign]
+
+
+NESTED_LIMITATION = (
+    "nested (jagged) tensors are not traced: their ragged lengths are symbolic sizes the "
+    "tracer cannot cost, and CPU SDPA has no kernel for them"
+)
+NESTED_TIP = ("Pass padded tensors with an attention mask (torch.nested.to_padded_tensor) "
+              "in example_inputs(), and pad inside forward() for the audit.")
+
+
+def nested_inputs(inputs: Any) -> bool:
+    """True when any input tensor is a nested (jagged or strided) tensor."""
+    return any(isinstance(t, torch.Tensor) and t.is_nested for t in tree_flatten(inputs)[0])
+
+
+def nested_failure(failures: list[tuple[str, BaseException]]) -> bool:
+    """True when a rung failed on a nested tensor's ragged size (made inside forward)."""
+    return any(word in f"{exc}" for _, exc in failures
+               for word in ("NestedIntNode", "NestedTensor("))
+
+
+@contextlib.contextmanager
+def plain_causal_bias() -> Iterator[None]:
+    """Make torch's ``CausalBias`` (``causal_lower_right``, ``causal_upper_left``) outside
+    the record's modes: a tensor subclass made under a fake or recording mode is refused
+    ("already associated to a python object"). It holds no values, only its variant."""
+    from torch.nn.attention.bias import CausalBias
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    own = CausalBias.__dict__.get("__new__")
+    made = CausalBias.__new__
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            return made(cls, *args, **kwargs)
+
+    CausalBias.__new__ = new  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if own is None:
+            del CausalBias.__new__
+        else:
+            CausalBias.__new__ = own  # type: ignore[method-assign]
+
+
+def unbiased_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """An SDPA call with a ``CausalBias`` mask as torch runs it where no fused kernel takes
+    it: ``is_causal`` for an upper-left (or square) one, else the lower-right triangle
+    ``tril(ones(n_q, n_kv), n_kv − n_q)`` made here, so that the record holds it."""
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
+    mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+    if not isinstance(mask, CausalBias):
+        return args, kwargs
+    kwargs = {k: v for k, v in kwargs.items() if k != "attn_mask"}
+    args = args[:3]
+    if mask.seq_len_q == mask.seq_len_kv or mask.variant == CausalVariant.UPPER_LEFT:
+        return args, {**kwargs, "is_causal": True}
+    offset = mask.seq_len_kv - mask.seq_len_q
+    triangle = torch.ones(mask.seq_len_q, mask.seq_len_kv, dtype=torch.bool,
+                          device=args[0].device).tril(offset)  # (n_q, n_kv)
+    return args, {**kwargs, "attn_mask": triangle}

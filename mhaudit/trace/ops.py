@@ -102,6 +102,9 @@ SDPA_VARIANTS: dict[str, SdpaVariant] = {
 """Every SDPA op, the public one and the backends it dispatches to."""
 SDPA_OPS = frozenset(SDPA_VARIANTS)
 SOFTMAX_OPS = frozenset({"softmax", "_softmax", "_safe_softmax"})
+LOG_NORMALISE_OPS = frozenset({"log_softmax", "_log_softmax", "logsumexp"})
+"""Log-space normalisations: an attention core when they normalise a product of two
+activations (chunked softmax by hand), a loss's otherwise."""
 MATMUL_OPS = frozenset({"matmul", "bmm", "mm", "einsum", "baddbmm"})
 POINTWISE_CONV_OPS = frozenset({"conv1d", "conv2d", "conv3d", "convolution"})
 """Convolutions read as projections when their kernel is 1×1 (a map of the channels)."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch._higher_order_ops.flex_attention import flex_attention as flex_attention_hop
 from torch.overrides import TorchFunctionMode, redispatch_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
@@ -36,6 +37,8 @@ from mhaudit.data.tracing import DataDependence
 from mhaudit.fake.counter import ForwardCounter, ForwardStorages
 from mhaudit.fake.mode import FakeMode
 from mhaudit.fake.run import FakeForward, fake_forward
+from mhaudit.trace.flex import eager_flex, flex_facts
+from mhaudit.trace.guards import plain_causal_bias, unbiased_sdpa
 from mhaudit.trace.ops import WHOLE_OPS
 from mhaudit.trace.stand_ins import StandIns
 from mhaudit.trace.traced import WRAPPER, TracedGraph, output_tensors
@@ -70,7 +73,12 @@ BOUND_NOTES = {
 
 
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
-    """Appends one node per dispatched op; tensors are matched to nodes by identity."""
+    """Appends one node per dispatched op; tensors are matched to nodes by identity.
+
+    Higher-order ops (``flex_attention``) come here too, and are recorded whole: the modes
+    below (the fake one) run them, and their pieces are not seen."""
+
+    supports_higher_order_operators = True
 
     def __init__(self, graph: fx.Graph, stack: list[tuple[str, str]], guess: bool,
                  values: StandIns | None = None) -> None:
@@ -130,10 +138,14 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
             out = func(*args, **kwargs)
         if func in _IGNORED or self.paused:
             return out
-        self.add(func, tuple(args), dict(kwargs), out)
+        node = self.add(func, tuple(args), dict(kwargs), out)
+        if func is flex_attention_hop:
+            with self:  # score_mod runs once on one score, recorded: a learned bias it reads
+                node.meta["flex"] = flex_facts(tuple(args))  # counts as used
         return out
 
-    def add(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    def add(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+            ) -> fx.Node:
         """One node for ``func(*args, **kwargs) -> out``; its tensors become its values."""
         node = self.graph.call_function(func, tree_map(self.node_of, args),
                                         tree_map(self.node_of, kwargs))
@@ -149,6 +161,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
                     pick = self.graph.call_function(operator.getitem, (node, index))
                     pick.meta["nn_module_stack"] = node.meta["nn_module_stack"]
                     self.bind(item, pick)
+        return node
 
 
 @contextlib.contextmanager
@@ -199,6 +212,8 @@ class _Composites(TorchFunctionMode):
                 return func(*args, **kwargs)
             with self:  # see what it calls (F.linear inside F.multi_head_attention_forward)
                 return redispatch_function(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        if name == "scaled_dot_product_attention":
+            args, kwargs = unbiased_sdpa(tuple(args), kwargs)
         self.recorder.paused += 1
         try:
             out = func(*args, **kwargs)
@@ -320,8 +335,8 @@ def _record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     recorder = _Recorder(fx.Graph(), stack, guess,
                          StandIns(counter.storage_index) if counter is not None else None)
     params, buffers, inputs = _placeholders(model, args, kwargs, recorder)
-    watch = (_module_stack(model, stack), _fast_path_checks(recorder), recorder,
-             _Composites(recorder))
+    watch = (_module_stack(model, stack), _fast_path_checks(recorder), eager_flex(),
+             plain_causal_bias(), recorder, _Composites(recorder))
     if forward is None or counter is None:
         with contextlib.ExitStack() as scope:
             for context in (torch.no_grad(), *watch):

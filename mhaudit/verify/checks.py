@@ -8,10 +8,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhaudit.cost.arithmetic import attention_parts
 from mhaudit.cost.devices import canonical_dtype
 from mhaudit.data import Agreement, Report, Unchecked, Verification
 from mhaudit.errors import first_line
 from mhaudit.fake.run import fake_forward, run_dtype
+from mhaudit.trace.flex import eager_flex
 from mhaudit.verify.decode import decode_check
 from mhaudit.verify.limits import over_limits
 from mhaudit.verify.reference import RealForward, flop_counter, real_forward
@@ -79,7 +81,8 @@ def _real(report: Report, model: nn.Module, args: tuple[Any, ...], kwargs: Mappi
     if reason is not None:
         return None, reason
     try:
-        return real_forward(model, args, kwargs, dtype), None
+        with eager_flex():
+            return real_forward(model, args, kwargs, dtype), None
     except Exception as exc:  # the model's code on real CPU tensors at this dtype
         return None, f"a real CPU forward at {report.model.dtype} raised {first_line(exc, 160)}"
 
@@ -88,7 +91,8 @@ def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
                kwargs: Mapping[str, Any], dtype: torch.dtype | None,
                real: RealForward | None, why: str | None) -> Agreement:
     families = report.totals.flops_by_family
-    ours = families.get("matmul", 0) + families.get("conv", 0)
+    skipped = _skipped_tiles(report)
+    ours = families.get("matmul", 0) + families.get("conv", 0) + skipped
     routed = ("; routed experts' grouped matmuls (aten._grouped_mm, which it has no formula "
               "for) at 2·rows·K·N")
     if report.experts and real is not None:
@@ -97,10 +101,30 @@ def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
                          f"{report.model.dtype}{routed}, by the rows its router really "
                          "sent each expert")
     how = "FlopCounterMode over the forward on fake tensors"
+    if skipped:
+        how += (f"; flex_attention over every score tile, as FlopCounterMode counts it (ours "
+                f"adds the {skipped:,} FLOPs of the tiles its block masks skip: the blocks' "
+                "flops.dense_core)")
     if report.experts:
         how += f"{routed}, as dispatched on fake tensors (no real routed forward: {why})"
     return Agreement("matmul + conv flops", ours, _counted_flops(model, args, kwargs, dtype),
                      "FlopCounterMode", FLOPS_TOLERANCE, how)
+
+
+def _skipped_tiles(report: Report) -> int:
+    """QKᵀ and PV FLOPs of the score tiles flex_attention block masks skip: the dense
+    products less the products the graph's flex formula counts over the visited tiles."""
+    skipped = 0
+    for block in report.blocks:
+        lay, fraction = block.layout, block.layout.visited_fraction
+        if fraction is None:
+            continue
+        scores, softmax, context = attention_parts(
+            lay.batch_size * lay.num_heads, lay.seq_len_q, lay.seq_len_kv, lay.head_dim,
+            lay.v_head_dim)
+        visited = round((scores + softmax + context) * fraction) - round(softmax * fraction)
+        skipped += scores + context - visited
+    return skipped
 
 
 def _counted_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
@@ -108,7 +132,7 @@ def _counted_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     """FlopCounterMode's total over one no_grad forward of fake CPU copies (floats at
     ``dtype``; None keeps their own)."""
     counter = flop_counter()
-    with fake_forward(model, args, kwargs, dtype) as forward:
+    with eager_flex(), torch.no_grad(), fake_forward(model, args, kwargs, dtype) as forward:
         forward(counter)
     return int(counter.get_total_flops())
 

@@ -65,8 +65,29 @@ FLOP_FORMULAS: dict[Any, Any] = {
 
 
 def flop_counter() -> FlopCounterMode:
-    """FlopCounterMode with :data:`FLOP_FORMULAS`."""
+    """FlopCounterMode with :data:`FLOP_FORMULAS`, able to count an eager flex_attention."""
+    _count_eager_flex()
     return FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
+
+
+def _count_eager_flex() -> None:
+    """Give FlopCounterMode's dispatch mode a rule for the flex_attention op, once.
+
+    torch registers flex_attention's FLOP formula (the dense SDPA one) but its counting
+    mode answers the op only inside compiled graphs: an eager call falls through to a path
+    that fails. The rule runs the op below the mode and counts it by torch's own formula.
+    """
+    from torch._higher_order_ops.flex_attention import flex_attention
+    from torch.utils.flop_counter import _FlopCounterMode
+
+    if _FlopCounterMode in flex_attention.python_key_table:
+        return
+
+    @flex_attention.py_impl(_FlopCounterMode)  # type: ignore[untyped-decorator]
+    def _counted(mode: _FlopCounterMode, *args: Any) -> Any:
+        out = flex_attention(*args)
+        return mode.counter._count_flops(  # type: ignore[no-untyped-call]
+            flex_attention, out, args, {})
 
 
 def cache_of(out: Any) -> Any:

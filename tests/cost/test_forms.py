@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from mhaudit.cost.forms import CoreCost, CoreShape, _register, core_cost, form_names
+from mhaudit.cost.forms import (
+    CoreCost,
+    CoreShape,
+    _register,
+    core_cost,
+    dense_core,
+    form_names,
+)
 from mhaudit.data import SCORE_FORMS, Layout
 
 SHAPE = CoreShape(batch_heads=2 * 4, n_q=16, n_kv=16, d_k=8, d_v=8, map_ops=4)
@@ -36,6 +45,9 @@ def test_every_form_has_one_formula() -> None:
     ("separable", CoreCost(0, 384, 3072, 128)),
     # QᵀK over the tokens 2·8·8·16·8 = 16,384; softmax 3·8·8·8 = 1,536; PV 16,384; 8·8·8.
     ("channel", CoreCost(16384, 1536, 16384, 512)),
+    # without a block mask, as softmax with score_mod's 4 ops per score in the softmax
+    # part: 6,144 + 4·2,048 = 14,336.
+    ("flex", CoreCost(32768, 14336, 32768, 2048)),
 ])
 def test_form_formula(form: str, want: CoreCost) -> None:
     assert core_cost(_layout(form, SHAPE.map_ops)) == want
@@ -49,3 +61,11 @@ def test_channel_scores_do_not_grow_with_the_sequence() -> None:
 
 def test_an_unknown_form_costs_as_softmax() -> None:
     assert core_cost(_layout("future")) == core_cost(_layout("softmax"))
+
+
+def test_flex_counts_the_tiles_its_block_mask_visits() -> None:
+    # 3 of 4 tiles visited: each part 3/4 of the dense one (32,768 · 3/4 = 24,576;
+    # 14,336 · 3/4 = 10,752); the materialised scores stay 2,048.
+    layout = replace(_layout("flex", SHAPE.map_ops), visited_fraction=0.75)
+    assert core_cost(layout) == CoreCost(24576, 10752, 24576, 2048)
+    assert dense_core(layout) == 32768 + 14336 + 32768

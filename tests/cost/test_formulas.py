@@ -68,6 +68,12 @@ CASES: list[tuple[str, OpCall, int]] = [
     # softmax 3·16·16·16 = 12,288; total 798,720
     ("aten.scaled_dot_product_attention",
      call(T(2, 8, 16, 64), T(2, 2, 16, 64), T(2, 2, 16, 32), enable_gqa=True), 798_720),
+    # flex_attention over b·h = 1·2 = 2 heads, n = 256, d = 16, causal block mask of 2×2
+    # 128-tiles visiting 3 of 4: dense 2·2·256·256·16·2 = 8,388,608 products + 3·2·256·256
+    # = 393,216 softmax = 8,781,824; times 3/4 = 6,586,368
+    ("higher_order.flex_attention",
+     call(T(1, 2, 256, 16), T(1, 2, 256, 16), T(1, 2, 256, 16), visited_fraction=0.75),
+     6_586_368),
     # 3 · 2·4·10·10 = 2,400 (exp, sum, divide)
     ("aten.softmax", call(T(2, 4, 10, 10), -1, False), 2_400),
     # (5 + weight 1 + bias 1) · 2·10·64 = 8,960

@@ -60,7 +60,7 @@ def call_facts(core: Core, user_inputs: Iterable[str]) -> dict[str, Any]:
     refuses it), the call's dropout and its grouped-query heads."""
     window, alignment = core_mask(core.output, core.masks, core.seq_len_q, core.seq_len_kv)
     return {
-        "window": core.band or window, "causal_alignment": alignment,
+        "window": core.band or core.window or window, "causal_alignment": alignment,
         "explicit_mask": explicit_mask(core.masks, window, core.seq_len_kv,
                                        frozenset(user_inputs)),
         "dropout_p": core.dropout_p, "sdpa_gqa": core.gqa,

@@ -83,6 +83,9 @@ def verdict(outcome: GateOutcome) -> str:
         parts.append(f"{len(warned)} warning(s)")
     if outcome.fail_on != "never":
         parts.append(f"{len(outcome.failing_findings)} flag(s) at or above {outcome.fail_on}")
+    if outcome.unread_cores:
+        parts.append(f"{outcome.unread_cores} op(s) that can be attention in no block "
+                     "(coverage.unread_cores)")
     return f"{'PASS' if outcome.passed else 'FAIL'}: {', '.join(parts)}"
 
 

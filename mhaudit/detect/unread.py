@@ -1,0 +1,106 @@
+"""Ops that can be an attention core but are in no reported block, each with why.
+
+A candidate is an attention call (SDPA, flex_attention) or a normalisation over a product
+of two activations: softmax, log-softmax, logsumexp, or ``exp`` whose output is summed (a
+softmax written by hand). One inside the span of a block's core (from its Q, K, V to its
+context) is read; every other is listed in ``coverage.unread_cores``, so that a model with
+attention and no block says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from torch import fx
+
+from mhaudit.data import UnreadCore
+from mhaudit.detect.cores import Core
+from mhaudit.detect.operands import is_activation_matmul
+from mhaudit.trace.export import TracedGraph
+from mhaudit.trace.flex import FLEX_OP
+from mhaudit.trace.graphs import tensor_inputs
+from mhaudit.trace.ops import (
+    LOG_NORMALISE_OPS,
+    PROJECTION_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+    op_name,
+)
+
+CALL_OPS = SDPA_OPS | {FLEX_OP}
+"""Ops that are attention whatever their inputs."""
+NORMALISING_OPS = SOFTMAX_OPS | LOG_NORMALISE_OPS
+"""Ops that are an attention core when they normalise a product of two activations."""
+PRODUCT_DEPTH = 10
+"""Ops walked back from a normalisation to the product it normalises."""
+SPAN_NODES = 2000
+"""Nodes walked back from a core's context to its Q, K and V."""
+
+_WHY = {
+    "call": "an attention call no block was made of: its Q, K, V or output were not read "
+            "back to projections",
+    "softmax": "a softmax over a product of two activations that detection did not follow "
+               "to a product with V (the weights reach V through ops it does not read, or "
+               "never do)",
+    "by hand": "a softmax written by hand (exp or logsumexp, then a normaliser) over a "
+               "product of two activations, which detection does not read as a core",
+}
+
+
+def unread_cores(traced: TracedGraph, read: Iterable[Core]) -> tuple[UnreadCore, ...]:
+    """Every candidate core op outside the span of the ``read`` cores, in graph order."""
+    spanned = _spans(read)
+    found: list[UnreadCore] = []
+    for node in traced.graph.nodes:
+        kind = _candidate(node, traced.params)
+        if kind is not None and node not in spanned:
+            found.append(UnreadCore(traced.module_path(node), op_name(node), _WHY[kind]))
+    return tuple(found)
+
+
+def _candidate(node: fx.Node, params: dict[str, str]) -> str | None:
+    """Which kind of candidate ``node`` is (a key of ``_WHY``), or None."""
+    name = op_name(node)
+    if name in CALL_OPS:
+        return "call"
+    by_hand = name == "logsumexp" or (
+        name == "exp" and any(op_name(u) == "sum" for u in node.users))
+    if name not in NORMALISING_OPS and not by_hand:
+        return None
+    if not _normalises_a_product(node, params):
+        return None
+    return "by hand" if by_hand else "softmax"
+
+
+def _normalises_a_product(node: fx.Node, params: dict[str, str]) -> bool:
+    """An activation product (QKᵀ) feeds ``node`` through ops that are not projections."""
+    frontier, seen = list(tensor_inputs(node)), set()
+    for _ in range(PRODUCT_DEPTH):
+        nxt: list[fx.Node] = []
+        for current in frontier:
+            if current in seen:
+                continue
+            seen.add(current)
+            if is_activation_matmul(current, params):
+                return True
+            if op_name(current) not in PROJECTION_OPS:
+                nxt.extend(tensor_inputs(current))
+        frontier = nxt
+    return False
+
+
+def _spans(cores: Iterable[Core]) -> set[fx.Node]:
+    """The nodes between each core's Q, K, V and its context, the context included."""
+    spanned: set[fx.Node] = set()
+    for core in cores:
+        stops = {core.q, core.k, core.v}
+        pending = [core.output]
+        local: set[fx.Node] = set()
+        while pending and len(local) < SPAN_NODES:
+            node = pending.pop()
+            if node in local or node in stops:
+                continue
+            local.add(node)
+            pending.extend(tensor_inputs(node))
+        spanned |= local
+    return spanned
