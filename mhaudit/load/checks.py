@@ -40,10 +40,13 @@ def refused_on_meta(exc: BaseException) -> bool:
     """True when building on meta failed on the meta device itself (an op with no meta
     kernel, ``.item()`` of a meta tensor), not on the model's own code."""
     seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if "meta" in str(seen).lower():
-            return True
-        seen = seen.__cause__ or seen.__context__
+    try:
+        for _ in range(8):
+            if seen is None:
+                return False
+            if "meta" in str(seen).lower():
+                return True
+            seen = seen.__cause__ or seen.__context__
+    except BaseException:  # model code's exception that cannot be printed or walked
+        return False
     return False
