@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from zoo_harness import fold_worker, timm_zoo
 from zoo_harness.sweep import load_results, mixed_order, model_types, record
-from zoo_harness.table import headline, render
+from zoo_harness.table import RAN_BY, headline, render
 from zoo_harness.worker import SEQ, STATUSES, preload, run_one
 
 PREAMBLE = (
@@ -103,13 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     preload()
     preamble = f"{PREAMBLE}\n\n{timm_zoo.note()}"
     title, run, statuses = "The transformers zoo", run_one, STATUSES
+    ran_by, outside = RAN_BY, ("skipped",)
     if args.fold_check:
         title, preamble, run = "Folded against unfolded", FOLD_PREAMBLE, fold_worker.run_one
-        statuses = fold_worker.STATUSES
+        statuses, ran_by, outside = fold_worker.STATUSES, "fold", ("skipped", "not folded")
     record(todo, run, done, out=args.out, results_path=results_path,
-           page=lambda results: render(results, title, preamble, statuses=statuses),
+           page=lambda results: render(results, title, preamble, ran_by, statuses, outside),
            jobs=args.jobs, timeout_s=args.timeout, deadline=args.deadline)
-    print(headline(done.values(), statuses=statuses))
+    print(headline(done.values(), ran_by, statuses, outside))
     return 0
 
 

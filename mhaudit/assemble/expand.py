@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from mhaudit.data import ExpertLayer, Layout, Projection
+from mhaudit.data import ExpertLayer, Layout, Projection, UnreadCore
 from mhaudit.trace.fold import FoldedList, plan_of, rename
 
 _Item = TypeVar("_Item")
@@ -55,6 +55,13 @@ def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list
         counted.append(replace(layout, score_bias_params=sum(size for _, size in fresh))
                        if layout.score_bias_tables else layout)
     return counted
+
+
+def expand_unread(cores: Sequence[UnreadCore], plans: tuple[FoldedList, ...]
+                  ) -> tuple[UnreadCore, ...]:
+    """Give every original layer its own copy of its representative's unread cores."""
+    return tuple(_expand(cores, lambda core: core.module, lambda core, plan, pos, index:
+                         replace(core, module=rename(core.module, plan, pos, index)), plans))
 
 
 def expand_experts(experts: Sequence[ExpertLayer], plans: tuple[FoldedList, ...]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from mhaudit.assemble.expand import expand_experts, expand_names
+from mhaudit.assemble.expand import expand_experts, expand_names, expand_unread
 from mhaudit.assemble.grouping import group_blocks
 from mhaudit.assemble.totals import model_totals, node_weights
 from mhaudit.assemble.unreached import untraced_attention
@@ -74,7 +74,7 @@ def build_report(
         unread_projections=tuple(sorted(expand_names(set(unread_projections(traced)), plans))),
         untraced_towers=untraced_towers(model, used),
         data_dependent=traced.data_dependent,
-        unread_cores=unread,
+        unread_cores=expand_unread(unread, plans),
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}
