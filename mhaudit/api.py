@@ -50,7 +50,7 @@ from mhaudit.options import AuditOptions, FlopsBackend, resolve_options
 from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.flex import eager_flex
-from mhaudit.trace.fold import FoldedList, traced_folded
+from mhaudit.trace.fold import FoldedList, module_positions, traced_folded
 from mhaudit.trace.real import Built, CpuTwin, forward_limit, seeded, weights_bytes
 from mhaudit.trace.recorder import RecordedGraph
 from mhaudit.trace.traced import TracedGraph
@@ -178,7 +178,8 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
         stop_timer()
         stage("detecting")
         read: list[Core] = []
-        layouts = expand_layouts(detect(traced, loaded.module, read), plans)
+        layouts = expand_layouts(detect(traced, loaded.module, read), plans,
+                                 module_positions(traced) if plans else None)
         unread = unread_cores(traced, read)
         stage("costing")
         peak = _fake_peak(loaded, traced, plans, run_dtype(dtype))

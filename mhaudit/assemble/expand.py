@@ -3,7 +3,7 @@ and its routed experts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -23,28 +23,45 @@ def _rename_projection(p: Projection | None, plan: FoldedList, pos: int, index: 
 
 def _expand(items: Sequence[_Item], name: Callable[[_Item], str],
             renamed: Callable[[_Item, FoldedList, int, int], _Item],
-            plans: tuple[FoldedList, ...]) -> list[_Item]:
-    """Every original layer's copy of its representative's items, in model order."""
+            plans: tuple[FoldedList, ...],
+            positions: Mapping[str, int] | None = None) -> list[_Item]:
+    """Every original layer's copy of its representative's items, in model order: where
+    ``positions`` gives the graph position of every layer and item (a left-out layer's
+    stand-in is called where the layer runs), in the order the forward ran them; else
+    each list's copies together where its first representative stands."""
     placed: list[tuple[tuple[int, int, int], _Item]] = []
+    by_position: list[tuple[tuple[int, int, int], _Item]] = []
     first_of_plan: dict[int, int] = {}
     for order, item in enumerate(items):
         found = plan_of(name(item), plans)
         if found is None:
             placed.append(((order, -1, 0), item))
+            by_position.append(((_at(positions, name(item)), order, 0), item))
             continue
         plan_index, pos = found
         start = first_of_plan.setdefault(plan_index, order)
         plan = plans[plan_index]
         for index in plan.members[pos]:
-            placed.append(((start, index, order), renamed(item, plan, pos, index)))
+            copy = renamed(item, plan, pos, index)
+            placed.append(((start, index, order), copy))
+            layer = f"{plan.path}.{plan.name_of(index)}" if plan.path else plan.name_of(index)
+            by_position.append(((_at(positions, layer), order, 0), copy))
+    if positions is not None and all(key[0] >= 0 for key, _ in by_position):
+        placed = by_position
     placed.sort(key=lambda entry: entry[0])
     return [item for _, item in placed]
 
 
-def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...]) -> list[Layout]:
-    """Give every original layer its own copy of its representative's blocks, in order; a
+def _at(positions: Mapping[str, int] | None, path: str) -> int:
+    return -1 if positions is None else positions.get(path, -1)
+
+
+def expand_layouts(layouts: list[Layout], plans: tuple[FoldedList, ...],
+                   positions: Mapping[str, int] | None = None) -> list[Layout]:
+    """Give every original layer its own copy of its representative's blocks, in order
+    (the graph's, with ``positions``: :func:`~mhaudit.trace.fold.module_positions`); a
     score-bias table that several copies read counts in the first (a model-level table)."""
-    expanded = _expand(layouts, lambda layout: layout.name, _renamed, plans)
+    expanded = _expand(layouts, lambda layout: layout.name, _renamed, plans, positions)
     if not plans:
         return expanded
     seen: set[str] = set()

@@ -261,6 +261,18 @@ def node_weight(module_path: str, plans: tuple[FoldedList, ...]) -> int:
     return len(plans[found[0]].members[found[1]]) if found else 1
 
 
+def module_positions(traced: TracedGraph) -> dict[str, int]:
+    """Each module path (and every path above it) to the index of the first graph node
+    run inside it: the order the forward ran its modules, a left-out layer's stand-in
+    included."""
+    positions: dict[str, int] = {}
+    for index, node in enumerate(traced.graph.nodes):
+        parts = traced.module_path(node).split(".")
+        for depth in range(1, len(parts) + 1):
+            positions.setdefault(".".join(parts[:depth]), index)
+    return positions
+
+
 def describe(plans: tuple[FoldedList, ...]) -> list[dict[str, Any]]:
     """The folding, for the report."""
     return [
