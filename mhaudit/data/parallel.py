@@ -9,11 +9,19 @@ SOURCES = ("torch.distributed", "analytic")
 """Where a parallel cost comes from: the plan applied to the model on a fake process
 group, or the closed-form model."""
 
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble", "dualpipev")
+"""Pipeline schedules, as torch.distributed.pipelining names its classes: ScheduleGPipe,
+Schedule1F1B, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble, ScheduleDualPipeV."""
+
 
 @dataclass(frozen=True)
 class ParallelPlan:
-    """How a step is spread over GPUs: tensor, sequence, fully-sharded data and pipeline
-    parallelism."""
+    """How a step is spread over GPUs: tensor, sequence, context, fully-sharded and
+    replicated data, pipeline and expert parallelism.
+
+    The mesh is (pp, dp, fsdp, cp, tp), outermost first; ``ep`` carves the expert groups
+    out of the data-parallel and context ranks (fsdp · dp · cp), as torchtitan and Megatron
+    do, so it adds no GPUs."""
 
     tp: int = 1
     """Tensor-parallel degree t: heads and MLP columns split over t GPUs."""
@@ -25,16 +33,42 @@ class ParallelPlan:
     optimizer states sharded over this many GPUs, each running its own micro-batch."""
     pp: int = 1
     """Pipeline stages: the layers split into this many consecutive groups."""
+    ep: int = 1
+    """Expert-parallel degree: each routed expert layer's experts split over this many
+    ranks of the data-parallel × context group, tokens exchanged by all-to-all."""
+    cp: int = 1
+    """Context-parallel degree: the sequence split over this many ranks, K/V passed round
+    a ring in every attention layer (torch's ``context_parallel``)."""
+    dp: int = 1
+    """Replicas beside ``fsdp`` (DDP, or HSDP's replicate dim): each holds whole copies of
+    its shards; gradients are all-reduced across replicas."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule (see :data:`PP_SCHEDULES`); read only when ``pp`` > 1."""
+    microbatches: int = 1
+    """Micro-batches per step and replica that the pipeline schedule interleaves."""
 
     @property
     def world_size(self) -> int:
-        """GPUs the plan uses: tp · fsdp · pp."""
-        return self.tp * self.fsdp * self.pp
+        """GPUs the plan uses: tp · cp · fsdp · dp · pp."""
+        return self.tp * self.cp * self.fsdp * self.dp * self.pp
+
+    @property
+    def data_ranks(self) -> int:
+        """Ranks that see different samples or tokens of the step: fsdp · dp · cp, what
+        ``ep`` divides."""
+        return self.fsdp * self.dp * self.cp
 
     def text(self) -> str:
-        """The plan in the ``--parallel`` grammar, e.g. ``tp=8,sp,fsdp=8,pp=1``."""
-        sp = ",sp" if self.sp else ""
-        return f"tp={self.tp}{sp},fsdp={self.fsdp},pp={self.pp}"
+        """The plan in the ``--parallel`` grammar, e.g. ``tp=8,sp,fsdp=8,pp=1``; axes at
+        their defaults beyond tp, fsdp and pp are left out."""
+        parts = [f"tp={self.tp}"] + (["sp"] if self.sp else [])
+        parts += [f"cp={self.cp}"] if self.cp > 1 else []
+        parts += [f"fsdp={self.fsdp}"] + ([f"dp={self.dp}"] if self.dp > 1 else [])
+        parts += [f"ep={self.ep}"] if self.ep > 1 else []
+        parts += [f"pp={self.pp}"]
+        if self.pp > 1:
+            parts += [f"pp_schedule={self.pp_schedule}", f"microbatches={self.microbatches}"]
+        return ",".join(parts)
 
 
 @dataclass(frozen=True)
@@ -55,8 +89,25 @@ class DeviceBytes:
     """FSDP's gathered parameters and collective buffers at the peak: the root unit's, and
     the largest layer's twice (running and prefetched)."""
     peak: int
-    """Peak bytes of the step on this rank: torch's measured peak, or the analytic sum of
-    the parts (which leaves out the optimizer update's temporaries)."""
+    """Peak bytes of the step on this rank: the tensors' peak (``tensor_peak``) plus the
+    memory beyond tensors (NCCL buffers, workspace, CUDA context, fragmentation): what the
+    GPU must have free."""
+    nccl_buffers: int = 0
+    """NCCL's staging buffers, per communicator the plan opens on this rank."""
+    workspace: int = 0
+    """cuBLAS and cuDNN/attention-kernel workspaces."""
+    cuda_context: int = 0
+    """The CUDA context and the kernel images it loads."""
+    fragmentation: int = 0
+    """The caching allocator's rounding and a fragmentation margin over the tensors."""
+    tensor_peak: int | None = None
+    """Peak bytes of tensors alone: torch's measured peak, or the analytic sum of the parts
+    (which leaves out the optimizer update's temporaries); None when ``peak`` is it."""
+
+    @property
+    def tensors(self) -> int:
+        """The tensors' peak, without the memory beyond tensors."""
+        return self.peak if self.tensor_peak is None else self.tensor_peak
 
 
 @dataclass(frozen=True)
@@ -75,6 +126,55 @@ class CollectiveBytes:
         """Sum over the kinds."""
         return (self.all_gather + self.reduce_scatter + self.all_reduce + self.all_to_all
                 + self.send_recv)
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One part of a rank's memory beyond its tensors, and where its size comes from."""
+
+    name: str
+    """``nccl_buffers``, ``workspace``, ``cuda_context`` or ``fragmentation``."""
+    bytes: int
+    """Its size on one rank."""
+    source: str
+    """Where the figure comes from (a library default, an environment variable, a rule)."""
+
+
+@dataclass(frozen=True)
+class PipelineStage:
+    """One pipeline stage: its layers and its peak."""
+
+    layers: tuple[str, ...]
+    """Qualified names of the layer units it runs (the first stage also holds the
+    embeddings, the last the head)."""
+    peak_bytes: int
+    """Peak bytes of tensors on the stage's rank, with the micro-batches the schedule keeps
+    in flight there."""
+    in_flight: int = 1
+    """Micro-batches whose activations the stage holds at its peak."""
+    activations: int = 0
+    """Bytes of those activations."""
+
+
+@dataclass(frozen=True)
+class PipelineCost:
+    """A pipeline schedule on a plan: stages, bubble and point-to-point traffic."""
+
+    schedule: str
+    """One of :data:`PP_SCHEDULES`."""
+    microbatches: int
+    """Micro-batches per step."""
+    bubble_fraction: float
+    """Share of the step each stage idles (GPipe and 1F1B: (p − 1)/(m + p − 1) of the
+    step, i.e. (p − 1)/m of the useful time, Narayanan et al. 2021)."""
+    stages: tuple[PipelineStage, ...]
+    """One per stage, first to last."""
+    send_recv_bytes: int = 0
+    """Bytes a middle stage sends per step (activations forward, gradients back)."""
+    uneven: bool = False
+    """True when the layers do not split evenly over the stages."""
+    source: str = "analytic"
+    """``torch.distributed`` where torch's schedule ran on a fake process group."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +208,13 @@ class ParallelCost:
     analytic_activations: int | None = None
     """The analytic model's activations per rank (Korthikanti et al.'s split) beside the
     figure torch measured, when ``source`` is ``torch.distributed``; None otherwise."""
+    memory_terms: tuple[MemoryTerm, ...] = ()
+    """The memory beyond tensors in ``per_device_bytes``, each with its source."""
+    pipeline: PipelineCost | None = None
+    """The pipeline schedule's stages and bubble; None when pp is 1."""
+    mfu: float | None = None
+    """Model FLOPs utilisation at ``step_time_s``: the step's model FLOPs (no recompute)
+    per GPU per second over the target's dense peak; None where no FLOPs are known."""
 
 
 def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
@@ -116,7 +223,8 @@ def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
     plan["world_size"] = cost.plan.world_size
     return {
         "plan": plan,
-        "per_device_bytes": asdict(cost.per_device_bytes),
+        "per_device_bytes": {**asdict(cost.per_device_bytes),
+                             "tensor_peak": cost.per_device_bytes.tensors},
         "comm_bytes_per_step": asdict(cost.comm_bytes_per_step),
         "comm_calls_per_step": asdict(cost.comm_calls_per_step),
         "step_time_s": cost.step_time_s,
@@ -125,4 +233,7 @@ def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
         "source": cost.source,
         "notes": list(cost.notes),
         "analytic_activations": cost.analytic_activations,
+        "memory_terms": [asdict(t) for t in cost.memory_terms],
+        "pipeline": None if cost.pipeline is None else asdict(cost.pipeline),
+        "mfu": cost.mfu,
     }

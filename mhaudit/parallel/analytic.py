@@ -109,7 +109,7 @@ def device_bytes(states: StateBytes, activations: int, kv_cache: int) -> DeviceB
     peak = (states.params + states.grads + states.optimizer_states + activations + kv_cache
             + states.temporaries)
     return DeviceBytes(states.params, states.grads, states.optimizer_states, activations,
-                       kv_cache, states.temporaries, peak)
+                       kv_cache, states.temporaries, peak, tensor_peak=peak)
 
 
 def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: ParallelPlan,

@@ -108,7 +108,8 @@ def _held(current: dict[str, int], forward: dict[str, int], peak: dict[str, int]
     acts = forward.get("Activation", 0)
     temps = sum(peak.get(k, 0) for k in ("Unsharded Param", "All Gather", "Reduce Scatter",
                                           "Unsharded Grad"))
-    return DeviceBytes(params, grads, states, acts, 0, temps, peak.get("Total", 0))
+    total = peak.get("Total", 0)
+    return DeviceBytes(params, grads, states, acts, 0, temps, total, tensor_peak=total)
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:

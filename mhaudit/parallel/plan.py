@@ -1,17 +1,20 @@
-"""The ``--parallel`` grammar: ``tp=8,sp,fsdp=8,pp=1`` to a ParallelPlan, and its checks."""
+"""The ``--parallel`` grammar: ``tp=8,sp,fsdp=8,pp=4,microbatches=8`` to a ParallelPlan,
+and its checks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mhaudit.data.parallel import ParallelPlan
+from mhaudit.data.parallel import PP_SCHEDULES, ParallelPlan
 from mhaudit.errors import ConfigError
 
 MAX_DEGREE = 65536
 """Largest degree accepted for any axis: no job spans more GPUs than this."""
 
-_EXAMPLE = "Write it as e.g. tp=8,sp,fsdp=8,pp=1 (sp alone switches sequence parallelism on)."
-_DEGREES = ("tp", "fsdp", "pp")
+_EXAMPLE = ("Write it as e.g. tp=8,sp,fsdp=8,pp=4,microbatches=8 (sp alone switches "
+            "sequence parallelism on; also cp=N, dp=N, ep=N, pp_schedule=NAME).")
+_DEGREES = ("tp", "fsdp", "pp", "ep", "cp", "dp", "microbatches")
+_ALIASES = {"schedule": "pp_schedule", "mb": "microbatches"}
 
 
 def _degree(key: str, value: str) -> int:
@@ -22,13 +25,16 @@ def _degree(key: str, value: str) -> int:
 
 
 def parse_plan(text: str) -> ParallelPlan:
-    """A plan from ``tp=N[,sp][,fsdp=M][,pp=K]`` (any order, each key once; missing
-    degrees are 1); ConfigError with the fix for anything else."""
+    """A plan from ``tp=N[,sp][,cp=N][,fsdp=M][,dp=R][,ep=E][,pp=K][,pp_schedule=S]
+    [,microbatches=B]`` (any order, each key once; missing degrees are 1, and with pp > 1
+    the micro-batches default to pp, the fewest that fill the pipeline); ConfigError with
+    the fix for anything else."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("the parallel plan is empty", _EXAMPLE)
     values: dict[str, Any] = {}
     for item in text.replace(" ", "").lower().split(","):
         key, eq, value = item.partition("=")
+        key = _ALIASES.get(key, key)
         if key in values:
             raise ConfigError(f"parallel plan names {key!r} twice", "Give each axis once.")
         if key == "sp":
@@ -37,9 +43,13 @@ def parse_plan(text: str) -> ParallelPlan:
             values["sp"] = True
         elif key in _DEGREES and eq:
             values[key] = _degree(key, value)
+        elif key == "pp_schedule" and eq:
+            values[key] = value
         else:
             raise ConfigError(f"unknown parallel axis {item!r}",
-                              f"Use tp=N, sp, fsdp=N and pp=N. {_EXAMPLE}")
+                              f"Use tp, sp, cp, fsdp, dp, ep, pp, pp_schedule and "
+                              f"microbatches. {_EXAMPLE}")
+    values.setdefault("microbatches", values.get("pp", 1))
     plan = ParallelPlan(**values)
     check_plan(plan)
     return plan
@@ -61,6 +71,13 @@ def check_plan(plan: Any) -> None:
     if plan.sp and plan.tp == 1:
         raise ConfigError("sequence parallelism splits over the tensor-parallel group, "
                           "and tp is 1", "Add tp=N with N > 1, or drop sp.")
+    if plan.pp_schedule not in PP_SCHEDULES:
+        raise ConfigError(f"unknown pipeline schedule {plan.pp_schedule!r}",
+                          f"Use one of {', '.join(PP_SCHEDULES)}.")
+    if plan.data_ranks % plan.ep:
+        raise ConfigError(f"ep={plan.ep} does not divide the data-parallel and context ranks "
+                          f"(fsdp · dp · cp = {plan.data_ranks}) it carves the expert "
+                          "groups from", "Make ep a divisor of fsdp · dp · cp.")
     if plan.world_size > MAX_DEGREE:
         raise ConfigError(f"the plan spans {plan.world_size} GPUs", f"Use at most {MAX_DEGREE}.")
 

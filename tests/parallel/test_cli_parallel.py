@@ -72,7 +72,9 @@ def test_each_phase_with_a_plan_carries_the_binding_section(model_file: str) -> 
     for phase in ("training", "decode"):
         section = report[phase]["parallel"]
         assert set(section) >= BINDING
-        assert section["plan"] == {"tp": 2, "sp": True, "fsdp": 2, "pp": 1, "world_size": 4}
+        assert section["plan"] == {"tp": 2, "sp": True, "fsdp": 2, "pp": 1, "world_size": 4,
+                                       "ep": 1, "cp": 1, "dp": 1, "pp_schedule": "1f1b",
+                                       "microbatches": 1}
         assert set(section["per_device_bytes"]) >= {
             "params", "grads", "optimizer_states", "activations", "kv_cache", "temporaries",
             "peak"}

@@ -13,8 +13,12 @@ from mhaudit.parallel import check_plan, parse_plan
     ("tp=8,sp,fsdp=8,pp=1", ParallelPlan(tp=8, sp=True, fsdp=8, pp=1)),
     ("tp=8", ParallelPlan(tp=8)),
     ("fsdp=64", ParallelPlan(fsdp=64)),
-    ("pp=4, tp=2", ParallelPlan(tp=2, pp=4)),
+    ("pp=4, tp=2", ParallelPlan(tp=2, pp=4, microbatches=4)),
     ("TP=4,SP=on", ParallelPlan(tp=4, sp=True)),
+    ("tp=2,cp=2,fsdp=4,dp=2,ep=4", ParallelPlan(tp=2, cp=2, fsdp=4, dp=2, ep=4)),
+    ("pp=4,schedule=gpipe,mb=16", ParallelPlan(pp=4, pp_schedule="gpipe", microbatches=16)),
+    ("pp=2,pp_schedule=interleaved-1f1b,microbatches=8",
+     ParallelPlan(pp=2, pp_schedule="interleaved-1f1b", microbatches=8)),
 ])
 def test_good_plans(text: str, plan: ParallelPlan) -> None:
     assert parse_plan(text) == plan
@@ -24,6 +28,10 @@ def test_world_size_and_text_round_trip() -> None:
     plan = parse_plan("tp=8,sp,fsdp=8,pp=2")
     assert plan.world_size == 8 * 8 * 2
     assert parse_plan(plan.text()) == plan
+    # 2 (tp) · 2 (cp) · 4 (fsdp) · 2 (dp) · 3 (pp) = 96; ep borrows from fsdp · dp · cp = 16
+    wide = parse_plan("tp=2,cp=2,fsdp=4,dp=2,ep=8,pp=3,pp_schedule=zero-bubble,mb=6")
+    assert wide.world_size == 96 and wide.data_ranks == 16
+    assert parse_plan(wide.text()) == wide
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -31,7 +39,10 @@ def test_world_size_and_text_round_trip() -> None:
     ("tp=0", "1..65536"),
     ("tp=eight", "whole number"),
     ("tp=8,tp=4", "twice"),
-    ("dp=8", "unknown parallel axis"),
+    ("zz=8", "unknown parallel axis"),
+    ("pp=2,pp_schedule=looped", "unknown pipeline schedule"),
+    ("fsdp=4,ep=3", "does not divide"),
+    ("pp=2,microbatches=0", "1..65536"),
     ("tp", "unknown parallel axis"),
     ("sp", "tp is 1"),
     ("tp=2,sp=maybe", "sp takes no value"),

@@ -55,7 +55,12 @@ def test_json_sweeps_both_phases_over_the_gpus(llama: str, gpus: int) -> None:
         for p in plans:
             assert p["plan"]["world_size"] == gpus
             held = p["per_device_bytes"]
-            assert held["peak"] == sum(v for k, v in held.items() if k != "peak")
+            tensors = ("params", "grads", "optimizer_states", "activations", "kv_cache",
+                       "temporaries")
+            assert held["tensor_peak"] == sum(held[k] for k in tensors)
+            beyond = {t["name"]: t["bytes"] for t in p["memory_terms"]}
+            assert held["peak"] == held["tensor_peak"] + sum(beyond.values())
+            assert all(held[k] == v for k, v in beyond.items())
             # h = 8, h_kv = 4: t = 16 leaves half a query head per GPU (MHA008), no fit
             t = p["plan"]["tp"]
             shards = 8 % t == 0 and (4 % t == 0 or t % 4 == 0)
