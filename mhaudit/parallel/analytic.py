@@ -134,9 +134,14 @@ def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: Paralle
 
 def max_batch_size(held: DeviceBytes, batch: int, profile: GpuProfile) -> int | None:
     """Largest micro-batch whose activations and KV cache, which grow linearly with it, fit
-    beside the batch-free states and buffers; None when nothing grows with the batch."""
+    beside the batch-free states, buffers and memory beyond tensors (the fragmentation
+    margin grows with the tensors); None when nothing grows with the batch."""
     per_sample = (held.activations + held.kv_cache) / batch
     if per_sample <= 0:
         return None
-    fixed = held.peak - held.activations - held.kv_cache
-    return max(0, int((profile.memory_bytes - fixed) // per_sample))
+    tensors = held.tensors
+    share = held.fragmentation / tensors if tensors else 0.0
+    fixed_terms = held.nccl_buffers + held.workspace + held.cuda_context
+    fixed = tensors - held.activations - held.kv_cache
+    room = (profile.memory_bytes - fixed_terms) / (1 + share) - fixed
+    return max(0, int(room // per_sample))

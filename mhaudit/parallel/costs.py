@@ -9,11 +9,12 @@ from typing import Any
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
+from mhaudit.cost.overhead import Reserve, memory_terms, parse_reserve
 from mhaudit.data import AttentionBlock, DecodeCost, Severity, TrainingCost
-from mhaudit.data.parallel import ParallelCost, ParallelPlan
+from mhaudit.data.parallel import DeviceBytes, MemoryTerm, ParallelCost, ParallelPlan
 from mhaudit.errors import ConfigError, MhauditError, first_line
 from mhaudit.parallel import analytic
-from mhaudit.parallel.collectives import collectives
+from mhaudit.parallel.collectives import StepComm, collectives
 from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
 from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan, sweep_plans
@@ -95,6 +96,7 @@ def plan_costs(
     optimizer: str = "adamw", context: int | None = None,
     training: TrainingCost | None = None, decode: DecodeCost | None = None,
     activation_bytes: int | None = None, use_torch: bool = True,
+    reserve: Reserve | Mapping[str, str] | None = None,
 ) -> ParallelCost:
     """Per-device cost of one ``phase`` (``train`` or ``decode``) of ``model`` under ``plan``.
 
@@ -106,6 +108,8 @@ def plan_costs(
     when the audit has them: their activations, FLOPs, batch and context are used.
     ``activation_bytes`` is a single-device count of the bytes saved for the backward
     (MemTracker's, say) that the plan then splits; it takes precedence over ``training``'s.
+    ``reserve`` sets the memory beyond tensors (``{"cuda_context": "600MiB"}``); terms it
+    leaves out come from the environment or the libraries' defaults.
     """
     plan = as_plan(plan)
     if phase not in PHASES:
@@ -129,22 +133,50 @@ def plan_costs(
     source, analytic_acts = "analytic", None
     if run is not None:
         analytic_acts = held.activations
-        held = replace(run.held, kv_cache=held.kv_cache)
-        comm = replace(comm, sent=run.sent, calls=run.calls)
-        source = "torch.distributed"
-        notes = [f"states, buffers, activations, peak and collectives measured by torch on "
-                 f"rank 0 of a fake world of {plan.tp * plan.fsdp}; the analytic split "
-                 f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
+        held, comm, source, notes = _measured(run, held, comm, plan)
     elif why is not None:
         notes.append(f"analytic model: {why}")
     time_s = analytic.step_time_s(spec, comm, held, plan, profile)
     errors = plan_errors(blocks, plan, profile, dtype)
+    terms = memory_terms(plan, profile, held.tensors,
+                         reserve if isinstance(reserve, Reserve) else parse_reserve(reserve))
+    held = with_terms(held, terms)
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
         comm_calls_per_step=comm.calls, step_time_s=time_s,
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
-        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts)
+        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
+        memory_terms=terms, mfu=model_flops_utilisation(spec.flops, plan, time_s, profile))
+
+
+def _measured(run: EngineRun, held: DeviceBytes, comm: StepComm, plan: ParallelPlan
+              ) -> tuple[DeviceBytes, StepComm, str, list[str]]:
+    """torch's figures in place of the analytic ones (the KV cache stays analytic)."""
+    note = (f"states, buffers, activations, peak and collectives measured by torch on rank 0 "
+            f"of a fake world of {plan.tp * plan.fsdp}; the analytic split (Korthikanti et "
+            f"al. 2022) gives {held.activations:,} B of activations")
+    return (replace(run.held, kv_cache=held.kv_cache),
+            replace(comm, sent=run.sent, calls=run.calls), "torch.distributed", [note])
+
+
+def with_terms(held: DeviceBytes, terms: Sequence[MemoryTerm]) -> DeviceBytes:
+    """``held`` with the memory beyond tensors added: each term in its field, and the peak
+    the tensors' peak plus all of them."""
+    sizes = {t.name: t.bytes for t in terms}
+    tensors = held.tensors
+    return replace(held, tensor_peak=tensors, peak=tensors + sum(sizes.values()), **sizes)
+
+
+def model_flops_utilisation(flops: int, plan: ParallelPlan, time_s: float,
+                            profile: GpuProfile) -> float | None:
+    """The step's FLOPs on one model replica spread over the ranks that share it
+    (tp · cp · pp), per second of the step, over the target's dense bf16 peak; None
+    without FLOPs or time."""
+    if flops <= 0 or time_s <= 0:
+        return None
+    per_rank = flops / (plan.tp * plan.cp * plan.pp)
+    return per_rank / time_s / (profile.peak_tflops_bf16 * 1e12)
 
 
 def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: GpuProfile,

@@ -91,12 +91,17 @@ def _parallel(name: str, cost: ParallelCost | None) -> str | None:
     fits = "fits" if cost.fits else "does not fit"
     batch = (f", up to batch {cost.max_batch_size:,} per rank"
              if cost.fits and cost.max_batch_size else "")
+    beyond = ", ".join(f"{t.name.replace('_', ' ')} {units.nbytes(t.bytes)}"
+                       for t in cost.memory_terms)
+    mfu = f", MFU {units.percent(cost.mfu)}" if cost.mfu is not None else ""
     return (f"  {name} per device, {plan.text()} ({plan.world_size:,} GPUs, {cost.source}): "
-            f"peak {units.nbytes(b.peak)} (params {units.nbytes(b.params)}, grads "
-            f"{units.nbytes(b.grads)}, optimizer states {units.nbytes(b.optimizer_states)}, "
-            f"activations {units.nbytes(b.activations)}, KV cache {units.nbytes(b.kv_cache)}, "
-            f"temporaries {units.nbytes(b.temporaries)}); sends {comm} per step; "
-            f"{units.seconds(cost.step_time_s)} per step; {fits}{batch}")
+            f"peak {units.nbytes(b.peak)}: tensors {units.nbytes(b.tensors)} (params "
+            f"{units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer states "
+            f"{units.nbytes(b.optimizer_states)}, activations {units.nbytes(b.activations)}, "
+            f"KV cache {units.nbytes(b.kv_cache)}, temporaries {units.nbytes(b.temporaries)})"
+            + (f" + beyond tensors ({beyond})" if beyond else "")
+            + f"; sends {comm} per step; {units.seconds(cost.step_time_s)} per step{mfu}; "
+            f"{fits}{batch}")
 
 
 def verify_lines(report: Report) -> list[str]:
