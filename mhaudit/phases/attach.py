@@ -106,7 +106,7 @@ def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: 
     return plan_costs(loaded.module, loaded.args, loaded.kwargs, report.blocks, opts.parallel,
                       get_profile(opts.gpu), phase, dtype=report.model.dtype,
                       precision=str(opts.precision), optimizer=str(opts.optimizer),
-                      context=opts.context, **single)
+                      context=opts.context, experts=report.experts, **single)
 
 
 def _decode_batch(report: Report, part: StepPart) -> int:
