@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 import torch.distributed as dist
 from torch import nn

@@ -214,3 +214,27 @@ def test_decode_sends_the_forward_only(mixtral: Any) -> None:
     # of counts: 432 per layer
     assert cost.experts.all_to_all_bytes == 2 * (3 * 32 * 2 * 2 + 48) == 864
     assert cost.experts.grads == cost.experts.optimizer_states == 0
+
+
+def test_cli_carries_the_all_to_all_and_the_experts_states() -> None:
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from mhaudit.cli import main as cli
+
+    fixture = Path(__file__).parent.parent / "fixtures" / "tiny_moe.py"
+    done = CliRunner().invoke(cli, ["report", str(fixture), "--train", "--parallel",
+                                    "fsdp=4,ep=4", "-f", "json"])
+    assert done.exit_code == 0, done.output
+    section = json.loads(done.stdout)["training"]["parallel"]
+    # the same figures as the library's at this shape (see the torch test above)
+    assert section["comm_bytes_per_step"]["all_to_all"] == 49_248
+    assert section["plan"]["ep"] == 4
+    experts = section["experts"]
+    assert (experts["experts_per_rank"], experts["params"], experts["grads"],
+            experts["optimizer_states"]) == (2, 98_304, 98_304, 196_624)
+    text = CliRunner().invoke(cli, ["report", str(fixture), "--train", "--parallel",
+                                    "fsdp=4,ep=4"])
+    assert "2 of 8 experts per rank" in " ".join(text.stdout.split())
