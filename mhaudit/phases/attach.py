@@ -108,7 +108,8 @@ def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: 
     return plan_costs(loaded.module, loaded.args, loaded.kwargs, report.blocks, opts.parallel,
                       get_profile(opts.gpu), phase, dtype=report.model.dtype,
                       precision=str(opts.precision), optimizer=str(opts.optimizer),
-                      context=opts.context, reserve=dict(opts.reserve), **single)
+                      context=opts.context, reserve=dict(opts.reserve),
+                      experts=report.experts, **single)
 
 
 def _decode_batch(report: Report, part: StepPart) -> int:

@@ -91,12 +91,12 @@ def test_bad_reserve_items_say_what_and_how(items: tuple[str, ...], says: str) -
 
 
 def test_the_peak_adds_every_term_and_fits_reads_it() -> None:
-    from mhaudit.parallel.costs import with_terms
     from mhaudit.data.parallel import DeviceBytes
+    from mhaudit.parallel.costs import with_terms
 
     held = DeviceBytes(10, 20, 30, 40, 0, 0, 100, tensor_peak=100)
     terms = memory_terms(ParallelPlan(tp=2), H100, held.tensors, None, env={})
-    out = with_terms(held, terms)
+    out, _ = with_terms(held, terms)
     # 100 B of tensors + 128 MiB NCCL (tp=2 in a node) + 32 MiB workspace + 512 MiB
     # context + 5 B fragmentation
     assert out.tensors == 100
