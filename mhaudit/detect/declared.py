@@ -25,20 +25,23 @@ from torch import nn
 
 from mhaudit.data import DeclaredMismatch, Layout
 
-_DETECTED: dict[str, Callable[[Layout], int | None]] = {
-    "heads": lambda lay: lay.num_heads,
-    "kv_heads": lambda lay: lay.num_kv_heads,
-    "groups": lambda lay: (lay.num_heads // lay.num_kv_heads
+_DETECTED: dict[str, Callable[[Layout], tuple[int, ...]]] = {
+    "heads": lambda lay: (lay.num_heads,),
+    "kv_heads": lambda lay: (lay.num_kv_heads,),
+    "groups": lambda lay: ((lay.num_heads // lay.num_kv_heads,)
                            if lay.num_kv_heads and lay.num_heads % lay.num_kv_heads == 0
-                           else None),
-    "head_dim": lambda lay: lay.head_dim,
-    "v_head_dim": lambda lay: lay.v_head_dim,
-    "inner": lambda lay: lay.num_heads * lay.head_dim,
-    "width": lambda lay: lay.d_model,
+                           else ()),
+    "head_dim": lambda lay: (lay.head_dim,),
+    "v_head_dim": lambda lay: (lay.v_head_dim,),
+    "inner": lambda lay: (lay.num_heads * lay.head_dim,),
+    "width": lambda lay: (lay.d_model, lay.d_out),
 }
-"""Each declared quantity as the detected layout gives it: query heads, KV heads, query
-heads per KV head (h / h_kv), query/key head dim, value head dim, all heads' query width
-(h · d_k) and the width the query is projected from (d_model)."""
+"""Each declared quantity as the detected layout gives it, the first value the one a
+mismatch names: query heads, KV heads, query heads per KV head (h / h_kv), query/key head
+dim, value head dim, all heads' query width (h · d_k), and the width (d_model, the query
+projection's input, or the output projection's: a layer that changes the width, as a
+first layer reading features does, declares the one it keeps)."""
+
 
 DECLARING_NAMES: dict[str, str] = {
     **dict.fromkeys(("num_heads", "n_heads", "n_head", "num_head", "heads", "nhead",
@@ -93,17 +96,11 @@ def _module_name(layout: Layout) -> str:
 def _block_mismatches(model: nn.Module, layout: Layout, name: str, names: Sequence[str]
                       ) -> Iterator[DeclaredMismatch]:
     """The disagreements of one block with its own modules, its layer's and its config."""
-    own = list(_own_modules(model, layout, name))
-    if not own:
-        return
-    own_paths = {path for path, _ in own}
-    modules = own + list(_layer_modules(model, name, names))
+    modules, found = _module_declarations(model, layout, name, names)
     declared: dict[str, int] = {}
-    for path, module in modules:
-        allowed = None if path in own_paths else {"width"}
-        for attribute, quantity, value in _declarations(module, allowed):
-            declared.setdefault(quantity, value)
-            yield from _compare(layout, path, attribute, quantity, value)
+    for path, attribute, quantity, value in found:
+        declared.setdefault(quantity, value)
+        yield from _compare(layout, path, attribute, quantity, value)
     if _sharded(modules):
         return  # the config describes the whole layer, the module one shard of it
     for path, config, index in _configs(modules)[:1]:  # the nearest config only
@@ -113,6 +110,34 @@ def _block_mismatches(model: nn.Module, layout: Layout, name: str, names: Sequen
         for quantity, (field, value) in values.items():
             if quantity not in declared:
                 yield from _compare(layout, path, f"config.{field}", quantity, value)
+
+
+_Declaration = tuple[str, str, str, int]
+"""(module path, attribute, quantity, value)."""
+
+
+def _module_declarations(model: nn.Module, layout: Layout, name: str, names: Sequence[str]
+                         ) -> tuple[list[tuple[str, nn.Module]], list[_Declaration]]:
+    """The modules read for a block and what they declare: the block's module every
+    quantity, its parts (the modules down to its projections) all but the width (a part's
+    ``hidden_size`` is its own inner width), its layer the width alone. A query heads per
+    KV head value that contradicts the head counts the modules declare beside it is the
+    factor of a repeat pattern of the code's own, not the layout, and is left out."""
+    own = list(_own_modules(model, layout, name))
+    if not own:
+        return [], []
+    parts = {path for path, _ in own} - {name}
+    modules = own + list(_layer_modules(model, name, names))
+    found: list[_Declaration] = []
+    for path, module in modules:
+        allowed = (None if path == name else set(_DETECTED) - {"width"} if path in parts
+                   else {"width"})
+        found.extend((path, *said) for said in _declarations(module, allowed))
+    counts = {quantity: value for _, _, quantity, value in reversed(found)}
+    heads, kv_heads = counts.get("heads"), counts.get("kv_heads")
+    if heads and kv_heads and heads % kv_heads == 0:
+        found = [d for d in found if d[2] != "groups" or d[3] == heads // kv_heads]
+    return modules, found
 
 
 def _describes(config: dict[str, tuple[str, int]], declared: dict[str, int]) -> bool:
@@ -135,10 +160,11 @@ def _sharded(modules: Sequence[tuple[str, nn.Module]]) -> bool:
 
 def _compare(layout: Layout, path: str, attribute: str, quantity: str, value: int
              ) -> Iterator[DeclaredMismatch]:
-    """A mismatch when the detected value of ``quantity`` is known and differs."""
+    """A mismatch when the detected values of ``quantity`` are known and none is
+    ``value``."""
     detected = _DETECTED[quantity](layout)
-    if detected is not None and detected != value:
-        yield DeclaredMismatch(path, attribute, value, detected)
+    if detected and value not in detected:
+        yield DeclaredMismatch(path, attribute, value, detected[0])
 
 
 def _own_modules(model: nn.Module, layout: Layout, name: str
