@@ -12,7 +12,7 @@ from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.data import AttentionBlock, DecodeCost, Severity, TrainingCost
 from mhaudit.data.parallel import ParallelCost, ParallelPlan
 from mhaudit.errors import ConfigError, MhauditError, first_line
-from mhaudit.parallel import analytic
+from mhaudit.parallel import analytic, pipeline
 from mhaudit.parallel.collectives import collectives
 from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
 from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
@@ -137,14 +137,21 @@ def plan_costs(
                  f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
     elif why is not None:
         notes.append(f"analytic model: {why}")
-    time_s = analytic.step_time_s(spec, comm, held, plan, profile)
+    pipe, share = None, None
+    if plan.pp > 1:
+        pipe, held, share, pipe_notes = pipeline.plan_pipeline(
+            model, args, kwargs, blocks, params, units, spec, plan, precision)
+        notes += pipe_notes
+    time_s = analytic.step_time_s(spec, comm, held, plan, profile,
+                                  bubble=pipe.bubble_fraction if pipe else 0.0, share=share)
     errors = plan_errors(blocks, plan, profile, dtype)
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
         comm_calls_per_step=comm.calls, step_time_s=time_s,
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
-        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts)
+        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
+        pipeline=pipe)
 
 
 def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: GpuProfile,
