@@ -137,13 +137,11 @@ def plan_costs(
                  f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
     elif why is not None:
         notes.append(f"analytic model: {why}")
-    pipe, share = None, None
-    if plan.pp > 1:
-        pipe, held, share, pipe_notes = pipeline.plan_pipeline(
-            model, args, kwargs, blocks, params, units, spec, plan, precision)
-        notes += pipe_notes
-    time_s = analytic.step_time_s(spec, comm, held, plan, profile,
-                                  bubble=pipe.bubble_fraction if pipe else 0.0, share=share)
+    staged = pipeline.plan_pipeline(model, args, kwargs, blocks, params, units, spec, plan,
+                                    precision) if plan.pp > 1 else None
+    if staged is not None:
+        held, notes = staged.held, staged.notes
+    time_s = analytic.step_time_s(spec, comm, held, plan, profile, **pipeline.timing(staged))
     errors = plan_errors(blocks, plan, profile, dtype)
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
@@ -151,7 +149,7 @@ def plan_costs(
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
         source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
-        pipeline=pipe)
+        pipeline=staged.cost if staged else None)
 
 
 def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: GpuProfile,

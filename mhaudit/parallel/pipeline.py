@@ -37,6 +37,8 @@ class _Piece:
     kv_cache: int
     params: frozenset[str] = frozenset()
     """Root parameter names (root parts only)."""
+    largest: int = 0
+    """Its largest saved tensor per micro-batch, split by TP."""
 
     @property
     def weight(self) -> int:
@@ -76,10 +78,11 @@ def balanced_split(weights: Sequence[int], chunks: int, first: int = 0,
 
 
 def _root_piece(name: str, names: frozenset[str], params: Sequence[ParamInfo],
-                spec: StepSpec, plan: ParallelPlan, saved: int) -> _Piece:
+                spec: StepSpec, plan: ParallelPlan, saved: tuple[int, int]) -> _Piece:
     mine = [p for p in params if not p.unit and p.name in names]
     shards = unit_shards(mine, [""], plan)
-    return _Piece(name, analytic.state_bytes(shards, spec, plan), saved, 0, names)
+    return _Piece(name, analytic.state_bytes(shards, spec, plan), saved[0], 0, names,
+                  saved[1])
 
 
 def _pieces(blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
@@ -96,12 +99,14 @@ def _pieces(blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
     ratio = analytic.activation_bytes(blocks, paper, flat) / whole if whole else 1.0
     saved = profile.saved_bytes
 
-    def acts(key: str, mine: Sequence[AttentionBlock]) -> int:
+    def acts(key: str, mine: Sequence[AttentionBlock]) -> tuple[int, int]:
+        """(saved bytes, largest saved tensor) per micro-batch on this rank."""
         if not train:
-            return 0
+            return 0, 0
         if saved is None:
-            return analytic.activation_bytes(mine, replace(paper, batch=mb), flat)
-        return int(saved.get(key, 0) * mb / spec.batch * ratio)
+            return analytic.activation_bytes(mine, replace(paper, batch=mb), flat), 0
+        return (int(saved.get(key, 0) * mb / spec.batch * ratio),
+                int(profile.largest_bytes.get(key, 0) * mb / spec.batch * ratio))
 
     out = [_root_piece(ROOT_FIRST, profile.first_params, params, spec, flat,
                        acts(ROOT_FIRST, []))]
@@ -109,11 +114,27 @@ def _pieces(blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
         if not unit:
             continue
         mine = [b for b in blocks if unit_of(b.name + ".", units) == unit]
-        out.append(_Piece(unit, analytic.state_bytes([shard], spec, flat), acts(unit, mine),
-                          analytic.kv_cache_bytes(mine, spec, flat)))
+        unit_acts = acts(unit, mine)
+        out.append(_Piece(unit, analytic.state_bytes([shard], spec, flat), unit_acts[0],
+                          analytic.kv_cache_bytes(mine, spec, flat), largest=unit_acts[1]))
     out.append(_root_piece(ROOT_LAST, profile.last_params, params, spec, flat,
                            acts(ROOT_LAST, [])))
     return out
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What every rank's arithmetic shares."""
+
+    spec: StepSpec
+    plan: ParallelPlan
+    m: int
+    """Micro-batches the step runs."""
+    boundary: int
+    """Bytes of one micro-batch's hidden states at a stage boundary."""
+    logits: int
+    """Bytes of one micro-batch's model output (what the last stage returns)."""
+    params: Sequence[ParamInfo]
 
 
 @dataclass(frozen=True)
@@ -125,45 +146,74 @@ class _Rank:
     layer_weight: int
 
 
-def _rank(rank: int, chunks: Sequence[Sequence[_Piece]], spec: StepSpec,
-          plan: ParallelPlan, m: int, boundary: int, params: Sequence[ParamInfo]) -> _Rank:
-    """Rank ``rank``'s stage: states of its pieces (the root's parts merged, a tied weight
-    once), activations of its in-flight chunks, the outputs kept for their backward,
-    torch's receive buffers (m per boundary it receives across, activations forward and
-    gradients back, those of in-flight inputs already counted), and its sends."""
-    schedule, p, train = plan.pp_schedule, plan.pp, spec.phase == TRAIN
-    v = sch.virtual_stages(schedule)
-    mine = [c for c in range(p * v) if sch.stage_rank(schedule, p, c) == rank]
+def _rank(rank: int, chunks: Sequence[Sequence[_Piece]], step: _Step) -> _Rank:
+    """Rank ``rank``'s stage, as torch's schedules run it: states of its pieces (the root's
+    parts merged, a tied weight once); activations of its in-flight chunks plus each
+    chunk's output, which the schedule keeps until that chunk's backward (the hidden
+    states, the model's output on the last stage); torch's receive buffers, m per
+    boundary it receives across (activations forward, gradients back; a received input is
+    the buffer, not a copy). The peak is the larger of two moments: the last warm-up
+    forward (no gradients yet, zeroed to None between steps) and the steady phase
+    (gradients, a backward's transient of twice the largest saved tensor, and the chunks
+    still in flight, one fewer when no forward is left)."""
+    schedule, p, train = step.plan.pp_schedule, step.plan.pp, step.spec.phase == TRAIN
+    v, last = sch.virtual_stages(schedule), p * sch.virtual_stages(schedule) - 1
+    mine = [c for c in range(last + 1) if sch.stage_rank(schedule, p, c) == rank]
     pieces = [piece for c in mine for piece in chunks[c]]
     layers = [piece for piece in pieces if piece.name not in (ROOT_FIRST, ROOT_LAST)]
+    flat = replace(step.plan, pp=1)
     root_names = frozenset().union(*(piece.params for piece in pieces))
-    flat = replace(plan, pp=1)
-    root = unit_shards([q for q in params if not q.unit and q.name in root_names], [""], flat)
-    layer_shards = unit_shards(params, [piece.name for piece in layers], flat)
-    states = analytic.state_bytes([*layer_shards, *root], spec, flat)
-    flight = sch.in_flight_chunks(schedule, p, m, rank, train)
-    per_mb = sum(piece.activations for piece in pieces)
+    root = unit_shards([q for q in step.params if not q.unit and q.name in root_names], [""],
+                       flat)
+    states = analytic.state_bytes([*unit_shards(step.params, [q.name for q in layers], flat),
+                                   *root], step.spec, flat)
+    flight = sch.in_flight_chunks(schedule, p, step.m, rank, train)
     receives = sum(1 for c in mine if c > 0 and sch.stage_rank(schedule, p, c - 1) != rank)
-    gives = sum(1 for c in mine if c < p * v - 1 and sch.stage_rank(schedule, p, c + 1) != rank)
-    outputs = sum(1 for c in mine if c < p * v - 1)
-    activations = flight * per_mb // v + (flight * boundary * outputs // v if train else 0)
-    buffers = receives * (m * boundary - (flight * boundary // v if train else 0))
-    buffers += gives * m * boundary if train else 0
-    kv = sum(piece.kv_cache for piece in pieces)
+    gives = sum(1 for c in mine if c < last and sch.stage_rank(schedule, p, c + 1) != rank)
+    buffers = (receives + (gives if train else 0)) * step.m * step.boundary
+    kept = sum(step.boundary if c < last else step.logits for c in mine)
+    per_chunk = sum(q.activations for q in pieces) + kept - receives * step.boundary
+    activations = flight * per_chunk // v if train else 0
     temps = replace(states, temporaries=states.temporaries + buffers)
-    held = analytic.device_bytes(temps, activations, kv)
-    sent = sch.rank_sends(schedule, p, m, boundary, train)[rank]
-    stage = PipelineStage(tuple(piece.name for piece in layers), held.peak, flight,
-                          activations, sent_bytes=sent, rank=rank)
-    return _Rank(stage, held, sum(piece.weight for piece in layers))
+    held = analytic.device_bytes(temps, activations, sum(q.kv_cache for q in pieces))
+    if train:
+        steady = (states.grads + min(flight, step.m * v - 1) * per_chunk // v
+                  + 2 * max(q.largest for q in pieces))
+        held = replace(held, peak=held.peak - states.grads - activations
+                       + max(activations, steady))
+        held = replace(held, tensor_peak=held.peak)
+    sent = sch.rank_sends(schedule, p, step.m, step.boundary, train)[rank]
+    stage = PipelineStage(tuple(q.name for q in layers), held.peak, flight, activations,
+                          sent_bytes=sent, rank=rank)
+    return _Rank(stage, held, sum(q.weight for q in layers))
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A plan's pipeline and what the rest of the plan's cost takes from it."""
+
+    cost: PipelineCost
+    held: DeviceBytes
+    """The worst rank's bytes: what ``per_device_bytes`` reports."""
+    share: float
+    """That rank's share of the layers' work, 1/pp when they split evenly."""
+    notes: list[str]
+
+
+def timing(staged: Staged | None) -> dict[str, float]:
+    """The step-time arguments of a pipeline (none without one): the bubble, and the share
+    of the work on the busiest rank."""
+    if staged is None:
+        return {}
+    return {"bubble": staged.cost.bubble_fraction, "share": staged.share}
 
 
 def plan_pipeline(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                   blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
                   units: Sequence[str], spec: StepSpec, plan: ParallelPlan,
-                  precision: str) -> tuple[PipelineCost, DeviceBytes, float, list[str]]:
-    """The pipeline of ``plan`` on ``model``: its cost, the worst rank's bytes, that rank's
-    share of the layers' work (for the step time) and notes."""
+                  precision: str) -> Staged:
+    """The pipeline of ``plan`` on ``model``: its cost, the worst rank's bytes, the share of
+    the layers' work on the busiest rank (for the step time) and notes."""
     train = spec.phase == TRAIN
     layer_units = [u for u in units if u]
     sch.check_schedule(plan.pp_schedule, plan.pp, plan.microbatches, len(layer_units),
@@ -184,7 +234,9 @@ def plan_pipeline(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     d_model = blocks[0].layout.d_model if blocks else 0
     boundary = sch.boundary_bytes(spec.batch, m, spec.tokens, d_model, spec.compute_bytes,
                                   plan.tp, plan.sp)
-    ranks = [_rank(r, chunks, spec, plan, m, boundary, params) for r in range(plan.pp)]
+    logits = profile.output_bytes * ceil_div(spec.batch, m) // spec.batch
+    step = _Step(spec, plan, m, boundary, logits, params)
+    ranks = [_rank(r, chunks, step) for r in range(plan.pp)]
     worst = max(range(plan.pp), key=lambda r: ranks[r].held.peak)
     total = sum(r.layer_weight for r in ranks) or 1
     share = max(r.layer_weight for r in ranks) / total
@@ -196,7 +248,7 @@ def plan_pipeline(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
         send_recv_bytes=max(r.stage.sent_bytes for r in ranks),
         uneven=len(set(sizes)) > 1, source="analytic", virtual_stages=v, worst_stage=worst,
         tied_parameters=tuple(tied))
-    return cost, ranks[worst].held, share, _notes(cost, sizes, profile, plan, m)
+    return Staged(cost, ranks[worst].held, share, _notes(cost, sizes, profile, plan, m))
 
 
 def _notes(cost: PipelineCost, sizes: Sequence[int], profile: UnitProfile,
@@ -216,5 +268,10 @@ def _notes(cost: PipelineCost, sizes: Sequence[int], profile: UnitProfile,
         notes.append(f"decode splits its batch into {m} micro-batches, not "
                      f"{plan.microbatches}: no more than the batch")
     if profile.why:
-        notes.append(f"per-layer activations from the analytic count: {profile.why[:160]}")
+        notes.append(f"per-layer activations from the analytic count (Korthikanti et al. "
+                     f"2022): {profile.why[:160]}")
+    else:
+        notes.append("per-layer activations: what one fake forward saves for the backward, "
+                     "unit by unit, at ⌈b/m⌉ samples, split by TP as Korthikanti et al. "
+                     "2022 split them")
     return notes

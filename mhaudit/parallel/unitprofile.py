@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from mhaudit.fake.mode import FakeMode
 from mhaudit.parallel.engine import _fake_inputs, _loss, _meta_copy
@@ -34,6 +35,12 @@ class UnitProfile:
     """Root parameters used after the last layer; a tied weight is in both."""
     why: str | None = None
     """Why the forward was not measured, when it was not."""
+    largest_bytes: Mapping[str, int] = field(default_factory=dict)
+    """The largest single tensor each unit saves: a backward through that op holds its
+    output's gradient and its input's at once."""
+    output_bytes: int = 0
+    """The model's non-scalar floating outputs (the logits), which a pipeline's last
+    stage keeps per micro-batch until its backward."""
 
 
 def _leaf_owner(model: nn.Module, units: Sequence[str]) -> dict[int, str]:
@@ -51,6 +58,7 @@ class _Watch:
         self.stack: list[str] = []
         self.layers_ran = False
         self.saved: dict[str, int] = {}
+        self.largest: dict[str, int] = {}
         self.seen: set[int] = {p.untyped_storage()._cdata for p in model.parameters()}
         self.used: dict[str, set[str]] = {ROOT_FIRST: set(), ROOT_LAST: set()}
         self.names = {id(p): n for n, p in model.named_parameters()}
@@ -64,8 +72,9 @@ class _Watch:
         key = t.untyped_storage()._cdata
         if key not in self.seen:
             self.seen.add(key)
-            here = self.where()
-            self.saved[here] = self.saved.get(here, 0) + t.untyped_storage().nbytes()
+            here, size = self.where(), t.untyped_storage().nbytes()
+            self.saved[here] = self.saved.get(here, 0) + size
+            self.largest[here] = max(self.largest.get(here, 0), size)
         return t
 
     def hooks(self, model: nn.Module, units: Sequence[str]) -> list[Any]:
@@ -125,8 +134,9 @@ def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
                                   enabled=precision == "bf16-mixed")
             try:
                 with torch.autograd.graph.saved_tensors_hooks(watch.pack, lambda t: t), cast:
-                    _loss(twin(*_fake_inputs(args, weights),
-                               **_fake_inputs(dict(kwargs), weights)))
+                    out = twin(*_fake_inputs(args, weights),
+                               **_fake_inputs(dict(kwargs), weights))
+                    _loss(out)
             finally:
                 for handle in handles:
                     handle.remove()
@@ -135,4 +145,7 @@ def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     first, last = watch.used[ROOT_FIRST], watch.used[ROOT_LAST]
     unused = {n for n, _ in twin.named_parameters() if not any(
         n.startswith(u + ".") for u in units if u)} - first - last
-    return UnitProfile(watch.saved, frozenset(first | unused), frozenset(last))
+    logits = sum(t.untyped_storage().nbytes() for t in tree_leaves(out)
+                 if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1)
+    return UnitProfile(watch.saved, frozenset(first | unused), frozenset(last),
+                       largest_bytes=watch.largest, output_bytes=logits)

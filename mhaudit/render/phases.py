@@ -95,8 +95,19 @@ def _parallel(name: str, cost: ParallelCost | None) -> str | None:
             f"peak {units.nbytes(b.peak)} (params {units.nbytes(b.params)}, grads "
             f"{units.nbytes(b.grads)}, optimizer states {units.nbytes(b.optimizer_states)}, "
             f"activations {units.nbytes(b.activations)}, KV cache {units.nbytes(b.kv_cache)}, "
-            f"temporaries {units.nbytes(b.temporaries)}); sends {comm} per step; "
-            f"{units.seconds(cost.step_time_s)} per step; {fits}{batch}")
+            f"temporaries {units.nbytes(b.temporaries)}){_pipeline(cost)}; sends {comm} per "
+            f"step; {units.seconds(cost.step_time_s)} per step; {fits}{batch}")
+
+
+def _pipeline(cost: ParallelCost) -> str:
+    """The pipeline clause: schedule, micro-batches, bubble, the stage the peak is on."""
+    pipe = cost.pipeline
+    if pipe is None:
+        return ""
+    worst = pipe.stages[pipe.worst_stage]
+    return (f" on stage {pipe.worst_stage} of {len(pipe.stages)} ({len(worst.layers)} layers"
+            f"; {pipe.schedule}, {pipe.microbatches} micro-batches, bubble "
+            f"{units.percent(pipe.bubble_fraction)})")
 
 
 def verify_lines(report: Report) -> list[str]:
