@@ -43,10 +43,14 @@ class UnitProfile:
     stage keeps per micro-batch until its backward."""
 
 
-def _leaf_owner(model: nn.Module, units: Sequence[str]) -> dict[int, str]:
-    """id of each root-owned module with parameters of its own → its name."""
+def root_owners(model: nn.Module, units: Sequence[str]) -> dict[int, tuple[str, ...]]:
+    """id of each module outside the layer units that has parameters of its own → their
+    names as ``named_parameters`` lists them (a tied weight under its first name). Read
+    before the parameters are materialised, which unties them."""
     layers = [u for u in units if u]
-    return {id(mod): name for name, mod in model.named_modules()
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {id(mod): tuple(names[id(p)] for p in mod.parameters(recurse=False))
+            for name, mod in model.named_modules()
             if not any(name == u or name.startswith(u + ".") for u in layers)
             and any(True for _ in mod.parameters(recurse=False))}
 
@@ -54,14 +58,14 @@ def _leaf_owner(model: nn.Module, units: Sequence[str]) -> dict[int, str]:
 class _Watch:
     """The state of one watched forward: the running unit and what each has saved."""
 
-    def __init__(self, model: nn.Module, units: Sequence[str]) -> None:
+    def __init__(self, model: nn.Module, owners: dict[int, tuple[str, ...]]) -> None:
         self.stack: list[str] = []
         self.layers_ran = False
         self.saved: dict[str, int] = {}
         self.largest: dict[str, int] = {}
         self.seen: set[int] = {p.untyped_storage()._cdata for p in model.parameters()}
         self.used: dict[str, set[str]] = {ROOT_FIRST: set(), ROOT_LAST: set()}
-        self.names = {id(p): n for n, p in model.named_parameters()}
+        self.owners = owners
 
     def where(self) -> str:
         if self.stack:
@@ -86,9 +90,8 @@ class _Watch:
             handles.append(mod.register_forward_pre_hook(
                 lambda _m, _a, unit=unit: self.stack.append(unit)))
             handles.append(mod.register_forward_hook(self._pop))
-        owners = _leaf_owner(model, units)
         for mod in model.modules():
-            if id(mod) in owners:
+            if id(mod) in self.owners:
                 handles.append(mod.register_forward_pre_hook(self._use))
         return handles
 
@@ -98,24 +101,20 @@ class _Watch:
 
     def _use(self, mod: nn.Module, _args: Any) -> None:
         if not self.stack:
-            side = ROOT_LAST if self.layers_ran else ROOT_FIRST
-            self.used[side].update(self.names[id(p)] for p in mod.parameters(recurse=False)
-                                   if id(p) in self.names)
+            self.used[ROOT_LAST if self.layers_ran else ROOT_FIRST].update(self.owners[id(mod)])
 
 
 def static_profile(model: nn.Module, units: Sequence[str], why: str) -> UnitProfile:
     """Without a forward: root modules registered before the first layer unit go first, the
-    rest last; no saved bytes."""
+    rest last (a tied weight with both); no saved bytes."""
     layers = [u for u in units if u]
-    first: set[str] = set()
-    last: set[str] = set()
+    owners = root_owners(model, units)
+    sides: tuple[set[str], set[str]] = (set(), set())
     after = False
-    for name, _param in model.named_parameters():
-        owner = next((u for u in layers if name.startswith(u + ".")), None)
-        after = after or owner is not None
-        if owner is None:
-            (last if after else first).add(name)
-    return UnitProfile(None, frozenset(first), frozenset(last), why)
+    for name, mod in model.named_modules():
+        after = after or name in layers
+        sides[after].update(owners.get(id(mod), ()))
+    return UnitProfile(None, frozenset(sides[0]), frozenset(sides[1]), why)
 
 
 def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
@@ -126,9 +125,10 @@ def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     weights = torch.bfloat16 if precision == "bf16" else torch.float32
     try:
         twin = _meta_copy(model).to(weights)
+        owners = root_owners(twin, units)
         with FakeMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")
-            watch = _Watch(twin, units)
+            watch = _Watch(twin, owners)
             handles = watch.hooks(twin, units)
             cast = torch.autocast("cpu", dtype=torch.bfloat16,
                                   enabled=precision == "bf16-mixed")
@@ -143,8 +143,7 @@ def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     except Exception as exc:  # any model: its forward may refuse fake tensors in many ways
         return static_profile(model, units, f"the forward did not run on fake tensors ({exc})")
     first, last = watch.used[ROOT_FIRST], watch.used[ROOT_LAST]
-    unused = {n for n, _ in twin.named_parameters() if not any(
-        n.startswith(u + ".") for u in units if u)} - first - last
+    unused = {n for names in owners.values() for n in names} - first - last
     logits = sum(t.untyped_storage().nbytes() for t in tree_leaves(out)
                  if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1)
     return UnitProfile(watch.saved, frozenset(first | unused), frozenset(last),

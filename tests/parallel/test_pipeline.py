@@ -234,3 +234,31 @@ def test_cli_report_carries_the_pipeline(tmp_path: Path) -> None:
                                      "tp=2,pp=2,microbatches=4", "--wide"])
     assert table.exit_code == 0, table.output
     assert "on stage 0 of 2 (2 layers; 1f1b, 4 micro-batches, bubble 20.0%)" in table.stdout
+
+
+def test_tied_embeddings_are_held_on_the_first_and_the_last_stage() -> None:
+    _, _, untied = _costed("pp=2,microbatches=4")
+    torch.manual_seed(0)
+    model = TinyLlama()
+    model.head.weight = model.embed.weight  # one (256, 64) matrix, listed once
+    ids = torch.zeros(8, 32, dtype=torch.long)
+    blocks = audit(model, (ids, ids)).blocks
+    tied = plan_costs(model, (ids, ids), {}, blocks, "pp=2,microbatches=4", H100,
+                      precision="fp32")
+    assert tied.pipeline.tied_parameters == ("embed.weight",)
+    assert any("tied embeddings (embed.weight)" in note for note in tied.notes)
+    # each stage keeps its own copy, gradient and states: the same bytes as untied
+    assert [s.peak_bytes for s in tied.pipeline.stages] == [
+        s.peak_bytes for s in untied.pipeline.stages]
+
+
+def test_without_a_forward_the_root_splits_by_registration_order() -> None:
+    from mhaudit.parallel.unitprofile import static_profile
+
+    model = TinyLlama()
+    model.head.weight = model.embed.weight
+    got = static_profile(model, [f"layers.{i}" for i in range(4)] + [""], "no forward")
+    # embed is registered before layers.0, norm and head after layers.3
+    assert got.first_params == {"embed.weight"}
+    assert got.last_params == {"embed.weight", "norm.weight"}
+    assert got.saved_bytes is None
