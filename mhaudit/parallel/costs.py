@@ -137,11 +137,9 @@ def plan_costs(
                  f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
     elif why is not None:
         notes.append(f"analytic model: {why}")
-    staged = pipeline.plan_pipeline(model, args, kwargs, blocks, params, units, spec, plan,
-                                    precision) if plan.pp > 1 else None
-    if staged is not None:
-        held, notes = staged.held, staged.notes
-    time_s = analytic.step_time_s(spec, comm, held, plan, profile, **pipeline.timing(staged))
+    pipe = pipeline.stage_plan(model, args, kwargs, blocks, params, units, spec, plan, precision)
+    held, notes = (pipe.held, pipe.notes) if pipe else (held, notes)
+    time_s = analytic.step_time_s(spec, comm, held, plan, profile, **pipeline.timing(pipe))
     errors = plan_errors(blocks, plan, profile, dtype)
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
@@ -149,7 +147,7 @@ def plan_costs(
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
         source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
-        pipeline=staged.cost if staged else None)
+        pipeline=pipe.cost if pipe else None)
 
 
 def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: GpuProfile,

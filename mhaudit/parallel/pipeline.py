@@ -208,12 +208,15 @@ def timing(staged: Staged | None) -> dict[str, float]:
     return {"bubble": staged.cost.bubble_fraction, "share": staged.share}
 
 
-def plan_pipeline(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                  blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
-                  units: Sequence[str], spec: StepSpec, plan: ParallelPlan,
-                  precision: str) -> Staged:
+def stage_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+               blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
+               units: Sequence[str], spec: StepSpec, plan: ParallelPlan,
+               precision: str) -> Staged | None:
     """The pipeline of ``plan`` on ``model``: its cost, the worst rank's bytes, the share of
-    the layers' work on the busiest rank (for the step time) and notes."""
+    the layers' work on the busiest rank (for the step time) and notes; None when pp is 1.
+    """
+    if plan.pp <= 1:
+        return None
     train = spec.phase == TRAIN
     layer_units = [u for u in units if u]
     sch.check_schedule(plan.pp_schedule, plan.pp, plan.microbatches, len(layer_units),
