@@ -262,3 +262,15 @@ def test_without_a_forward_the_root_splits_by_registration_order() -> None:
     assert got.first_params == {"embed.weight"}
     assert got.last_params == {"embed.weight", "norm.weight"}
     assert got.saved_bytes is None
+
+
+def test_sends_per_rank_by_hand() -> None:
+    a, m = 100, 4
+    # 1F1B, p = 3: the middle rank sends m activations forward and m gradients back
+    assert sch.rank_sends("1f1b", 3, m, a, True) == (m * a, 2 * m * a, m * a)
+    # interleaved, p = 2, v = 2: stages 0..3 on ranks 0, 1, 0, 1; rank 0 sends forward
+    # over 0→1 and 2→3 and back over 2→1: 3·m·a; rank 1 likewise 1→2, 1→0, 3→2
+    assert sch.rank_sends("interleaved-1f1b", 2, m, a, True) == (3 * m * a, 3 * m * a)
+    # DualPipeV, p = 2: stages 0..3 on ranks 0, 1, 1, 0; the turn 1→2 stays on rank 1
+    assert sch.rank_sends("dualpipev", 2, m, a, True) == (2 * m * a, 2 * m * a)
+    assert sch.rank_sends("dualpipev", 2, m, a, False) == (m * a, m * a)
