@@ -146,14 +146,19 @@ class PipelineStage:
 
     layers: tuple[str, ...]
     """Qualified names of the layer units it runs (the first stage also holds the
-    embeddings, the last the head)."""
+    embeddings, the last the head); with v stages per rank, all of the rank's."""
     peak_bytes: int
     """Peak bytes of tensors on the stage's rank, with the micro-batches the schedule keeps
     in flight there."""
     in_flight: int = 1
-    """Micro-batches whose activations the stage holds at its peak."""
+    """Micro-batches whose activations the stage holds at its peak; with v stages per rank,
+    forward chunks (one micro-batch through one of the rank's stages, 1/v of its layers)."""
     activations: int = 0
-    """Bytes of those activations."""
+    """Bytes of those activations (and of the stage outputs kept for their backward)."""
+    sent_bytes: int = 0
+    """Bytes the rank sends per step: activations forward, gradients back in training."""
+    rank: int = 0
+    """The pipeline rank (stage index when v is 1)."""
 
 
 @dataclass(frozen=True)
@@ -170,11 +175,17 @@ class PipelineCost:
     stages: tuple[PipelineStage, ...]
     """One per stage, first to last."""
     send_recv_bytes: int = 0
-    """Bytes a middle stage sends per step (activations forward, gradients back)."""
+    """Bytes the busiest rank sends per step (activations forward, gradients back)."""
     uneven: bool = False
     """True when the layers do not split evenly over the stages."""
     source: str = "analytic"
     """``torch.distributed`` where torch's schedule ran on a fake process group."""
+    virtual_stages: int = 1
+    """Stages per rank v (2 for the interleaved, zero-bubble and DualPipeV schedules)."""
+    worst_stage: int = 0
+    """The rank whose peak is the largest: the one ``per_device_bytes`` reports."""
+    tied_parameters: tuple[str, ...] = ()
+    """Parameters the first and the last stage both use (tied embeddings), held by both."""
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mhaudit.cost.devices import GpuProfile
+from mhaudit.cost.stepspec import TRAIN, StepSpec
 from mhaudit.data import AttentionBlock
 from mhaudit.data.parallel import DeviceBytes, ParallelPlan
 from mhaudit.parallel.collectives import StepComm
 from mhaudit.parallel.inventory import UnitShard
 from mhaudit.parallel.shard import ceil_div, kv_heads_per_rank
-from mhaudit.parallel.step import TRAIN, StepSpec
 
 _PAPER_BYTES = 2
 """Korthikanti et al. count activations at 16 bits."""
@@ -118,19 +118,23 @@ def device_bytes(states: StateBytes, activations: int, kv_cache: int) -> DeviceB
 
 
 def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: ParallelPlan,
-                profile: GpuProfile) -> float:
-    """Roofline time of the rank's share of the work (FLOPs / (t·pp·cp) at peak, or in decode
-    the bytes read at memory bandwidth if slower: the generating part's share of the
-    weights, and the cache), plus TP and pipeline traffic over the link (not overlapped),
-    plus FSDP traffic beyond what the compute hides. FSDP crosses nodes over InfiniBand
-    once tp · fsdp exceeds a node. The experts' all-to-alls (which the next layer waits
-    for) are not overlapped; the context-parallel ring is, beyond the compute."""
+                profile: GpuProfile, *, bubble: float = 0.0,
+                share: float | None = None) -> float:
+    """Roofline time of the rank's share of the work (FLOPs / (t·cp) times the pipeline
+    rank's share of the layers, 1/pp when even, at peak, or in decode the bytes read at
+    memory bandwidth if slower: the generating part's share of the weights, and the cache),
+    stretched by the pipeline bubble (÷ (1 − bubble)), plus TP and pipeline traffic over
+    the link (not overlapped), plus FSDP traffic beyond what the compute hides. FSDP
+    crosses nodes over InfiniBand once tp · fsdp exceeds a node. The experts' all-to-alls
+    (which the next layer waits for) are not overlapped; the context-parallel ring is,
+    beyond the compute."""
     ring = plan.cp if spec.phase == TRAIN else 1  # context ranks split a training sequence
-    flops = spec.flops / (plan.tp * plan.pp * ring)
+    flops = spec.flops / (plan.tp * ring) * (share if share is not None else 1 / plan.pp)
     compute = flops / (profile.peak_tflops_bf16 * 1e12)
     if spec.phase != TRAIN:
         read = held.params * plan.fsdp * spec.read_share + held.kv_cache
         compute = max(compute, read / (profile.bandwidth_gb_s * 1e9))
+    compute /= 1.0 - bubble
     link = profile.intra_node_gb_s * 1e9
     fsdp_link = link if plan.tp * plan.fsdp <= profile.gpus_per_node else (
         profile.infiniband_gb_s * 1e9)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mhaudit.cost.stepspec import TRAIN, StepSpec
 from mhaudit.data.parallel import CollectiveBytes, ParallelPlan
+from mhaudit.parallel import schedules
 from mhaudit.parallel.inventory import UnitShard
 from mhaudit.parallel.roles import COLWISE, TpModule
-from mhaudit.parallel.step import TRAIN, StepSpec
 
 
 @dataclass
@@ -75,10 +76,15 @@ def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: Para
 
 
 def _pipeline(tally: _Tally, d_model: int, spec: StepSpec, plan: ParallelPlan) -> None:
-    """A middle stage sends its activations forward and, in training, their gradients back."""
-    size = spec.batch * spec.tokens * d_model * spec.compute_bytes
-    tally.add("send_recv", size * (2 if spec.phase == TRAIN else 1),
-              2 if spec.phase == TRAIN else 1)
+    """The busiest pipeline rank's sends: m micro-batches of ⌈b/m⌉·s·d activations
+    forward over each stage boundary it has and, in training, their gradients back
+    (:func:`schedules.rank_sends`); one call per micro-batch and boundary."""
+    train = spec.phase == TRAIN
+    m = schedules.microbatches(plan.microbatches, spec.batch, train)
+    size = schedules.boundary_bytes(spec.batch, m, spec.tokens, d_model, spec.compute_bytes,
+                                    plan.tp, plan.sp)
+    sent = max(schedules.rank_sends(plan.pp_schedule, plan.pp, m, size, train))
+    tally.add("send_recv", sent, sent // size if size else 0)
 
 
 _GROUPS = {"tp": 0, "fsdp": 1, "pp": 2, "ep": 3, "cp": 4}

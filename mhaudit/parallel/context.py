@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mhaudit.cost.stepspec import TRAIN, StepSpec
 from mhaudit.data import AttentionBlock
 from mhaudit.data.parallel import ContextCost, ParallelPlan
 from mhaudit.parallel.shard import ceil_div, kv_heads_per_rank
-from mhaudit.parallel.step import TRAIN, StepSpec
 
 ACCUM_BYTES = 4
 """dK and dV are accumulated, and passed round the ring, in fp32 (torch's

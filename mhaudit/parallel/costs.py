@@ -10,6 +10,7 @@ from torch import nn
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.cost.overhead import Reserve, memory_terms, parse_reserve
+from mhaudit.cost.stepspec import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 from mhaudit.data import AttentionBlock, DecodeCost, ExpertLayer, Severity, TrainingCost
 from mhaudit.data.parallel import (
     ContextCost,
@@ -20,7 +21,7 @@ from mhaudit.data.parallel import (
     ParallelPlan,
 )
 from mhaudit.errors import ConfigError, MhauditError, first_line
-from mhaudit.parallel import analytic
+from mhaudit.parallel import analytic, pipeline
 from mhaudit.parallel.collectives import StepComm, collectives
 from mhaudit.parallel.context import context_cost, ring_traffic
 from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
@@ -31,10 +32,9 @@ from mhaudit.parallel.experts import (
     expert_traffic,
     routed_tensors,
 )
-from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
+from mhaudit.parallel.inventory import ParamInfo, inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan, sweep_plans
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
-from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
 from mhaudit.rules.engine import check_block
@@ -114,6 +114,8 @@ class _Analytic:
     context: ContextCost | None
     blocker: str | None
     """Why torch's engine cannot run the plan (an axis it does not simulate), or None."""
+    params: tuple[ParamInfo, ...] = ()
+    """The parameter inventory the figures were made from."""
 
 
 def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
@@ -139,7 +141,7 @@ def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Seque
                "context parallelism is not simulated on the fake world"
                if plan.cp > 1 else None)
     return _Analytic(held, comm, expert_cost(routing, shards, d_model, spec, plan),
-                     context, blocker)
+                     context, blocker, tuple(params))
 
 
 def plan_costs(
@@ -177,18 +179,14 @@ def plan_costs(
     spec = _spec(blocks, total_elements(inventory(model, modules, units)), phase, dtype,
                  precision, optimizer, training, decode, context, activation_bytes)
     model_figures = _analytic(model, blocks, modules, units, plan, spec, routing)
-    held, comm = model_figures.held, model_figures.comm
-    notes = _split_notes(spec)
     run, why = (None, model_figures.blocker) if model_figures.blocker else _torch_run(
         model, args, kwargs, blocks, modules, units, plan, spec, precision, use_torch)
-    source, analytic_acts = "analytic", None
-    if run is not None:
-        analytic_acts = held.activations
-        held, comm, source, notes = _measured(run, held, comm, plan)
-    elif why is not None:
-        notes.append(f"analytic model: {why}")
+    held, comm, source, notes, analytic_acts = _measured(run, why, model_figures, spec, plan)
     notes += _axis_notes(model_figures.experts, model_figures.context)
-    time_s = analytic.step_time_s(spec, comm, held, plan, profile)
+    pipe = pipeline.stage_plan(model, args, kwargs, blocks, model_figures.params, units, spec,
+                               plan, precision)
+    held, notes = (pipe.held, [*notes, *pipe.notes]) if pipe else (held, notes)
+    time_s = analytic.step_time_s(spec, comm, held, plan, profile, **pipeline.timing(pipe))
     errors = plan_errors(blocks, plan, profile, dtype)
     held, terms = with_terms(held, memory_terms(
         plan, profile, held.tensors,
@@ -200,7 +198,8 @@ def plan_costs(
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
         source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
         memory_terms=terms, mfu=model_flops_utilisation(spec.flops, plan, time_s, profile),
-        experts=model_figures.experts, context=model_figures.context)
+        experts=model_figures.experts, context=model_figures.context,
+        pipeline=pipe.cost if pipe else None)
 
 
 def _split_notes(spec: StepSpec) -> list[str]:
@@ -211,14 +210,22 @@ def _split_notes(spec: StepSpec) -> list[str]:
                else " (their per-layer count)")]
 
 
-def _measured(run: EngineRun, held: DeviceBytes, comm: StepComm, plan: ParallelPlan
-              ) -> tuple[DeviceBytes, StepComm, str, list[str]]:
-    """torch's figures in place of the analytic ones (the KV cache stays analytic)."""
+def _measured(run: EngineRun | None, why: str | None, figures: _Analytic, spec: StepSpec,
+              plan: ParallelPlan
+              ) -> tuple[DeviceBytes, StepComm, str, list[str], int | None]:
+    """Bytes, collectives, source, notes and the analytic activations beside torch's: torch's
+    figures in place of the analytic ones where it ran (the KV cache stays analytic), the
+    analytic ones and why otherwise."""
+    held, comm = figures.held, figures.comm
+    if run is None:
+        notes = _split_notes(spec) + ([f"analytic model: {why}"] if why is not None else [])
+        return held, comm, "analytic", notes, None
     note = (f"states, buffers, activations, peak and collectives measured by torch on rank 0 "
             f"of a fake world of {plan.tp * plan.fsdp}; the analytic split (Korthikanti et "
             f"al. 2022) gives {held.activations:,} B of activations")
     return (replace(run.held, kv_cache=held.kv_cache),
-            replace(comm, sent=run.sent, calls=run.calls), "torch.distributed", [note])
+            replace(comm, sent=run.sent, calls=run.calls), "torch.distributed", [note],
+            held.activations)
 
 
 def with_terms(held: DeviceBytes, terms: tuple[MemoryTerm, ...]

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from mhaudit.cost.stepspec import TRAIN, StepSpec
 from mhaudit.data import ExpertLayer
 from mhaudit.data.parallel import ExpertCost, ParallelPlan
 from mhaudit.errors import ConfigError
 from mhaudit.parallel.inventory import ParamInfo, UnitShard
 from mhaudit.parallel.shard import ceil_div, fsdp_shard_elements
-from mhaudit.parallel.step import TRAIN, StepSpec
 
 COUNT_BYTES = 8
 """Bytes of one per-expert token count (int64), exchanged before the dispatch."""

@@ -100,6 +100,7 @@ def _parallel(name: str, cost: ParallelCost | None) -> str | None:
             f"{units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer states "
             f"{units.nbytes(b.optimizer_states)}, activations {units.nbytes(b.activations)}, "
             f"KV cache {units.nbytes(b.kv_cache)}, temporaries {units.nbytes(b.temporaries)})"
+            f"{_pipeline(cost)}"
             + (f" + beyond tensors ({beyond})" if beyond else "")
             + f"; sends {comm} per step; {units.seconds(cost.step_time_s)} per step{mfu}; "
             f"{fits}{batch}")
@@ -117,6 +118,17 @@ def _axes(cost: ParallelCost) -> str:
     if ring is not None:
         parts.append(f"ring K/V {units.nbytes(ring.kv_exchange_bytes)} over cp={ring.cp}")
     return "; ".join(parts) + "; " if parts else ""
+
+
+def _pipeline(cost: ParallelCost) -> str:
+    """The pipeline clause: schedule, micro-batches, bubble, the stage the peak is on."""
+    pipe = cost.pipeline
+    if pipe is None:
+        return ""
+    worst = pipe.stages[pipe.worst_stage]
+    return (f" on stage {pipe.worst_stage} of {len(pipe.stages)} ({len(worst.layers)} layers"
+            f"; {pipe.schedule}, {pipe.microbatches} micro-batches, bubble "
+            f"{units.percent(pipe.bubble_fraction)})")
 
 
 def verify_lines(report: Report) -> list[str]:

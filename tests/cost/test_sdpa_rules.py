@@ -166,6 +166,7 @@ def _violations(backend: str, q: KernelQuery) -> list[str]:
                                                                             (256, 256)))
         bad += ["dropout"] * (q.dropout_p * 16 != int(q.dropout_p * 16))
         bad += ["one key"] * (q.seq_len_kv == 1)
+        bad += ["one query with dropout"] * (q.seq_len_q == 1 and q.dropout_p > 0)
         bad += ["gqa"] * (unequal_heads and (not q.enable_gqa or q.num_heads % q.kv_heads != 0))
     return bad
 

@@ -8,13 +8,13 @@ import pytest
 from fixtures.blocks import make_block
 
 from mhaudit.cost.devices import get_profile
+from mhaudit.cost.stepspec import DECODE, TRAIN, StepSpec
 from mhaudit.data import DeviceBytes, ParallelPlan
 from mhaudit.parallel import analytic
 from mhaudit.parallel.collectives import all_reduce_sent, collectives, gather_sent
 from mhaudit.parallel.inventory import UnitShard
 from mhaudit.parallel.roles import COLWISE, ROWWISE, TpModule
 from mhaudit.parallel.shard import fsdp_shard_elements, kv_heads_per_rank, tp_local_shape
-from mhaudit.parallel.step import DECODE, TRAIN, StepSpec
 
 TRAIN_SPEC = StepSpec(TRAIN, 4, 4, "adamw", batch=2, tokens=64, context=0,
                       activation_bytes=None, flops=10**12)
