@@ -51,6 +51,7 @@ def training_check(training: TrainingCost, model: nn.Module, args: tuple[Any, ..
     framework = False
     fused = training.attention_kernel not in (None, "math")
     policy = ScoreRecompute(layouts) if training.checkpointing == "selective" else None
+    plain = real_inputs(args, dtype), real_inputs(dict(kwargs), dtype)
     if training.checkpointing != "none":
         # the model's own checkpointing where it has it; each repeated layer under
         # torch.utils.checkpoint otherwise, and where SDPA must recompute as a fused kernel
@@ -66,7 +67,7 @@ def training_check(training: TrainingCost, model: nn.Module, args: tuple[Any, ..
         tracked = memtracker_step(model, *inputs, checkpoint_layers=layers,
                                   framework_checkpointing=framework, policy=policy, **options)
         if policy is not None and not policy.recomputed:  # no scores: the plain step
-            tracked = memtracker_step(model, *inputs, **options)
+            tracked = memtracker_step(model, *plain, **options)
     return Agreement(FIGURE, training.peak_bytes + training.host_state_bytes,
                      tracked["Total"], "MemTracker",
                      STEP_TOLERANCE, _how(training, invented, framework, fused))
