@@ -41,7 +41,7 @@ def korthikanti_bytes(block: AttentionBlock, batch: int, element_bytes: int,
     if checkpointing in ("layers", "full"):
         return 0, int(2 * sbh * scale)
     scores = 5 * lay.num_heads * lay.seq_len_q * lay.seq_len_kv * batch
-    keeps = block.memory.scores_bytes is not None and checkpointing != "selective"
+    keeps = block.memory.scores_bytes is not None and cp == 1 and checkpointing != "selective"
     split = int((24 * sbh + (scores if keeps else 0)) * scale)
     return split, int(10 * sbh * scale)
 

@@ -25,12 +25,13 @@ SPEC = StepSpec(TRAIN, 2, 2, "adamw", batch=1, tokens=128, context=0,
 def test_each_mode_per_layer() -> None:
     block = make_block(heads=8, head_dim=64, seq=128, implementation="eager", dtype="bfloat16")
     # s·b·h = 128·1·512 = 65,536; scores 5·a·s²·b = 5·8·128² = 655,360 (16-bit bytes)
-    assert analytic.korthikanti_bytes(block, 1, 2, "none") == (24 * 65536 + 655360, 655360)
+    assert analytic.korthikanti_bytes(block, 1, 2, checkpointing="none") == (
+        24 * 65536 + 655360, 655360)
     # selective: the score term goes, 24·s·b·h split and 10·s·b·h whole: 34·s·b·h in all
-    assert analytic.korthikanti_bytes(block, 1, 2, "selective") == (1572864, 655360)
+    assert analytic.korthikanti_bytes(block, 1, 2, checkpointing="selective") == (1572864, 655360)
     # full (layers): the layer's input alone, 2·s·b·h = 131,072, whole on every rank
-    assert analytic.korthikanti_bytes(block, 1, 2, "full") == (0, 131072)
-    assert analytic.korthikanti_bytes(block, 1, 2, "layers") == (0, 131072)
+    assert analytic.korthikanti_bytes(block, 1, 2, checkpointing="full") == (0, 131072)
+    assert analytic.korthikanti_bytes(block, 1, 2, checkpointing="layers") == (0, 131072)
     per_rank = {(m, sp): analytic.activation_bytes([block], SPEC, ParallelPlan(tp=8, sp=sp), m)
                 for m in ("none", "selective", "full") for sp in (False, True)}
     assert per_rank["selective", True] == 34 * 65536 // 8  # 278,528
