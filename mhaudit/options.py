@@ -82,6 +82,8 @@ class Checkpointing(Choice):
     """Activation checkpointing in the backward."""
 
     NONE = "none"
+    SELECTIVE = "selective"
+    """Korthikanti et al. 2022: only the attention core (QKᵀ, softmax, its dropout, P·V)."""
     LAYERS = "layers"
 
 

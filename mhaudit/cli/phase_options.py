@@ -26,7 +26,9 @@ def phase_options(func: F) -> F:
                      "grads and states; bf16 autocast) for the training step."),
         click.option("--checkpointing", type=click.Choice(Checkpointing.values()),
                      default="none", show_default=True,
-                     help="layers: recompute each repeated layer in the backward."),
+                     help="selective: recompute only the attention core (QKᵀ, softmax, "
+                     "its dropout, P·V; Korthikanti et al. 2022); layers: recompute each "
+                     "repeated layer in the backward."),
         click.option("--decode", is_flag=True,
                      help="Add one generation step: FLOPs, bytes, time and the KV cache."),
         click.option("--context", type=AsciiIntRange(min=0), default=None,

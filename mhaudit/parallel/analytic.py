@@ -18,35 +18,50 @@ _PAPER_BYTES = 2
 """Korthikanti et al. count activations at 16 bits."""
 
 
+RECOMPUTE_MODES = ("none", "selective", "layers", "full")
+"""Activation checkpointing the analytic model costs: ``none``; ``selective``, Korthikanti
+et al.'s recomputation of the attention core alone; ``layers`` or ``full`` (one mode, two
+names), each repeated layer recomputed from its input, the paper's full recomputation."""
+
+
 def korthikanti_bytes(block: AttentionBlock, batch: int, element_bytes: int,
-                      cp: int = 1) -> tuple[int, int]:
+                      cp: int = 1, checkpointing: str = "none") -> tuple[int, int]:
     """(split part, unsplit part) of one layer's saved activations without SP at degree 1:
     s·b·h·(24 + 5·a·s/h) split by TP and s·b·h·10 not (norm inputs, dropout masks, the
     residual), at 16 bits per the paper and scaled to ``element_bytes``; the 5·a·s/h score
     term only where the layout materialises scores. Ignores the embedding and head.
     Context parallelism (``cp`` > 1) keeps ⌈s/cp⌉ positions per rank and no scores: the
-    ring runs a fused kernel per chunk, saving its output and log-sum-exp."""
+    ring runs a fused kernel per chunk, saving its output and log-sum-exp. ``selective``
+    drops the score term (s·b·h·34 in all); ``layers``/``full`` keep only the layer's
+    input, 2·s·b·h, whole on every TP rank (not counting the one layer a recomputing
+    backward holds at a time)."""
     lay = block.layout
     sbh = ceil_div(lay.seq_len_q, cp) * batch * lay.d_model
-    scores = 5 * lay.num_heads * lay.seq_len_q * lay.seq_len_kv * batch
-    keeps = block.memory.scores_bytes is not None and cp == 1
     scale = element_bytes / _PAPER_BYTES
+    if checkpointing in ("layers", "full"):
+        return 0, int(2 * sbh * scale)
+    scores = 5 * lay.num_heads * lay.seq_len_q * lay.seq_len_kv * batch
+    keeps = block.memory.scores_bytes is not None and cp == 1 and checkpointing != "selective"
     split = int((24 * sbh + (scores if keeps else 0)) * scale)
     return split, int(10 * sbh * scale)
 
 
 def activation_bytes(blocks: Sequence[AttentionBlock], spec: StepSpec,
-                     plan: ParallelPlan) -> int:
+                     plan: ParallelPlan, checkpointing: str = "none") -> int:
     """Saved activations per rank: every stored tensor split by t with SP (the paper's
-    s·b·h·(34 + 5·a·s/h)/t), only the TP part without it (s·b·h·(10 + 24/t + 5·a·s/(h·t))).
-    A measured single-device figure is split in the same proportion; without one the
-    paper's count is used. Pipeline stages under 1F1B keep about the whole model's."""
+    s·b·h·(34 + 5·a·s/h)/t), only the TP part without it (s·b·h·(10 + 24/t + 5·a·s/(h·t))),
+    under ``checkpointing`` (:func:`korthikanti_bytes`: 34·s·b·h/t selective with SP).
+    A measured single-device figure, taken under the same checkpointing, is split in the
+    same proportion; without one the paper's count is used. Pipeline stages under 1F1B
+    keep about the whole model's."""
     if spec.phase != TRAIN:
         return 0
-    parts = [korthikanti_bytes(b, spec.batch, spec.compute_bytes) for b in blocks]
+    parts = [korthikanti_bytes(b, spec.batch, spec.compute_bytes, 1, checkpointing)
+             for b in blocks]
     paper = sum(p[0] + p[1] for p in parts)
     if plan.cp > 1:  # the sequence split over the context ranks (ring attention)
-        parts = [korthikanti_bytes(b, spec.batch, spec.compute_bytes, plan.cp) for b in blocks]
+        parts = [korthikanti_bytes(b, spec.batch, spec.compute_bytes, plan.cp, checkpointing)
+                 for b in blocks]
     split = sum(p[0] for p in parts)
     whole = sum(p[1] for p in parts)
     t = plan.tp

@@ -52,19 +52,51 @@ def _forward_flops(blocks: Sequence[AttentionBlock], params: int, batch: int, to
     return 2 * params * batch * tokens + core
 
 
-def _saved_activations(training: TrainingCost | None) -> int | None:
-    """The training step's activations when its peak falls in the forward or backward, where
-    they are about what the forward saved; None after it (the optimizer update's peak holds
-    almost none), so the paper's count is used."""
+def _recompute_mode(checkpointing: str | None, training: TrainingCost | None) -> str:
+    """The checkpointing a plan is costed under: as asked, else the training step's own."""
+    mode = checkpointing or (training.checkpointing if training is not None else "none")
+    if mode not in analytic.RECOMPUTE_MODES:
+        raise ConfigError(f"unknown checkpointing {mode!r}",
+                          f"Use one of: {', '.join(analytic.RECOMPUTE_MODES)}.")
+    return mode
+
+
+def _same_mode(a: str, b: str) -> bool:
+    full = ("layers", "full")
+    return a == b or (a in full and b in full)
+
+
+def _saved_activations(training: TrainingCost | None, mode: str) -> int | None:
+    """The training step's activations under ``mode`` when its peak falls in the forward or
+    backward, where they are about what the forward saved: as measured when the step ran
+    under ``mode``; for ``selective`` from a step without checkpointing, less the score
+    tensors its blocks saved (what the paper's selective recomputation drops). None after
+    the forward and backward (the optimizer update's peak holds almost none) or for any
+    other pair of modes, so that the paper's count is used."""
     if training is None or training.peak_phase == "optimizer":
         return None
-    return training.breakdown.activations
+    if _same_mode(training.checkpointing, mode):
+        return training.breakdown.activations
+    if training.checkpointing == "none" and mode == "selective":
+        return training.breakdown.activations - sum(
+            b.scores_saved_bytes for b in training.blocks)
+    return None
+
+
+_MODE_WORDS = {
+    "none": "",
+    "selective": ", checkpointing selective: the attention core (QKᵀ, softmax, its dropout, "
+                 "P·V) recomputed, its 5·a·s/h score term not kept",
+    "layers": ", checkpointing layers (full recomputation): only each layer's input kept, "
+              "2·s·b·h at 16 bits",
+}
+_MODE_WORDS["full"] = _MODE_WORDS["layers"]
 
 
 def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
           precision: str, optimizer: str, training: TrainingCost | None,
           decode: DecodeCost | None, context: int | None,
-          activations: int | None) -> StepSpec:
+          activations: int | None, mode: str = "none") -> StepSpec:
     lay = blocks[0].layout if blocks else None
     batch = lay.batch_size if lay else 1
     e = dtype_bytes(canonical_dtype(dtype))
@@ -73,7 +105,7 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
         tokens = lay.seq_len_q if lay else 1
         flops = training.flops if training else 3 * _forward_flops(blocks, params, batch,
                                                                     tokens, 0)
-        acts = activations if activations is not None else _saved_activations(training)
+        acts = activations if activations is not None else _saved_activations(training, mode)
         return StepSpec(TRAIN, stored, compute, optimizer, batch, tokens, 0, acts, flops)
     ctx = decode.context if decode else (context if context is not None else (
         lay.seq_len_kv if lay else 0))
@@ -87,12 +119,15 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
 def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
                units: Sequence[str], plan: ParallelPlan, spec: StepSpec, precision: str,
-               use_torch: bool) -> tuple[EngineRun | None, str | None]:
-    """torch's run of the plan, or why there is none (None for a one-GPU plan)."""
+               use_torch: bool, mode: str = "none") -> tuple[EngineRun | None, str | None]:
+    """torch's run of the plan, or why there is none (None for a one-GPU plan). torch's
+    run recomputes nothing, so a plan with checkpointing takes the analytic model."""
     if plan.world_size == 1:
         return None, None
     heads = [(b.layout.num_heads, b.layout.num_kv_heads) for b in blocks]
     why = engine_blocker(modules, heads, plan, spec.phase) if use_torch else "not asked"
+    if why is None and mode != "none" and spec.phase == TRAIN:
+        why = f"torch's run of the plan does not recompute ({mode} checkpointing asked)"
     if why is not None:
         return None, why
     try:
@@ -120,9 +155,9 @@ class _Analytic:
 
 def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
               units: Sequence[str], plan: ParallelPlan, spec: StepSpec,
-              routing: Routing | None) -> _Analytic:
-    """States, activations, cache and collectives per rank; routed experts under ep and
-    the context-parallel ring under cp."""
+              routing: Routing | None, mode: str = "none") -> _Analytic:
+    """States, activations (under checkpointing ``mode``), cache and collectives per rank;
+    routed experts under ep and the context-parallel ring under cp."""
     routed = routed_tensors(model, routing.layers) if routing and plan.ep > 1 else {}
     params = inventory(model, modules, units, routed)
     d_model = blocks[0].layout.d_model if blocks else 0
@@ -130,7 +165,7 @@ def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Seque
     more = expert_traffic(routing, d_model, spec, plan) + ring_traffic(blocks, spec, plan)
     comm = collectives(modules, shards, d_model, spec, plan, more)
     states = analytic.state_bytes(shards, spec, plan)
-    held = analytic.device_bytes(states, analytic.activation_bytes(blocks, spec, plan),
+    held = analytic.device_bytes(states, analytic.activation_bytes(blocks, spec, plan, mode),
                                  analytic.kv_cache_bytes(blocks, spec, plan))
     context = context_cost(blocks, spec, plan)
     if context is not None and context.chunk_scores_bytes:  # a math kernel's chunk scores
@@ -151,7 +186,7 @@ def plan_costs(
     optimizer: str = "adamw", context: int | None = None,
     training: TrainingCost | None = None, decode: DecodeCost | None = None,
     activation_bytes: int | None = None, use_torch: bool = True,
-    reserve: Reserve | Mapping[str, str] | None = None,
+    reserve: Reserve | Mapping[str, str] | None = None, checkpointing: str | None = None,
     experts: Sequence[ExpertLayer] = (), capacity_factor: float = 1.0,
 ) -> ParallelCost:
     """Per-device cost of one ``phase`` (``train`` or ``decode``) of ``model`` under ``plan``.
@@ -169,19 +204,21 @@ def plan_costs(
     ``experts`` are the audit's routed-expert layers (``Report.experts``), split over
     ``plan.ep`` (:mod:`mhaudit.parallel.experts`); ``capacity_factor`` sizes their
     dispatch buffers (1.0: dropless).
-    """
-    plan = as_plan(plan)
+    ``checkpointing`` (none, selective, layers = full; default: the training step's) sets what
+    each layer keeps (:func:`analytic.korthikanti_bytes`); ``activation_bytes`` is under it."""
+    plan, mode = as_plan(plan), _recompute_mode(checkpointing, training)
     if phase not in PHASES:
         raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
     routing = Routing(tuple(experts), capacity_factor) if experts else None
     modules = tp_modules(model, blocks)
     units = fsdp_units(model, blocks)
     spec = _spec(blocks, total_elements(inventory(model, modules, units)), phase, dtype,
-                 precision, optimizer, training, decode, context, activation_bytes)
-    model_figures = _analytic(model, blocks, modules, units, plan, spec, routing)
+                 precision, optimizer, training, decode, context, activation_bytes, mode)
+    model_figures = _analytic(model, blocks, modules, units, plan, spec, routing, mode)
     run, why = (None, model_figures.blocker) if model_figures.blocker else _torch_run(
-        model, args, kwargs, blocks, modules, units, plan, spec, precision, use_torch)
-    held, comm, source, notes, analytic_acts = _measured(run, why, model_figures, spec, plan)
+        model, args, kwargs, blocks, modules, units, plan, spec, precision, use_torch, mode)
+    held, comm, source, notes, analytic_acts = _measured(run, why, model_figures, spec, plan,
+                                                         mode)
     notes += _axis_notes(model_figures.experts, model_figures.context)
     pipe = pipeline.stage_plan(model, args, kwargs, blocks, model_figures.params, units, spec,
                                plan, precision)
@@ -202,23 +239,24 @@ def plan_costs(
         pipeline=pipe.cost if pipe else None)
 
 
-def _split_notes(spec: StepSpec) -> list[str]:
+def _split_notes(spec: StepSpec, mode: str = "none") -> list[str]:
     if spec.phase != TRAIN:
         return []
     return ["activations split as Korthikanti et al. 2022 split them"
             + (" (the single-device count in that proportion)" if spec.activation_bytes
-               else " (their per-layer count)")]
+               else " (their per-layer count)") + _MODE_WORDS[mode]]
 
 
 def _measured(run: EngineRun | None, why: str | None, figures: _Analytic, spec: StepSpec,
-              plan: ParallelPlan
+              plan: ParallelPlan, mode: str = "none"
               ) -> tuple[DeviceBytes, StepComm, str, list[str], int | None]:
     """Bytes, collectives, source, notes and the analytic activations beside torch's: torch's
     figures in place of the analytic ones where it ran (the KV cache stays analytic), the
     analytic ones and why otherwise."""
     held, comm = figures.held, figures.comm
     if run is None:
-        notes = _split_notes(spec) + ([f"analytic model: {why}"] if why is not None else [])
+        notes = _split_notes(spec, mode) + ([f"analytic model: {why}"] if why is not None
+                                            else [])
         return held, comm, "analytic", notes, None
     note = (f"states, buffers, activations, peak and collectives measured by torch on rank 0 "
             f"of a fake world of {plan.tp * plan.fsdp}; the analytic split (Korthikanti et "

@@ -25,6 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from mhaudit.errors import TraceError, first_line
 from mhaudit.fake.live import LiveStorages, StepLog, tensors_in
 from mhaudit.phases.backward_flops import op_flops
+from mhaudit.phases.selective import ScoreRecompute
 from mhaudit.phases.stepstate import RUNGS, UpperBounds, step_state
 from mhaudit.phases.target_attention import TargetAttention, attention_mode
 from mhaudit.trace.real import seeded
@@ -110,10 +111,13 @@ def _recomputing(tracker: LiveStorages, forward: Any, attention: TargetAttention
 @contextlib.contextmanager
 def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
                 blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
-                attention: TargetAttention | None = None) -> Iterator[None]:
+                attention: TargetAttention | None = None,
+                policy: ScoreRecompute | None = None) -> Iterator[None]:
     """Mark each layer's forward and backward in the log; note which block makes a tensor.
     With ``recompute`` each layer is checkpointed (``attention``: SDPA recomputed as the
-    target runs it)."""
+    target runs it); with ``policy`` too, only the ops it marks are recomputed (torch's
+    selective activation checkpointing)."""
+    select: dict[str, Any] = {} if policy is None else {"context_fn": policy.contexts}
     handles: list[Any] = []
     log = tracker.log
 
@@ -138,7 +142,7 @@ def layer_marks(tracker: LiveStorages, layers: Sequence[LayerRun],
         if recompute:
             layer.module.forward = functools.partial(  # type: ignore[method-assign]
                 checkpoint, _recomputing(tracker, layer.module.forward, attention),
-                use_reentrant=False, preserve_rng_state=False)
+                use_reentrant=False, preserve_rng_state=False, **select)
     for name, module in blocks:
         def enter(_m: nn.Module, _a: Any, name: str = name) -> None:
             tracker.owner = name
@@ -191,9 +195,11 @@ class FusedAttention(TorchFunctionMode):
 def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                   precision: str, layers: Sequence[LayerRun],
                   blocks: Sequence[tuple[str, nn.Module]], recompute: bool,
-                  attention: TargetAttention | None = None, rung: str = "fake") -> FakeRun:
+                  attention: TargetAttention | None = None, rung: str = "fake",
+                  policy: ScoreRecompute | None = None) -> FakeRun:
     """Forward, loss and backward of ``model`` on fake tensors, tracked; with
-    ``attention``, each SDPA call keeps what the target's kernel for it keeps. ``rung``
+    ``attention``, each SDPA call keeps what the target's kernel for it keeps; with
+    ``recompute`` and ``policy``, each layer recomputes only what the policy marks. ``rung``
     ``real-cpu`` runs the step for real on CPU copies of the state (seeded), tracked
     alike; ``fake-bounded`` reads data-dependent sizes at their upper bound."""
     dtype, autocast = PRECISIONS[precision]
@@ -214,7 +220,7 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         try:
             if attention is not None:
                 attention.owner = lambda: tracker.owner
-            marks = layer_marks(tracker, layers, blocks, recompute, attention)
+            marks = layer_marks(tracker, layers, blocks, recompute, attention, policy)
             with state.modes(), tracker, marks, attention_mode(attention):
                 forward_end, source, grads = _forward_backward(
                     model, s_args, s_kwargs, tracker, autocast, state.params)

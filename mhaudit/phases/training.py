@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ from mhaudit.memory.timeline import Folded, Repeat, fold
 from mhaudit.options import check_phase_options
 from mhaudit.phases.fakestep import PRECISIONS, FakeRun, LayerRun, run_fake_step
 from mhaudit.phases.optimizer_step import optimizer_step
+from mhaudit.phases.selective import ScoreRecompute, selective_words
 from mhaudit.phases.step_timeline import step_timeline
 from mhaudit.phases.stepstate import RUNGS
 from mhaudit.phases.target_attention import TargetAttention
@@ -77,8 +78,8 @@ def _short_lists(model: nn.Module) -> list[_Group]:
 
 
 def recomputed_layers(model: nn.Module) -> list[nn.Module]:
-    """The layers ``--checkpointing layers`` recomputes: each member of every list of
-    repeated layers."""
+    """The layers ``--checkpointing layers`` (or ``selective``) checkpoints: each member of
+    every list of repeated layers."""
     modules = dict(model.named_modules())
     return [modules[f"{g.path}.{i}"] for g in _layer_groups(model, False) for i in g.members]
 
@@ -220,9 +221,11 @@ def _training_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
                    ) -> TrainingCost:
     """The step on ``rung`` (:data:`~mhaudit.phases.stepstate.RUNGS`)."""
     groups = _layer_groups(model, fold_layers)
-    if checkpointing == "layers" and not groups:
-        raise ConfigError("--checkpointing layers found no list of repeated layers to recompute",
+    if checkpointing != "none" and not groups:
+        raise ConfigError(f"--checkpointing {checkpointing} found no list of repeated layers "
+                          "to recompute",
                           "Keep the layers in an nn.ModuleList, or use --checkpointing none.")
+    policy = ScoreRecompute(b.layout for b in blocks) if checkpointing == "selective" else None
     modules = dict(model.named_modules())
     layers = [LayerRun(f"{g.path}.{i}", modules[f"{g.path}.{i}"]) for g in groups for i in g.run]
     repeats = [Repeat(f"{g.path}.{g.run[1]}", len(g.members) - len(g.run))
@@ -230,13 +233,19 @@ def _training_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     attention = _target_attention(blocks, profile, precision)
     run = _run_folded(model, groups, repeats, fold_layers, lambda: run_fake_step(
         model, args, kwargs, precision=precision, layers=layers,
-        blocks=_run_blocks(blocks, modules), recompute=checkpointing == "layers",
-        attention=attention, rung=rung))
+        blocks=_run_blocks(blocks, modules), recompute=checkpointing != "none",
+        attention=attention, rung=rung, policy=policy))
     if run is None:  # the layers cannot be folded: run every one
         return _training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
                               precision=precision, checkpointing=checkpointing,
                               fold_layers=False, rung=rung)
     kernel, why = attention_kernel(attention.choices.values())
+    if policy is not None and not policy.recomputed:  # no scores: the step without it
+        plain = _training_step(model, args, kwargs, blocks, profile, optimizer=optimizer,
+                               precision=precision, checkpointing="none",
+                               fold_layers=fold_layers, rung=rung)
+        return replace(plain, checkpointing=checkpointing, convention=plain.convention
+                       + selective_words(0, plain.attention_kernel))
     folded = fold(run.log, repeats, run.forward_end)
     params, copies = _grad_params(model, groups, run.grad_params)
     master = PRECISIONS[precision][0]
@@ -249,7 +258,8 @@ def _training_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     extra = sum(r.extra for r in repeats)
     convention = _rung_words(rung, run.bounds) + _convention(
         precision, run.loss, optimizer, len(layers), extra, checkpointing,
-        opt.host_state_bytes, kernel)
+        opt.host_state_bytes, kernel) + (selective_words(policy.recomputed, kernel)
+                                         if policy is not None else "")
     fixed = during.total - sum(folded.peak.live)  # alive all along: weights, states, inputs
     timeline, peak_at = step_timeline(run.log, repeats, run.forward_end, fixed, update.total,
                                       phase == "optimizer")

@@ -62,7 +62,8 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
         from mhaudit.verify.plans import plan_checks
         from mhaudit.verify.training import training_check
 
-        for step in (training_check(report.training, model, args, kwargs),
+        layouts = [b.layout for b in report.blocks]
+        for step in (training_check(report.training, model, args, kwargs, layouts),
                      *plan_checks(report, model, args, kwargs)):
             if isinstance(step, Agreement):
                 rows.append(step)

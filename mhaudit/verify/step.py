@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 from mhaudit.fake.live import tensors_in
 from mhaudit.phases.fakestep import PRECISIONS, FusedAttention, pick_loss
 from mhaudit.phases.optimizer_step import OPTIMIZERS
+from mhaudit.phases.selective import ScoreRecompute
 
 
 def _fused(forward: Any) -> Any:
@@ -30,11 +31,12 @@ def _fused(forward: Any) -> Any:
 
 @contextlib.contextmanager
 def checkpointed(model: nn.Module, layers: Sequence[nn.Module], framework: bool,
-                 fused: bool = False) -> Iterator[None]:
+                 fused: bool = False, policy: ScoreRecompute | None = None) -> Iterator[None]:
     """``layers`` recomputed in the backward (torch.utils.checkpoint, non-reentrant; with
-    ``fused``, SDPA recomputed as the fused kernel), or, with ``framework``, the model's
-    own ``gradient_checkpointing_enable()`` (transformers, which also turns the KV cache
-    off in training); put back afterwards."""
+    ``fused``, SDPA recomputed as the fused kernel; with ``policy``, only the ops it marks),
+    or, with ``framework``, the model's own ``gradient_checkpointing_enable()``
+    (transformers, which also turns the KV cache off in training); put back afterwards."""
+    select: dict[str, Any] = {} if policy is None else {"context_fn": policy.contexts}
     enabled = framework and not getattr(model, "is_gradient_checkpointing", False)
     if enabled:
         model.gradient_checkpointing_enable(  # type: ignore[operator]
@@ -42,7 +44,7 @@ def checkpointed(model: nn.Module, layers: Sequence[nn.Module], framework: bool,
     for layer in layers:
         forward = _fused(layer.forward) if fused else layer.forward
         layer.forward = functools.partial(  # type: ignore[method-assign]
-            checkpoint, forward, use_reentrant=False, preserve_rng_state=False)
+            checkpoint, forward, use_reentrant=False, preserve_rng_state=False, **select)
     try:
         yield
     finally:
@@ -56,7 +58,8 @@ def memtracker_step(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str
                     optimizer: str = "adamw", precision: str = "fp32",
                     checkpoint_layers: Sequence[nn.Module] = (),
                     framework_checkpointing: bool = False,
-                    fused_attention: bool = False) -> dict[str, int]:
+                    fused_attention: bool = False,
+                    policy: ScoreRecompute | None = None) -> dict[str, int]:
     """MemTracker's peak of one steady-state step of ``model``, by category and ``Total``.
 
     The step runs on the tensors the model and inputs hold (real CPU ones, or fake ones
@@ -64,9 +67,11 @@ def memtracker_step(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str
     precision's weight dtype: forward (under bf16 autocast for ``bf16-mixed``), backward
     from the loss the audit picks, the optimizer update (torch.optim, foreach, as the
     audit builds it) and ``zero_grad``. A first step makes the optimizer states; the
-    second is tracked. ``fused_attention`` sets SDPA's dropout to 0, so that the CPU runs
-    its flash kernel, which saves what the target's fused kernels save (recomputed layers
-    too; with framework checkpointing the recomputation does not see it).
+    second is tracked. ``policy`` checkpoints ``checkpoint_layers`` selectively (torch's
+    selective activation checkpointing). ``fused_attention`` sets SDPA's dropout to 0, so
+    that the CPU runs its flash kernel, which saves what the target's fused kernels save
+    (recomputed layers too; with framework checkpointing the recomputation does not see
+    it).
     """
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -92,7 +97,8 @@ def memtracker_step(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str
                 model.zero_grad(set_to_none=True)
 
     try:
-        with checkpointed(model, checkpoint_layers, framework_checkpointing, fused_attention):
+        with checkpointed(model, checkpoint_layers, framework_checkpointing, fused_attention,
+                          policy):
             step()
             tracker = MemTracker()
             tracker.track_external(model, *([opt] if opt is not None else []),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import nn
 
-from mhaudit.data import Agreement, TrainingCost, Unchecked
+from mhaudit.data import Agreement, Layout, TrainingCost, Unchecked
 from mhaudit.phases.fakestep import PRECISIONS, without_cache
+from mhaudit.phases.selective import ScoreRecompute
 from mhaudit.phases.training import recomputed_layers
 from mhaudit.verify.limits import over_limits
 from mhaudit.verify.real import real_inputs, real_state
@@ -36,10 +37,12 @@ def too_big(training: TrainingCost) -> str | None:
 
 
 def training_check(training: TrainingCost, model: nn.Module, args: tuple[Any, ...],
-                   kwargs: Mapping[str, Any]) -> Agreement | Unchecked:
+                   kwargs: Mapping[str, Any], layouts: Sequence[Layout] = ()
+                   ) -> Agreement | Unchecked:
     """The report's training peak beside MemTracker's on one real steady-state step of
     CPU copies of ``model`` and its inputs, with the report's optimizer, precision,
-    checkpointing and attention kernel."""
+    checkpointing and attention kernel; ``selective`` recomputes the score-shaped ops of
+    ``layouts`` (the blocks'), and runs without checkpointing where there are none."""
     reason = too_big(training)
     if reason is not None:
         return Unchecked(FIGURE, reason)
@@ -47,19 +50,24 @@ def training_check(training: TrainingCost, model: nn.Module, args: tuple[Any, ..
     layers: list[nn.Module] = []
     framework = False
     fused = training.attention_kernel not in (None, "math")
-    if training.checkpointing == "layers":
+    policy = ScoreRecompute(layouts) if training.checkpointing == "selective" else None
+    plain = real_inputs(args, dtype), real_inputs(dict(kwargs), dtype)
+    if training.checkpointing != "none":
         # the model's own checkpointing where it has it; each repeated layer under
         # torch.utils.checkpoint otherwise, and where SDPA must recompute as a fused kernel
-        framework = not fused and hasattr(model, "gradient_checkpointing_enable") \
+        framework = policy is None and not fused \
+            and hasattr(model, "gradient_checkpointing_enable") \
             and bool(getattr(model, "supports_gradient_checkpointing", False))
         layers = [] if framework else recomputed_layers(model)
         kwargs = without_cache(model, dict(kwargs))
     with real_state(model, dtype) as invented:
-        tracked = memtracker_step(
-            model, real_inputs(args, dtype), real_inputs(dict(kwargs), dtype),
-            optimizer=training.optimizer, precision=training.precision,
-            checkpoint_layers=layers, framework_checkpointing=framework,
-            fused_attention=fused)
+        inputs = real_inputs(args, dtype), real_inputs(dict(kwargs), dtype)
+        options: dict[str, Any] = {"optimizer": training.optimizer,
+                                   "precision": training.precision, "fused_attention": fused}
+        tracked = memtracker_step(model, *inputs, checkpoint_layers=layers,
+                                  framework_checkpointing=framework, policy=policy, **options)
+        if policy is not None and not policy.recomputed:  # no scores: the plain step
+            tracked = memtracker_step(model, *plain, **options)
     return Agreement(FIGURE, training.peak_bytes + training.host_state_bytes,
                      tracked["Total"], "MemTracker",
                      STEP_TOLERANCE, _how(training, invented, framework, fused))
@@ -75,6 +83,9 @@ def _how(training: TrainingCost, invented: bool, framework: bool, fused: bool) -
     if training.checkpointing == "layers":
         how += ("; checkpointing by the model's gradient_checkpointing_enable()" if framework
                 else "; each repeated layer under torch.utils.checkpoint")
+    if training.checkpointing == "selective":
+        how += ("; each repeated layer under torch's selective activation checkpointing, "
+                "the ops that make or read a block's scores recomputed")
     if fused:
         how += (f"; SDPA at dropout 0, where the CPU runs its flash kernel and keeps what "
                 f"the target's {training.attention_kernel} kernel keeps")
