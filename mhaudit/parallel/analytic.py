@@ -79,7 +79,8 @@ class StateBytes:
 
 
 def state_bytes(shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> StateBytes:
-    """Sharded states per rank and the FSDP gather buffers. Layer units split over pipeline
+    """Sharded states per rank and the FSDP gather buffers (each replica of ``dp`` holds its
+    FSDP group's shards, so replicas change nothing here). Layer units split over pipeline
     stages; the root unit (embeddings, final norm, head) is counted whole (an upper bound
     for any stage). Buffers, as FSDP2 holds them: the root's parameters gathered for the
     whole step (the root is not resharded after the forward), and the largest layer twice,
@@ -117,15 +118,15 @@ def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: Paralle
     """Roofline time of the rank's share of the work (FLOPs / (t·pp) at peak, or in decode
     the bytes read at memory bandwidth if slower: the generating part's share of the
     weights, and the cache), plus TP and pipeline traffic over the link (not overlapped),
-    plus FSDP traffic beyond what the compute hides. FSDP crosses nodes over InfiniBand
-    once tp · fsdp exceeds a node."""
+    plus FSDP traffic beyond what the compute hides. FSDP and replica traffic crosses nodes
+    over InfiniBand once tp · fsdp · dp exceeds a node."""
     flops = spec.flops / (plan.tp * plan.pp)
     compute = flops / (profile.peak_tflops_bf16 * 1e12)
     if spec.phase != TRAIN:
         read = held.params * plan.fsdp * spec.read_share + held.kv_cache
         compute = max(compute, read / (profile.bandwidth_gb_s * 1e9))
     link = profile.intra_node_gb_s * 1e9
-    fsdp_link = link if plan.tp * plan.fsdp <= profile.gpus_per_node else (
+    fsdp_link = link if plan.tp * plan.fsdp * plan.dp <= profile.gpus_per_node else (
         profile.infiniband_gb_s * 1e9)
     pp_link = link if plan.world_size <= profile.gpus_per_node else profile.infiniband_gb_s * 1e9
     exposed_fsdp = max(0.0, comm.fsdp_bytes / fsdp_link - compute)

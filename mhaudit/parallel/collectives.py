@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from mhaudit.data.parallel import CollectiveBytes, ParallelPlan
 from mhaudit.parallel.inventory import UnitShard
-from mhaudit.parallel.roles import COLWISE, TpModule
+from mhaudit.parallel.roles import COLWISE, ROWWISE, SEQUENCE, TpModule
+from mhaudit.parallel.shard import ceil_div
 from mhaudit.parallel.step import TRAIN, StepSpec
 
 
@@ -33,27 +34,51 @@ def gather_sent(gathered_bytes: int, group: int) -> int:
     return (group - 1) * gathered_bytes // group
 
 
+def _sp(tally: _Tally, mod: TpModule, rows: int, spec: StepSpec, t: int,
+        at_norms: bool) -> None:
+    """One module under SP (sequence shards of ⌈s/t⌉ positions, as DTensor pads them): a
+    row-wise one reduce-scatters its output along the sequence (forward) and all-gathers
+    its gradient (backward); a norm whose output feeds
+    projections all-gathers it (forward) and reduce-scatters its gradient (backward), and
+    its weight gradients, partial sums over the shards, are all-reduced once per tensor;
+    the head all-gathers its logits (forward only), each rank's ⌈V/t⌉ columns. Column-wise
+    projections gather their own input only where no norm does (``at_norms`` False)."""
+    train = spec.phase == TRAIN
+    shards = rows // spec.tokens * ceil_div(spec.tokens, t) * t  # sequence padded to ⌈s/t⌉·t
+    size = shards * (mod.out_features if mod.role == ROWWISE else mod.in_features)
+    gathers = (mod.role == SEQUENCE and mod.output_gathered) or (
+        mod.role == COLWISE and not at_norms)
+    if mod.role == ROWWISE or gathers:
+        fwd, bwd = ("reduce_scatter", "all_gather") if mod.role == ROWWISE else (
+            "all_gather", "reduce_scatter")
+        tally.add(fwd, gather_sent(size, t))
+        if train:
+            tally.add(bwd, gather_sent(size, t))
+    if mod.role == COLWISE and mod.output_gathered:  # vocabulary shards padded to ⌈V/t⌉
+        tally.add("all_gather", gather_sent(rows * ceil_div(mod.out_features, t) * t, t))
+    if mod.role == SEQUENCE and train:
+        tensors = mod.out_features // mod.in_features
+        tally.add("all_reduce", tensors * all_reduce_sent(mod.in_features * spec.param_bytes,
+                                                          t), tensors)
+
+
 def _tp(tally: _Tally, modules: Sequence[TpModule], spec: StepSpec, plan: ParallelPlan) -> None:
     """Per split module, as torch's Colwise/RowwiseParallel run it: without SP a column-wise
     module all-reduces its input gradient in the backward and a row-wise one its output in
-    the forward; with SP each all-gathers or reduce-scatters along the sequence instead,
-    forward and backward."""
+    the forward; with SP they gather and scatter along the sequence instead (:func:`_sp`),
+    at the norms where the plan has them (:mod:`mhaudit.parallel.seqpar`)."""
     t = plan.tp
     train = spec.phase == TRAIN
     rows = spec.batch * spec.tokens * spec.compute_bytes
+    at_norms = any(m.role == SEQUENCE for m in modules)
     for mod in modules:
         if mod.replicated:
             continue
-        width = mod.in_features if mod.role == COLWISE else mod.out_features
-        size = rows * width
         if plan.sp:
-            tally.add("all_gather" if mod.role == COLWISE else "reduce_scatter",
-                      gather_sent(size, t))
-            if train:
-                tally.add("reduce_scatter" if mod.role == COLWISE else "all_gather",
-                          gather_sent(size, t))
-        elif mod.role != COLWISE or train:
-            tally.add("all_reduce", all_reduce_sent(size, t))
+            _sp(tally, mod, rows, spec, t, at_norms)
+        elif mod.role == ROWWISE or (mod.role == COLWISE and train):
+            width = mod.in_features if mod.role == COLWISE else mod.out_features
+            tally.add("all_reduce", all_reduce_sent(rows * width, t))
 
 
 def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> None:
@@ -71,6 +96,20 @@ def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: Para
         tally.add("all_gather", sent * spec.compute_bytes * gathers, gathers)
         if train:
             tally.add("reduce_scatter", sent * spec.param_bytes)
+
+
+def _replicas(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec,
+              plan: ParallelPlan) -> None:
+    """Replicas (HSDP's replicate dim, or DDP without shards): each unit's gradient shard,
+    once reduce-scattered within its FSDP group, is all-reduced across the ``dp`` replicas
+    at the stored precision: 2·(dp−1)/dp of the shard. torch's composable ``replicate``
+    all-reduces unit by unit; DDP's 25 MiB buckets send the same bytes in other calls."""
+    if spec.phase != TRAIN:
+        return
+    for unit in shards:
+        if unit.shard_elements:
+            tally.add("all_reduce", all_reduce_sent(unit.shard_elements * spec.param_bytes,
+                                                    plan.dp))
 
 
 def _pipeline(tally: _Tally, d_model: int, spec: StepSpec, plan: ParallelPlan) -> None:
@@ -91,7 +130,7 @@ class StepComm:
     tp_bytes: int
     """Bytes sent inside the TP group (NVLink within a node)."""
     fsdp_bytes: int
-    """Bytes sent inside the FSDP group."""
+    """Bytes sent inside the data-parallel groups (FSDP shards and replicas)."""
     pp_bytes: int
     """Bytes sent between pipeline stages."""
 
@@ -104,6 +143,8 @@ def collectives(modules: Sequence[TpModule], shards: Sequence[UnitShard], d_mode
         _tp(groups[0], modules, spec, plan)
     if plan.fsdp > 1:
         _fsdp(groups[1], shards, spec, plan)
+    if plan.dp > 1:
+        _replicas(groups[1], shards, spec, plan)
     if plan.pp > 1:
         _pipeline(groups[2], d_model, spec, plan)
     merged = _Tally({}, {})

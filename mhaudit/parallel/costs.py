@@ -18,6 +18,7 @@ from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
 from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan, sweep_plans
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
+from mhaudit.parallel.seqpar import SpLayout, sp_layout
 from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
@@ -71,12 +72,13 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
 def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
                units: Sequence[str], plan: ParallelPlan, spec: StepSpec, precision: str,
-               use_torch: bool) -> tuple[EngineRun | None, str | None]:
+               use_torch: bool, sp_why: str | None) -> tuple[EngineRun | None, str | None]:
     """torch's run of the plan, or why there is none (None for a one-GPU plan)."""
     if plan.world_size == 1:
         return None, None
     heads = [(b.layout.num_heads, b.layout.num_kv_heads) for b in blocks]
-    why = engine_blocker(modules, heads, plan, spec.phase) if use_torch else "not asked"
+    why = (engine_blocker(modules, heads, plan, spec.phase) or sp_why) if use_torch else (
+        "not asked")
     if why is not None:
         return None, why
     try:
@@ -111,6 +113,8 @@ def plan_costs(
     if phase not in PHASES:
         raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
     modules = tp_modules(model, blocks)
+    sp = sp_layout(model, args, kwargs, blocks, modules) if plan.sp else SpLayout((), None)
+    modules += sp.modules
     units = fsdp_units(model, blocks)
     params = inventory(model, modules, units)
     spec = _spec(blocks, total_elements(params), phase, dtype, precision, optimizer,
@@ -125,7 +129,7 @@ def plan_costs(
              + (" (the single-device count in that proportion)" if spec.activation_bytes
                 else " (their per-layer count)")] if phase == TRAIN else []
     run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec,
-                          precision, use_torch)
+                          precision, use_torch, sp.blocker)
     source, analytic_acts = "analytic", None
     if run is not None:
         analytic_acts = held.activations
@@ -133,7 +137,7 @@ def plan_costs(
         comm = replace(comm, sent=run.sent, calls=run.calls)
         source = "torch.distributed"
         notes = [f"states, buffers, activations, peak and collectives measured by torch on "
-                 f"rank 0 of a fake world of {plan.tp * plan.fsdp}; the analytic split "
+                 f"rank 0 of a fake world of {plan.world_size}; the analytic split "
                  f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
     elif why is not None:
         notes.append(f"analytic model: {why}")
