@@ -27,10 +27,12 @@ class SpLayout:
     """Why torch cannot run the SP plan on this model; None when it can."""
 
 
-def _norms(model: nn.Module, d: int, blocks: Sequence[AttentionBlock]) -> list[str]:
-    """Leaf modules outside the attention blocks whose parameters are all vectors of d
-    elements (LayerNorm, RMSNorm and any other per-token scale): what runs on shards."""
-    inside = tuple(b.name + "." for b in blocks if b.name)
+def _norms(model: nn.Module, d: int, blocks: Sequence[AttentionBlock],
+           layers: Sequence[str]) -> list[str]:
+    """Leaf modules whose parameters are all vectors of d elements (LayerNorm, RMSNorm and
+    any other per-token scale), outside the attention modules (a layer that is its own
+    attention block keeps its norms): what runs on shards."""
+    inside = tuple(b.name + "." for b in blocks if b.name and b.name not in layers)
     found = []
     for name, mod in model.named_modules():
         params = list(mod.parameters(recurse=False))
@@ -122,7 +124,7 @@ def sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     point, and the layout is then empty with the reason."""
     d = blocks[0].layout.d_model if blocks else 0
     layers = [u for u in fsdp_units(model, blocks) if u]
-    norms = _norms(model, d, blocks)
+    norms = _norms(model, d, blocks, layers)
     heads = [n for n in _outside(model, layers, nn.Linear)
              if getattr(model.get_submodule(n), "in_features", 0) == d]
     colwise = [m.name for m in modules if m.role == COLWISE and not m.replicated]
