@@ -159,6 +159,10 @@ class AuditOptions:
     parallel: ParallelPlan | str | None = None
     """Parallel plan the training and decode steps are costed under per device, a plan or
     its text (``tp=8,sp,fsdp=8,pp=1``); None for one GPU."""
+    reserve: tuple[tuple[str, str], ...] = ()
+    """Sizes of the memory beyond tensors under ``parallel``, by term: ``{"cuda_context":
+    "600MiB", "fragmentation": "8%"}`` (a mapping is accepted); terms left out come from
+    the environment or the libraries' defaults."""
 
     def __post_init__(self) -> None:
         if isinstance(self.input_shapes, Mapping):
@@ -171,6 +175,9 @@ class AuditOptions:
             value = getattr(self, name)
             if isinstance(value, str) and value in kind.values():
                 object.__setattr__(self, name, kind(value))
+        if isinstance(self.reserve, Mapping):
+            object.__setattr__(self, "reserve", tuple(
+                (str(k), str(v)) for k, v in self.reserve.items()))
         if isinstance(self.parallel, str):
             with contextlib.suppress(ConfigError):  # validate() refuses it with the message
                 object.__setattr__(self, "parallel", parse_plan(self.parallel))
@@ -220,6 +227,18 @@ def check_phase_options(optimizer: Any, precision: Any, checkpointing: Any) -> N
     Checkpointing.parse(checkpointing, "checkpointing")
 
 
+def _check_reserve(reserve: Any) -> None:
+    from mhaudit.cost.overhead import parse_reserve
+
+    pairs = isinstance(reserve, tuple) and all(
+        isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)
+        for p in reserve)
+    if not pairs:
+        raise ConfigError(f"reserve must map memory terms to sizes, not {reserve!r}",
+                          "Pass e.g. reserve={\"cuda_context\": \"600MiB\"}.")
+    parse_reserve(dict(reserve))
+
+
 def check_options(opts: AuditOptions) -> None:
     """Raise ConfigError for option values no stage can use."""
     _check_sizes(opts)
@@ -246,6 +265,7 @@ def check_options(opts: AuditOptions) -> None:
     if opts.on_stage is not None and not callable(opts.on_stage):
         raise ConfigError("on_stage must be callable with a stage name", "Pass a function.")
     _check_parallel(opts)
+    _check_reserve(opts.reserve)
     if opts.flops_backend == FlopsBackend.FVCORE and opts.device == "meta":
         raise ConfigError("the fvcore backend runs real compute and cannot use meta tensors",
                           "Add --device cpu to compare against fvcore.")

@@ -38,7 +38,12 @@ def phase_options(func: F) -> F:
                      "disagree beyond the stated tolerance)."),
         click.option("--parallel", metavar="PLAN", default=None,
                      help="Per-device cost of --train/--decode under a plan, e.g. "
-                     "tp=8,sp,fsdp=8,pp=1 (tensor, sequence, fully-sharded data, pipeline)."),
+                     "tp=8,sp,fsdp=8,pp=4,microbatches=8 (tensor, sequence, context cp, "
+                     "fully-sharded fsdp and replicated dp data, expert ep, pipeline)."),
+        click.option("--reserve", metavar="TERM=SIZE", multiple=True,
+                     help="With --parallel: a memory term beyond tensors, e.g. "
+                     "cuda_context=600MiB or fragmentation=8% (nccl_buffers, workspace, "
+                     "cuda_context, fragmentation); repeatable."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -47,9 +52,13 @@ def phase_options(func: F) -> F:
 
 def phase_options_from(params: dict[str, Any]) -> dict[str, Any]:
     """AuditOptions keyword arguments for the phases, taken out of ``params``."""
+    from mhaudit.cost.overhead import parse_reserve_items
+
     keys = ("train", "optimizer", "precision", "checkpointing", "decode", "context", "parallel",
             "verify")
-    return {key: params.pop(key) for key in keys}
+    chosen = {key: params.pop(key) for key in keys}
+    chosen["reserve"] = tuple(parse_reserve_items(params.pop("reserve", ())).items())
+    return chosen
 
 
 def warn_unused_phase_options(phases: dict[str, Any]) -> None:

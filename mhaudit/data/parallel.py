@@ -178,6 +178,66 @@ class PipelineCost:
 
 
 @dataclass(frozen=True)
+class ExpertCost:
+    """Routed experts under expert parallelism, on the busiest rank (rank 0)."""
+
+    layers: int
+    """Routed-expert layers the plan splits."""
+    num_experts: int
+    """Experts E of the largest layer."""
+    top_k: int
+    """Experts each token is dispatched to."""
+    experts_per_rank: int
+    """⌈E / ep⌉: experts rank 0 holds (torch's Shard(0) gives the first ranks one more
+    when ep does not divide E)."""
+    uneven: bool
+    """True when ep does not divide E: the ranks hold different numbers of experts."""
+    shard_group: int
+    """Ranks the expert shards are FSDP-sharded over: fsdp / gcd(ep, fsdp)."""
+    tokens_per_rank: int
+    """Tokens a rank routes per layer: b · ⌈s / cp⌉ (b in decode)."""
+    dispatched_rows: int
+    """Token copies in a rank's dispatch buffer per layer: tokens · k dropless, or
+    E · ⌈cf · tokens · k / E⌉ padded to capacity."""
+    capacity_factor: float
+    """1.0 is dropless; otherwise each expert's buffer holds cf · tokens · k / E rows."""
+    params: int
+    """Bytes of this rank's expert parameters (all layers of its pipeline stage)."""
+    grads: int
+    """Bytes of their gradients (0 outside training)."""
+    optimizer_states: int
+    """Bytes of their optimizer states (0 outside training)."""
+    all_to_all_bytes: int
+    """Bytes this rank sends per step in the dispatch and combine all-to-alls (and the
+    exchange of per-expert token counts), every layer."""
+    all_to_all_calls: int
+    """All-to-all calls per step for the experts."""
+
+
+@dataclass(frozen=True)
+class ContextCost:
+    """Context parallelism (ring attention) on one rank."""
+
+    cp: int
+    """Ranks the sequence is split over."""
+    tokens_per_rank: int
+    """⌈s / cp⌉ positions of each sequence on this rank."""
+    kv_exchange_bytes: int
+    """Bytes this rank sends per step passing K/V (and in the backward their gradients)
+    round the ring, every attention layer."""
+    kv_exchange_calls: int
+    """Collective calls of that exchange per step."""
+    load_balanced: bool
+    """True when every block is causal: torch's head-tail load balancing applies."""
+    chunk_scores_bytes: int
+    """b · h · (s/cp)² · bytes one ring step of a score-materialising (math) kernel holds;
+    0 where every block runs a fused (flash/efficient) kernel per chunk."""
+    kv_cache_split: bool
+    """False: torch's ``context_parallel`` splits a training step; a decode step's KV cache
+    is not split over cp."""
+
+
+@dataclass(frozen=True)
 class ParallelCost:
     """One phase (training or decode step) under one plan, per device."""
 
@@ -212,6 +272,10 @@ class ParallelCost:
     """The memory beyond tensors in ``per_device_bytes``, each with its source."""
     pipeline: PipelineCost | None = None
     """The pipeline schedule's stages and bubble; None when pp is 1."""
+    experts: ExpertCost | None = None
+    """Routed experts under ``ep``; None without routed experts or with ep = 1."""
+    context: ContextCost | None = None
+    """Ring attention under ``cp``; None when cp is 1."""
     mfu: float | None = None
     """Model FLOPs utilisation at ``step_time_s``: the step's model FLOPs (no recompute)
     per GPU per second over the target's dense peak; None where no FLOPs are known."""
@@ -236,4 +300,6 @@ def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
         "memory_terms": [asdict(t) for t in cost.memory_terms],
         "pipeline": None if cost.pipeline is None else asdict(cost.pipeline),
         "mfu": cost.mfu,
+        "experts": None if cost.experts is None else asdict(cost.experts),
+        "context": None if cost.context is None else asdict(cost.context),
     }

@@ -18,15 +18,18 @@ _PAPER_BYTES = 2
 """Korthikanti et al. count activations at 16 bits."""
 
 
-def korthikanti_bytes(block: AttentionBlock, batch: int, element_bytes: int) -> tuple[int, int]:
+def korthikanti_bytes(block: AttentionBlock, batch: int, element_bytes: int,
+                      cp: int = 1) -> tuple[int, int]:
     """(split part, unsplit part) of one layer's saved activations without SP at degree 1:
     s·b·h·(24 + 5·a·s/h) split by TP and s·b·h·10 not (norm inputs, dropout masks, the
     residual), at 16 bits per the paper and scaled to ``element_bytes``; the 5·a·s/h score
-    term only where the layout materialises scores. Ignores the embedding and head."""
+    term only where the layout materialises scores. Ignores the embedding and head.
+    Context parallelism (``cp`` > 1) keeps ⌈s/cp⌉ positions per rank and no scores: the
+    ring runs a fused kernel per chunk, saving its output and log-sum-exp."""
     lay = block.layout
-    sbh = lay.seq_len_q * batch * lay.d_model
+    sbh = ceil_div(lay.seq_len_q, cp) * batch * lay.d_model
     scores = 5 * lay.num_heads * lay.seq_len_q * lay.seq_len_kv * batch
-    keeps = block.memory.scores_bytes is not None
+    keeps = block.memory.scores_bytes is not None and cp == 1
     scale = element_bytes / _PAPER_BYTES
     split = int((24 * sbh + (scores if keeps else 0)) * scale)
     return split, int(10 * sbh * scale)
@@ -41,15 +44,17 @@ def activation_bytes(blocks: Sequence[AttentionBlock], spec: StepSpec,
     if spec.phase != TRAIN:
         return 0
     parts = [korthikanti_bytes(b, spec.batch, spec.compute_bytes) for b in blocks]
+    paper = sum(p[0] + p[1] for p in parts)
+    if plan.cp > 1:  # the sequence split over the context ranks (ring attention)
+        parts = [korthikanti_bytes(b, spec.batch, spec.compute_bytes, plan.cp) for b in blocks]
     split = sum(p[0] for p in parts)
     whole = sum(p[1] for p in parts)
     t = plan.tp
-    paper = split + whole
     per_rank = ceil_div(paper, t) if plan.sp else ceil_div(split, t) + whole
     if spec.activation_bytes is None:
         return per_rank
     return per_rank * spec.activation_bytes // paper if paper else ceil_div(
-        spec.activation_bytes, t if plan.sp else 1)
+        spec.activation_bytes, (t if plan.sp else 1) * plan.cp)
 
 
 def kv_cache_bytes(blocks: Sequence[AttentionBlock], spec: StepSpec, plan: ParallelPlan) -> int:
@@ -115,12 +120,15 @@ def device_bytes(states: StateBytes, activations: int, kv_cache: int) -> DeviceB
 
 def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: ParallelPlan,
                 profile: GpuProfile) -> float:
-    """Roofline time of the rank's share of the work (FLOPs / (t·pp) at peak, or in decode
+    """Roofline time of the rank's share of the work (FLOPs / (t·pp·cp) at peak, or in decode
     the bytes read at memory bandwidth if slower: the generating part's share of the
     weights, and the cache), plus TP and pipeline traffic over the link (not overlapped),
     plus FSDP traffic beyond what the compute hides. FSDP and replica traffic crosses nodes
-    over InfiniBand once tp · fsdp · dp exceeds a node."""
-    flops = spec.flops / (plan.tp * plan.pp)
+    over InfiniBand once tp · fsdp · dp exceeds a node. The experts' all-to-alls (which the
+    next layer waits for) are not overlapped; the context-parallel ring is, beyond the
+    compute."""
+    ring = plan.cp if spec.phase == TRAIN else 1  # context ranks split a training sequence
+    flops = spec.flops / (plan.tp * plan.pp * ring)
     compute = flops / (profile.peak_tflops_bf16 * 1e12)
     if spec.phase != TRAIN:
         read = held.params * plan.fsdp * spec.read_share + held.kv_cache
@@ -130,14 +138,21 @@ def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: Paralle
         profile.infiniband_gb_s * 1e9)
     pp_link = link if plan.world_size <= profile.gpus_per_node else profile.infiniband_gb_s * 1e9
     exposed_fsdp = max(0.0, comm.fsdp_bytes / fsdp_link - compute)
-    return compute + comm.tp_bytes / link + comm.pp_bytes / pp_link + exposed_fsdp
+    exposed_ring = max(0.0, comm.cp_bytes / pp_link - compute)  # overlapped with attention
+    return (compute + comm.tp_bytes / link + (comm.pp_bytes + comm.ep_bytes) / pp_link
+            + exposed_fsdp + exposed_ring)
 
 
 def max_batch_size(held: DeviceBytes, batch: int, profile: GpuProfile) -> int | None:
     """Largest micro-batch whose activations and KV cache, which grow linearly with it, fit
-    beside the batch-free states and buffers; None when nothing grows with the batch."""
+    beside the batch-free states, buffers and memory beyond tensors (the fragmentation
+    margin grows with the tensors); None when nothing grows with the batch."""
     per_sample = (held.activations + held.kv_cache) / batch
     if per_sample <= 0:
         return None
-    fixed = held.peak - held.activations - held.kv_cache
-    return max(0, int((profile.memory_bytes - fixed) // per_sample))
+    tensors = held.tensors
+    share = held.fragmentation / tensors if tensors else 0.0
+    fixed_terms = held.nccl_buffers + held.workspace + held.cuda_context
+    fixed = tensors - held.activations - held.kv_cache
+    room = (profile.memory_bytes - fixed_terms) / (1 + share) - fixed
+    return max(0, int(room // per_sample))

@@ -85,11 +85,12 @@ def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: Para
     """FSDP2: each unit all-gathers its parameters (at the compute precision) in the forward
     and, resharded after it, again in the backward (not the root, which stays unsharded);
     its gradients are reduce-scattered once, at the stored precision (fp32 under
-    bf16-mixed). A rank sends (f−1) shards of each."""
-    f = plan.fsdp
+    bf16-mixed). A rank sends (f−1) shards of each, f the unit's group (routed experts:
+    their own, :func:`~mhaudit.parallel.experts.shard_group`)."""
     train = spec.phase == TRAIN
     for unit in shards:
-        if not unit.shard_elements:
+        f = unit.group or plan.fsdp
+        if not unit.shard_elements or f == 1:
             continue
         sent = (f - 1) * unit.shard_elements
         gathers = 2 if train and unit.unit else 1
@@ -119,6 +120,10 @@ def _pipeline(tally: _Tally, d_model: int, spec: StepSpec, plan: ParallelPlan) -
               2 if spec.phase == TRAIN else 1)
 
 
+_GROUPS = {"tp": 0, "fsdp": 1, "pp": 2, "ep": 3, "cp": 4}
+"""Index of each group's tally in :func:`collectives`."""
+
+
 @dataclass(frozen=True)
 class StepComm:
     """A step's collectives: totals by kind, and the bytes of each group."""
@@ -133,12 +138,22 @@ class StepComm:
     """Bytes sent inside the data-parallel groups (FSDP shards and replicas)."""
     pp_bytes: int
     """Bytes sent between pipeline stages."""
+    ep_bytes: int = 0
+    """Bytes of the experts' all-to-alls (dispatch and combine)."""
+    cp_bytes: int = 0
+    """Bytes of the context-parallel ring (K/V and their gradients)."""
 
 
 def collectives(modules: Sequence[TpModule], shards: Sequence[UnitShard], d_model: int,
-                spec: StepSpec, plan: ParallelPlan) -> StepComm:
-    """Every collective of one step on one rank under ``plan``."""
-    groups = [_Tally({}, {}) for _ in range(3)]
+                spec: StepSpec, plan: ParallelPlan,
+                more: Sequence[tuple[str, str, int, int]] = ()) -> StepComm:
+    """Every collective of one step on one rank under ``plan``; ``more`` adds (group, kind,
+    bytes, calls) rows of the ``tp``, ``ep`` and ``cp`` groups (routed experts'
+    all-to-alls, :func:`~mhaudit.parallel.experts.expert_traffic`; the ring of
+    :func:`~mhaudit.parallel.context.ring_traffic`)."""
+    groups = [_Tally({}, {}) for _ in range(5)]
+    for name, kind, sent, calls in more:
+        groups[_GROUPS[name]].add(kind, sent, calls)
     if plan.tp > 1:
         _tp(groups[0], modules, spec, plan)
     if plan.fsdp > 1:
@@ -151,6 +166,6 @@ def collectives(modules: Sequence[TpModule], shards: Sequence[UnitShard], d_mode
     for group in groups:
         for kind, sent in group.bytes.items():
             merged.add(kind, sent, group.calls[kind])
-    tp, fsdp, pp = (sum(g.bytes.values()) for g in groups)
+    tp, fsdp, pp, ep, cp = (sum(g.bytes.values()) for g in groups)
     return StepComm(CollectiveBytes(**merged.bytes), CollectiveBytes(**merged.calls),
-                    tp, fsdp, pp)
+                    tp, fsdp, pp, ep, cp)

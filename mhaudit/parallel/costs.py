@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.data import AttentionBlock, DecodeCost, Severity, TrainingCost
-from mhaudit.data.parallel import ParallelCost, ParallelPlan
+from mhaudit.cost.overhead import Reserve, memory_terms, parse_reserve
+from mhaudit.data import AttentionBlock, DecodeCost, ExpertLayer, Severity, TrainingCost
+from mhaudit.data.parallel import (
+    ContextCost,
+    DeviceBytes,
+    ExpertCost,
+    MemoryTerm,
+    ParallelCost,
+    ParallelPlan,
+)
 from mhaudit.errors import ConfigError, MhauditError, first_line
 from mhaudit.parallel import analytic
-from mhaudit.parallel.collectives import collectives
+from mhaudit.parallel.collectives import StepComm, collectives
+from mhaudit.parallel.context import context_cost, ring_traffic
 from mhaudit.parallel.engine import EngineRun, engine_blocker, run_plan
+from mhaudit.parallel.experts import (
+    Routing,
+    expert_cost,
+    expert_shards,
+    expert_traffic,
+    routed_tensors,
+)
 from mhaudit.parallel.inventory import inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan, sweep_plans
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
-from mhaudit.parallel.seqpar import SpLayout, sp_layout
+from mhaudit.parallel.seqpar import sp_layout
 from mhaudit.parallel.step import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
@@ -90,6 +106,56 @@ def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
         return None, f"torch could not run the plan on this model ({first_line(exc, 160)})"
 
 
+def _plan_modules(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                  blocks: Sequence[AttentionBlock], plan: ParallelPlan
+                  ) -> tuple[tuple[TpModule, ...], str | None]:
+    """The modules the TP plan splits and, under ``sp``, the embedding, norms and head of
+    the SP plan (:func:`~mhaudit.parallel.seqpar.sp_layout`), with why torch cannot run it."""
+    modules = tp_modules(model, blocks)
+    if not plan.sp:
+        return modules, None
+    sp = sp_layout(model, args, kwargs, blocks, modules)
+    return modules + sp.modules, sp.blocker
+
+
+@dataclass(frozen=True)
+class _Analytic:
+    """The closed-form model's figures of one plan."""
+
+    held: DeviceBytes
+    comm: StepComm
+    experts: ExpertCost | None
+    context: ContextCost | None
+    blocker: str | None
+    """Why torch's engine cannot run the plan (an axis it does not simulate), or None."""
+
+
+def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
+              units: Sequence[str], plan: ParallelPlan, spec: StepSpec,
+              routing: Routing | None) -> _Analytic:
+    """States, activations, cache and collectives per rank; routed experts under ep and
+    the context-parallel ring under cp."""
+    routed = routed_tensors(model, routing.layers) if routing and plan.ep > 1 else {}
+    params = inventory(model, modules, units, routed)
+    d_model = blocks[0].layout.d_model if blocks else 0
+    shards = unit_shards(params, units, plan) + expert_shards(params, d_model, plan)
+    more = expert_traffic(routing, d_model, spec, plan) + ring_traffic(blocks, spec, plan)
+    comm = collectives(modules, shards, d_model, spec, plan, more)
+    states = analytic.state_bytes(shards, spec, plan)
+    held = analytic.device_bytes(states, analytic.activation_bytes(blocks, spec, plan),
+                                 analytic.kv_cache_bytes(blocks, spec, plan))
+    context = context_cost(blocks, spec, plan)
+    if context is not None and context.chunk_scores_bytes:  # a math kernel's chunk scores
+        held = replace(held, temporaries=held.temporaries + context.chunk_scores_bytes,
+                       peak=held.peak + context.chunk_scores_bytes,
+                       tensor_peak=held.tensors + context.chunk_scores_bytes)
+    blocker = ("expert parallelism is not simulated on the fake world" if routed else
+               "context parallelism is not simulated on the fake world"
+               if plan.cp > 1 else None)
+    return _Analytic(held, comm, expert_cost(routing, shards, d_model, spec, plan),
+                     context, blocker)
+
+
 def plan_costs(
     model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
     blocks: Sequence[AttentionBlock], plan: ParallelPlan | str, profile: GpuProfile,
@@ -97,6 +163,8 @@ def plan_costs(
     optimizer: str = "adamw", context: int | None = None,
     training: TrainingCost | None = None, decode: DecodeCost | None = None,
     activation_bytes: int | None = None, use_torch: bool = True,
+    reserve: Reserve | Mapping[str, str] | None = None,
+    experts: Sequence[ExpertLayer] = (), capacity_factor: float = 1.0,
 ) -> ParallelCost:
     """Per-device cost of one ``phase`` (``train`` or ``decode``) of ``model`` under ``plan``.
 
@@ -108,47 +176,97 @@ def plan_costs(
     when the audit has them: their activations, FLOPs, batch and context are used.
     ``activation_bytes`` is a single-device count of the bytes saved for the backward
     (MemTracker's, say) that the plan then splits; it takes precedence over ``training``'s.
+    ``reserve`` sets the memory beyond tensors (``{"cuda_context": "600MiB"}``); terms it
+    leaves out come from the environment or the libraries' defaults.
+    ``experts`` are the audit's routed-expert layers (``Report.experts``), split over
+    ``plan.ep`` (:mod:`mhaudit.parallel.experts`); ``capacity_factor`` sizes their
+    dispatch buffers (1.0: dropless).
     """
     plan = as_plan(plan)
     if phase not in PHASES:
         raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
-    modules = tp_modules(model, blocks)
-    sp = sp_layout(model, args, kwargs, blocks, modules) if plan.sp else SpLayout((), None)
-    modules += sp.modules
+    routing = Routing(tuple(experts), capacity_factor) if experts else None
+    modules, sp_why = _plan_modules(model, args, kwargs, blocks, plan)
     units = fsdp_units(model, blocks)
-    params = inventory(model, modules, units)
-    spec = _spec(blocks, total_elements(params), phase, dtype, precision, optimizer,
-                 training, decode, context, activation_bytes)
-    shards = unit_shards(params, units, plan)
-    d_model = blocks[0].layout.d_model if blocks else 0
-    comm = collectives(modules, shards, d_model, spec, plan)
-    states = analytic.state_bytes(shards, spec, plan)
-    held = analytic.device_bytes(states, analytic.activation_bytes(blocks, spec, plan),
-                                 analytic.kv_cache_bytes(blocks, spec, plan))
-    notes = ["activations split as Korthikanti et al. 2022 split them"
-             + (" (the single-device count in that proportion)" if spec.activation_bytes
-                else " (their per-layer count)")] if phase == TRAIN else []
-    run, why = _torch_run(model, args, kwargs, blocks, modules, units, plan, spec,
-                          precision, use_torch, sp.blocker)
+    spec = _spec(blocks, total_elements(inventory(model, modules, units)), phase, dtype,
+                 precision, optimizer, training, decode, context, activation_bytes)
+    model_figures = _analytic(model, blocks, modules, units, plan, spec, routing)
+    held, comm = model_figures.held, model_figures.comm
+    notes = _split_notes(spec)
+    run, why = (None, model_figures.blocker) if model_figures.blocker else _torch_run(
+        model, args, kwargs, blocks, modules, units, plan, spec, precision, use_torch, sp_why)
     source, analytic_acts = "analytic", None
     if run is not None:
         analytic_acts = held.activations
-        held = replace(run.held, kv_cache=held.kv_cache)
-        comm = replace(comm, sent=run.sent, calls=run.calls)
-        source = "torch.distributed"
-        notes = [f"states, buffers, activations, peak and collectives measured by torch on "
-                 f"rank 0 of a fake world of {plan.world_size}; the analytic split "
-                 f"(Korthikanti et al. 2022) gives {analytic_acts:,} B of activations"]
+        held, comm, source, notes = _measured(run, held, comm, plan)
     elif why is not None:
         notes.append(f"analytic model: {why}")
+    notes += _axis_notes(model_figures.experts, model_figures.context)
     time_s = analytic.step_time_s(spec, comm, held, plan, profile)
     errors = plan_errors(blocks, plan, profile, dtype)
+    held, terms = with_terms(held, memory_terms(
+        plan, profile, held.tensors,
+        reserve if isinstance(reserve, Reserve) else parse_reserve(reserve)))
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
         comm_calls_per_step=comm.calls, step_time_s=time_s,
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
-        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts)
+        source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
+        memory_terms=terms, mfu=model_flops_utilisation(spec.flops, plan, time_s, profile),
+        experts=model_figures.experts, context=model_figures.context)
+
+
+def _split_notes(spec: StepSpec) -> list[str]:
+    if spec.phase != TRAIN:
+        return []
+    return ["activations split as Korthikanti et al. 2022 split them"
+            + (" (the single-device count in that proportion)" if spec.activation_bytes
+               else " (their per-layer count)")]
+
+
+def _measured(run: EngineRun, held: DeviceBytes, comm: StepComm, plan: ParallelPlan
+              ) -> tuple[DeviceBytes, StepComm, str, list[str]]:
+    """torch's figures in place of the analytic ones (the KV cache stays analytic)."""
+    note = (f"states, buffers, activations, peak and collectives measured by torch on rank 0 "
+            f"of a fake world of {plan.world_size}; the analytic split (Korthikanti et "
+            f"al. 2022) gives {held.activations:,} B of activations")
+    return (replace(run.held, kv_cache=held.kv_cache),
+            replace(comm, sent=run.sent, calls=run.calls), "torch.distributed", [note])
+
+
+def with_terms(held: DeviceBytes, terms: tuple[MemoryTerm, ...]
+               ) -> tuple[DeviceBytes, tuple[MemoryTerm, ...]]:
+    """``held`` with the memory beyond tensors added (each term in its field, and the peak
+    the tensors' peak plus all of them), and the terms."""
+    sizes = {t.name: t.bytes for t in terms}
+    tensors = held.tensors
+    return replace(held, tensor_peak=tensors, peak=tensors + sum(sizes.values()),
+                   **sizes), terms
+
+
+def model_flops_utilisation(flops: int, plan: ParallelPlan, time_s: float,
+                            profile: GpuProfile) -> float | None:
+    """The step's FLOPs on one model replica spread over the ranks that share it
+    (tp · cp · pp), per second of the step, over the target's dense bf16 peak; None
+    without FLOPs or time."""
+    if flops <= 0 or time_s <= 0:
+        return None
+    per_rank = flops / (plan.tp * plan.cp * plan.pp)
+    return per_rank / time_s / (profile.peak_tflops_bf16 * 1e12)
+
+
+def _axis_notes(experts: ExpertCost | None, context: ContextCost | None) -> list[str]:
+    """What the expert and context figures assume."""
+    notes = []
+    if experts is not None:
+        notes.append(f"routed experts: {experts.experts_per_rank} of {experts.num_experts} "
+                     f"per rank{' (uneven split)' if experts.uneven else ''}, balanced "
+                     f"routing (each expert receives tokens·k/E)")
+    if context is not None and not context.kv_cache_split:
+        notes.append("context parallelism: ring attention splits a training step; a decode "
+                     "step's KV cache is not split over cp")
+    return notes
 
 
 def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: GpuProfile,

@@ -39,8 +39,6 @@ def engine_blocker(modules: Sequence[TpModule], heads: Sequence[tuple[int, int]]
         return "a process group is already initialised in this process"
     if plan.pp > 1:
         return "pipeline stages are not simulated"
-    if plan.cp > 1 or plan.ep > 1:
-        return "context and expert parallelism are not run on the fake world"
     if plan.tp > 1:
         if not modules or not all(m.torch_splits for m in modules):
             return "a projection is fused or not an nn.Linear, which ColwiseParallel cannot split"

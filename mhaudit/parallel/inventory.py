@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -23,6 +23,9 @@ class ParamInfo:
     module: TpModule | None
     """The TP module it belongs to; None when the plan replicates it."""
     is_bias: bool
+    experts: int = 0
+    """E when the tensor stacks a routed-expert layer's E experts (sharded by
+    :mod:`mhaudit.parallel.experts`, not with its unit); 0 otherwise."""
 
 
 @dataclass(frozen=True)
@@ -36,17 +39,21 @@ class UnitShard:
     """The unit's TP-local parameters as one all-gather returns them (padding included)."""
     tensors: int
     """Parameter tensors in the unit."""
+    group: int = 0
+    """Ranks its FSDP shards span when not ``plan.fsdp`` (routed experts); 0 for fsdp."""
 
 
-def inventory(model: nn.Module, modules: Sequence[TpModule],
-              units: Sequence[str]) -> tuple[ParamInfo, ...]:
-    """Every parameter with its unit and TP module."""
+def inventory(model: nn.Module, modules: Sequence[TpModule], units: Sequence[str],
+              routed: Mapping[str, int] | None = None) -> tuple[ParamInfo, ...]:
+    """Every parameter with its unit and TP module; ``routed`` maps the stacked tensors
+    of routed experts to their E (:func:`mhaudit.parallel.experts.routed_tensors`)."""
     by_name = {m.name: m for m in modules}
     out = []
     for name, param in model.named_parameters():
         owner, _, leaf = name.rpartition(".")
         out.append(ParamInfo(name, tuple(param.shape), unit_of(name, units),
-                             by_name.get(owner), leaf == "bias"))
+                             by_name.get(owner), leaf == "bias",
+                             (routed or {}).get(name, 0)))
     return tuple(out)
 
 
@@ -57,7 +64,7 @@ def unit_shards(params: Sequence[ParamInfo], units: Sequence[str],
     for unit in units:
         shard = gathered = tensors = 0
         for p in params:
-            if p.unit != unit:
+            if p.unit != unit or p.experts:
                 continue
             local = tp_local_shape(p.shape, p.is_bias, p.module, plan.tp)
             rows = fsdp_shard_elements(local, plan.fsdp)

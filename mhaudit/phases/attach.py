@@ -48,6 +48,8 @@ class PhaseOptions(Protocol):
     def dtype(self) -> str: ...
     @property
     def parallel(self) -> ParallelPlan | str | None: ...
+    @property
+    def reserve(self) -> tuple[tuple[str, str], ...]: ...
 
 
 def with_phases(report: Report, loaded: LoadedModel, traced: TracedGraph,
@@ -106,7 +108,8 @@ def _per_device(report: Report, loaded: LoadedModel, opts: PhaseOptions, phase: 
     return plan_costs(loaded.module, loaded.args, loaded.kwargs, report.blocks, opts.parallel,
                       get_profile(opts.gpu), phase, dtype=report.model.dtype,
                       precision=str(opts.precision), optimizer=str(opts.optimizer),
-                      context=opts.context, **single)
+                      context=opts.context, reserve=dict(opts.reserve),
+                      experts=report.experts, **single)
 
 
 def _decode_batch(report: Report, part: StepPart) -> int:

@@ -91,12 +91,32 @@ def _parallel(name: str, cost: ParallelCost | None) -> str | None:
     fits = "fits" if cost.fits else "does not fit"
     batch = (f", up to batch {cost.max_batch_size:,} per rank"
              if cost.fits and cost.max_batch_size else "")
+    beyond = ", ".join(f"{t.name.replace('_', ' ')} {units.nbytes(t.bytes)}"
+                       for t in cost.memory_terms)
+    mfu = f", MFU {units.percent(cost.mfu)}" if cost.mfu is not None else ""
     return (f"  {name} per device, {plan.text()} ({plan.world_size:,} GPUs, {cost.source}): "
-            f"peak {units.nbytes(b.peak)} (params {units.nbytes(b.params)}, grads "
-            f"{units.nbytes(b.grads)}, optimizer states {units.nbytes(b.optimizer_states)}, "
-            f"activations {units.nbytes(b.activations)}, KV cache {units.nbytes(b.kv_cache)}, "
-            f"temporaries {units.nbytes(b.temporaries)}); sends {comm} per step; "
-            f"{units.seconds(cost.step_time_s)} per step; {fits}{batch}")
+            f"{_axes(cost)}"
+            f"peak {units.nbytes(b.peak)}: tensors {units.nbytes(b.tensors)} (params "
+            f"{units.nbytes(b.params)}, grads {units.nbytes(b.grads)}, optimizer states "
+            f"{units.nbytes(b.optimizer_states)}, activations {units.nbytes(b.activations)}, "
+            f"KV cache {units.nbytes(b.kv_cache)}, temporaries {units.nbytes(b.temporaries)})"
+            + (f" + beyond tensors ({beyond})" if beyond else "")
+            + f"; sends {comm} per step; {units.seconds(cost.step_time_s)} per step{mfu}; "
+            f"{fits}{batch}")
+
+
+def _axes(cost: ParallelCost) -> str:
+    """The expert- and context-parallel clause: experts per rank and their all-to-all
+    bytes, the ring's K/V bytes; empty where neither axis is above 1."""
+    parts = []
+    x, ring = cost.experts, cost.context
+    if x is not None:
+        parts.append(f"{x.experts_per_rank:,} of {x.num_experts:,} experts per rank"
+                     f"{' (uneven)' if x.uneven else ''}, all-to-all "
+                     f"{units.nbytes(x.all_to_all_bytes)}")
+    if ring is not None:
+        parts.append(f"ring K/V {units.nbytes(ring.kv_exchange_bytes)} over cp={ring.cp}")
+    return "; ".join(parts) + "; " if parts else ""
 
 
 def verify_lines(report: Report) -> list[str]:

@@ -17,8 +17,12 @@ from mhaudit.gate.phases import budget_phase_options
 from tests.parallel.test_cli_parallel import MODEL
 
 # the 2-layer model of tests/parallel: its training step peaks at 417,800 B on one GPU and
-# at 205,832 B per GPU under fsdp=4 (torch's FSDPMemTracker on a fake world of 4)
+# at 205,832 B per GPU under fsdp=4 (torch's FSDPMemTracker on a fake world of 4); the
+# memory beyond tensors is set to 0 so that the budget sees the tensors alone
 BETWEEN = 300_000
+TENSORS_ONLY = {"nccl_buffers": "0", "workspace": "0", "cuda_context": "0",
+                "fragmentation": "0"}
+RESERVE = [arg for k, v in TENSORS_ONLY.items() for arg in ("--reserve", f"{k}={v}")]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +63,11 @@ def test_a_peak_over_budget_on_one_gpu_passes_under_the_plan(model_file: str,
     one = _check(model_file, tmp_path, limit)
     assert one.exit_code == 1, one.output
     assert "train_peak_bytes_per_device" in one.output
-    sharded = _check(model_file, tmp_path, 'parallel = "fsdp=4"\n' + limit)
+    sharded = _check(model_file, tmp_path, 'parallel = "fsdp=4"\n' + limit, *RESERVE)
     assert sharded.exit_code == 0, sharded.output
+    # a real GPU also holds a CUDA context, NCCL buffers and a workspace: over the budget
+    real = _check(model_file, tmp_path, 'parallel = "fsdp=4"\n' + limit)
+    assert real.exit_code == 1, real.output
 
 
 def test_traffic_within_budget_on_one_gpu_fails_under_the_plan(model_file: str,
@@ -85,14 +92,16 @@ def test_cli_library_and_budget_give_the_same_figures(model_file: str, tmp_path:
     from mhaudit.gate.check import check
 
     done = CliRunner().invoke(cli, ["report", model_file, "--train", "--parallel", "fsdp=4",
-                                    "--format", "json"])
+                                    "--format", "json", *RESERVE])
     assert done.exit_code == 0, done.output
     cli_section = json.loads(done.stdout)["training"]["parallel"]
-    library = audit_target(model_file, train=True, parallel="fsdp=4").training
+    library = audit_target(model_file, train=True, parallel="fsdp=4",
+                           reserve=TENSORS_ONLY).training
     assert library is not None and library.parallel is not None
     assert parallel_to_dict(library.parallel) == cli_section
     outcome = check(model_file, budget={"parallel": "fsdp=4",
-                                        "max_train_peak_bytes_per_device": BETWEEN})
+                                        "max_train_peak_bytes_per_device": BETWEEN},
+                    reserve=TENSORS_ONLY)
     (result,) = outcome.results
     assert result.actual == cli_section["per_device_bytes"]["peak"] and result.passed
     assert cli_section["source"] == "torch.distributed"

@@ -29,7 +29,9 @@ def test_binding_shape() -> None:
     assert (got["step_time_s"], got["fits"], got["max_batch_size"], got["source"]) == (
         0.5, True, None, "analytic")
     binding = {"plan", "per_device_bytes", "comm_bytes_per_step", "step_time_s", "fits",
-               "max_batch_size", "source", "memory_terms", "pipeline", "mfu"}
+               "max_batch_size", "source", "memory_terms", "pipeline", "mfu", "experts",
+               "context"}
     assert binding <= set(got) and set(got) - binding == {"comm_calls_per_step", "notes",
                                                      "analytic_activations"}
     assert (got["memory_terms"], got["pipeline"], got["mfu"]) == ([], None, None)
+    assert (got["experts"], got["context"]) == (None, None)

@@ -86,7 +86,9 @@ def _device_parts(cost: ParallelCost) -> list[tuple[str, float]]:
     b = cost.per_device_bytes
     parts = [("params", b.params), ("grads", b.grads), ("optimizer states", b.optimizer_states),
              ("activations", b.activations), ("KV cache", b.kv_cache),
-             ("temporaries", b.temporaries)]
+             ("temporaries", b.temporaries), ("NCCL buffers", b.nccl_buffers),
+             ("workspace", b.workspace), ("CUDA context", b.cuda_context),
+             ("fragmentation", b.fragmentation)]
     return [(name, float(value)) for name, value in parts if value]
 
 
@@ -112,12 +114,16 @@ def parallel_figures(name: str, cost: ParallelCost) -> str:
     facts = _kv_table([
         ("plan", f"{plan.text()} on {plan.world_size:,} GPUs"),
         ("peak per device", units.nbytes(cost.per_device_bytes.peak)),
+        ("of which tensors", units.nbytes(cost.per_device_bytes.tensors)),
         ("step time", units.seconds(cost.step_time_s)),
+        ("MFU", "—" if cost.mfu is None else units.percent(cost.mfu)),
         ("fits", "yes" if cost.fits else "no"),
         ("max batch per replica", batch),
         ("source", cost.source),
     ])
-    notes = "".join(f"<li>{escape(n)}</li>" for n in cost.notes)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in (
+        *cost.notes, *(f"{t.name}: {units.nbytes(t.bytes)} ({t.source})"
+                       for t in cost.memory_terms)))
     return (f'<div class="charts">{_figure(devices, "What one device holds at its peak.")}'
             f'{_figure(sent, "Ring algorithms: what each rank sends, by collective.")}'
             f"<div>{facts}<ul class=\"notes\">{notes}</ul></div></div>")
