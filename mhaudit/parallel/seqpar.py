@@ -4,12 +4,14 @@ following the model's own forward."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from mhaudit.data import AttentionBlock
 from mhaudit.parallel.roles import COLWISE, ROWWISE, SEQUENCE, TpModule, fsdp_units
@@ -112,8 +114,35 @@ def _blocker(model: nn.Module, embeddings: Sequence[str], head: str | None,
     return None
 
 
+_LAYOUTS: weakref.WeakKeyDictionary[nn.Module, tuple[Any, SpLayout]] = (
+    weakref.WeakKeyDictionary())
+"""The last layout of each model, with what it was read from: the plans of one sweep share
+one forward."""
+
+
+def _key(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+         blocks: Sequence[AttentionBlock], modules: Sequence[TpModule]) -> Any:
+    """Everything a layout is read from: the module tree, the input shapes, the blocks and
+    the TP modules."""
+    inputs = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t)
+                   for t in tree_leaves((args, dict(kwargs))))
+    tree = tuple((name, type(mod)) for name, mod in model.named_modules())
+    return tree, inputs, tuple(b.name for b in blocks), tuple(modules)
+
+
 def sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
               blocks: Sequence[AttentionBlock], modules: Sequence[TpModule]) -> SpLayout:
+    """:func:`read_sp_layout`, read once per model and inputs (a sweep's plans share it)."""
+    key = _key(model, args, kwargs, blocks, modules)
+    known = _LAYOUTS.get(model)
+    if known is None or known[0] != key:
+        known = key, read_sp_layout(model, args, kwargs, blocks, modules)
+        _LAYOUTS[model] = known
+    return known[1]
+
+
+def read_sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                   blocks: Sequence[AttentionBlock], modules: Sequence[TpModule]) -> SpLayout:
     """The SP plan of ``model``, as torchtitan's ``parallelize_llama`` writes it: every norm
     of width d runs on sequence shards (``SequenceParallel``); the output of each one that
     feeds column-wise projections is all-gathered once for all of them (Megatron's g); the

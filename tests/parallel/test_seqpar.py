@@ -133,3 +133,20 @@ def test_sp_falls_back_where_no_norm_feeds_the_projections() -> None:
     assert got.source == "analytic" and any("shares the embedding's weight" in n
                                             for n in got.notes), got.notes
     assert not dist.is_initialized()
+
+
+def test_the_plans_of_a_sweep_share_one_read_of_the_layout() -> None:
+    from mhaudit.parallel.roles import tp_modules
+    from mhaudit.parallel.seqpar import sp_layout
+
+    with torch.device("meta"):
+        model = KorthikantiLM(2, 64, 4, 96)
+    blocks = audit(model, (IDS,)).blocks
+    modules = tp_modules(model, blocks)
+    first = sp_layout(model, (IDS,), {}, blocks, modules)
+    assert first.blocker is None and sp_layout(model, (IDS,), {}, blocks, modules) is first
+    # the same object with other layers is read again
+    with torch.device("meta"):
+        model.layers = torch.nn.ModuleList(PostNormLayer(64, 4) for _ in range(2))
+    again = sp_layout(model, (IDS,), {}, blocks, modules)
+    assert again.blocker is not None and "post-norm" in again.blocker
