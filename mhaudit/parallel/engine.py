@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelPlan
 from mhaudit.fake.mode import FakeMode
 from mhaudit.parallel.commcount import CommBytesMode
-from mhaudit.parallel.roles import COLWISE, SEQUENCE, TpModule
+from mhaudit.parallel.roles import COLWISE, EMBEDDING, SEQUENCE, TpModule
 from mhaudit.parallel.world import DATA_AXES, fake_world, mesh_axes, submesh
 
 
@@ -65,7 +65,7 @@ def _loss(out: Any) -> torch.Tensor:
     return leaves[0].float().sum()
 
 
-def _tp_style(mod: TpModule, twin: nn.Module, sp: bool) -> Any:
+def _tp_style(mod: TpModule, sp: bool) -> Any:
     """torch's style for one module: Colwise/RowwiseParallel; under SP (torchtitan's
     ``parallelize_llama``) the row-wise ones scatter along the sequence, the embedding takes
     whole token ids, the norms run ``SequenceParallel`` and the head gathers its logits."""
@@ -83,8 +83,7 @@ def _tp_style(mod: TpModule, twin: nn.Module, sp: bool) -> Any:
             ColwiseParallel())
     if not sp:
         return RowwiseParallel()
-    ids = isinstance(twin.get_submodule(mod.name), nn.Embedding)
-    return RowwiseParallel(input_layouts=Replicate() if ids else Shard(-1),
+    return RowwiseParallel(input_layouts=Replicate() if mod.role == EMBEDDING else Shard(-1),
                            output_layouts=Shard(1), use_local_output=False)
 
 
@@ -94,7 +93,7 @@ def _apply_tp(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], sp: bool)
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import PrepareModuleOutput, parallelize_module
 
-    parallelize_module(twin, mesh, {m.name: _tp_style(m, twin, sp) for m in modules})
+    parallelize_module(twin, mesh, {m.name: _tp_style(m, sp) for m in modules})
     for mod in modules:
         if mod.role == SEQUENCE and mod.output_gathered:
             gather = PrepareModuleOutput(output_layouts=Shard(1),

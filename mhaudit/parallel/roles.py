@@ -14,6 +14,9 @@ COLWISE = "colwise"
 """Output features split over the TP ranks (Q, K, V, MLP up and gate)."""
 ROWWISE = "rowwise"
 """Input features split over the TP ranks, output all-reduced (O, MLP down)."""
+EMBEDDING = "embedding"
+"""A token embedding split over the vocabulary (its weight's rows), its output reduced
+over the TP ranks: row-wise, under sequence parallelism."""
 SEQUENCE = "sequence"
 """Run on the sequence shards under sequence parallelism, weights replicated (the norms)."""
 

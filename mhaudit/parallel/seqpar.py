@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from mhaudit.data import AttentionBlock
-from mhaudit.parallel.roles import COLWISE, ROWWISE, SEQUENCE, TpModule, fsdp_units
+from mhaudit.parallel.roles import COLWISE, EMBEDDING, SEQUENCE, TpModule, fsdp_units
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def read_sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     out = [_norm_module(model, n, d, n in gathering) for n in norms]
     if len(embeddings) == 1:
         vocab = model.get_parameter(f"{embeddings[0]}.weight").shape[0]  # (vocab, d)
-        out.insert(0, TpModule(embeddings[0], ROWWISE, vocab, d, transposed=True))
+        out.insert(0, TpModule(embeddings[0], EMBEDDING, vocab, d, transposed=True))
     if head is not None:
         vocab = model.get_parameter(f"{head}.weight").shape[0]  # (vocab, d)
         out.append(TpModule(head, COLWISE, d, vocab, output_gathered=True))

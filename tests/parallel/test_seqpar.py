@@ -15,7 +15,7 @@ from mhaudit.cost.devices import get_profile
 from mhaudit.data import ParallelPlan
 from mhaudit.parallel import plan_costs
 from mhaudit.parallel.collectives import collectives
-from mhaudit.parallel.roles import COLWISE, ROWWISE, SEQUENCE, TpModule
+from mhaudit.parallel.roles import COLWISE, EMBEDDING, ROWWISE, SEQUENCE, TpModule
 from mhaudit.parallel.step import TRAIN, StepSpec
 from tests.parallel.korthikanti import KorthikantiLM, PostNormLayer
 from tests.parallel.torch_oracle import forward_activations
@@ -55,7 +55,7 @@ def _states(cost) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
 def test_sp_formula_gathers_at_the_norms() -> None:
     spec = StepSpec(TRAIN, 4, 4, "adamw", batch=2, tokens=15, context=0,
                     activation_bytes=None, flops=1)
-    mods = [TpModule("emb", ROWWISE, 100, 64, transposed=True),
+    mods = [TpModule("emb", EMBEDDING, 100, 64, transposed=True),
             TpModule("ln", SEQUENCE, 64, 128, output_gathered=True),  # weight and bias
             TpModule("q", COLWISE, 64, 64), TpModule("o", ROWWISE, 64, 64),
             TpModule("head", COLWISE, 64, 100, output_gathered=True)]
@@ -150,3 +150,29 @@ def test_the_plans_of_a_sweep_share_one_read_of_the_layout() -> None:
         model.layers = torch.nn.ModuleList(PostNormLayer(64, 4) for _ in range(2))
     again = sp_layout(model, (IDS,), {}, blocks, modules)
     assert again.blocker is not None and "post-norm" in again.blocker
+
+
+def test_under_autocast_alone_the_stream_stays_fp32() -> None:
+    mixed = StepSpec(TRAIN, 4, 2, "adamw", batch=2, tokens=16, context=0,
+                     activation_bytes=None, flops=1)
+    mods = [TpModule("q", COLWISE, 64, 64), TpModule("o", ROWWISE, 64, 64)]
+    alone = collectives(mods, (), 64, mixed, ParallelPlan(tp=2)).sent.all_reduce
+    # bf16-mixed without FSDP: fp32 weights under autocast, so the norm output Q reads and
+    # its gradient stay fp32 (2·16·64·4 = 8,192 B) while O's output is bf16 (4,096 B);
+    # ring all-reduces over 2 send 2·1/2 of each
+    assert alone == 8192 + 4096
+    # with FSDP's MixedPrecisionPolicy the weights themselves are bf16: all 4,096 B
+    sharded = collectives(mods, (), 64, mixed, ParallelPlan(tp=2, fsdp=2)).sent.all_reduce
+    assert sharded == 4096 + 4096
+
+
+@pytest.mark.parametrize("plan", ["tp=2", "tp=2,sp", "tp=2,sp,dp=2"])
+def test_bf16_mixed_collectives_equal_torch(plan: str) -> None:
+    model = _gqa_llama()
+    blocks = audit(model, (IDS,)).blocks
+    got = plan_costs(model, (IDS,), {}, blocks, plan, H100, precision="bf16-mixed",
+                     use_torch=False)
+    measured = plan_costs(model, (IDS,), {}, blocks, plan, H100, precision="bf16-mixed")
+    assert measured.source == "torch.distributed", measured.notes
+    assert got.comm_bytes_per_step == measured.comm_bytes_per_step
+    assert got.comm_calls_per_step == measured.comm_calls_per_step
