@@ -34,6 +34,7 @@ from mhaudit.cost.scaling import project
 from mhaudit.data import Report
 from mhaudit.detect.blocks import detect
 from mhaudit.detect.cores import Core
+from mhaudit.detect.declared import declared_mismatches
 from mhaudit.detect.locate import block_locations, class_location, model_location
 from mhaudit.detect.unread import unread_cores
 from mhaudit.errors import ConfigError, LoadError, TraceError, first_line
@@ -181,6 +182,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
         layouts = expand_layouts(detect(traced, loaded.module, read), plans,
                                  module_positions(traced) if plans else None)
         unread = unread_cores(traced, read)
+        declared = declared_mismatches(loaded.module, layouts)
         stage("costing")
         peak = _fake_peak(loaded, traced, plans, run_dtype(dtype))
     profile = get_profile(opts.gpu)
@@ -191,7 +193,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
     found = block_locations(loaded.module, [b.name for b in blocks], where)
     blocks = located(blocks, found)
     report = build_report(loaded, traced, blocks, dtype, opts.device, plans, peak, where,
-                          unread)
+                          unread, declared)
     if opts.scaling_seq_lens:
         report = replace(report, scaling=project(blocks, opts.scaling_seq_lens, dtype_bytes(dtype)))
     if opts.flops_backend == FlopsBackend.FVCORE:

@@ -15,6 +15,7 @@ from mhaudit.cost.devices import dtype_bytes
 from mhaudit.data import (
     AttentionBlock,
     Coverage,
+    DeclaredMismatch,
     ModelInfo,
     Report,
     SourceLocation,
@@ -40,12 +41,14 @@ def build_report(
     activation_peak: int | None = None,
     location: SourceLocation | None = None,
     unread: tuple[UnreadCore, ...] = (),
+    declared: tuple[DeclaredMismatch, ...] = (),
 ) -> Report:
     """Put the model facts, blocks, totals and coverage together.
 
     ``activation_peak`` is the fake-tensor forward's peak at the model's dtypes; without
     it the graph's tensor-lifetime estimate is used. ``location`` is where the model is
-    built or its class defined; ``unread`` the ops that can be a core and are in no block.
+    built or its class defined; ``unread`` the ops that can be a core and are in no block;
+    ``declared`` the module attributes that disagree with their block's layout.
     """
     model = loaded.module
     costs = graph_flops(traced.graph)
@@ -75,6 +78,7 @@ def build_report(
         untraced_towers=untraced_towers(model, used),
         data_dependent=traced.data_dependent,
         unread_cores=expand_unread(unread, plans),
+        declared_mismatch=declared,
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}

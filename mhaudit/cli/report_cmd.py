@@ -97,8 +97,13 @@ def report_command(targets: tuple[str, ...], fmt: str, output: str | None, wide:
             write_output(text or "", destination)
             if any(failing_findings(r.findings, fail_on) for r in reports):
                 worst = max(worst, 1)
-            if any(r.verification is not None and not r.verification.agrees for r in reports):
+            verified = [r.verification for r in reports if r.verification is not None]
+            if any(not all(row.agrees for row in v.rows) for v in verified):
                 say("--verify: a figure disagrees with torch's counter beyond its tolerance")
+            if any(v.declared_mismatch for v in verified):
+                say("--verify: a module declares a layout the detected block does not have "
+                    "(coverage.declared_mismatch)")
+            if any(not v.agrees for v in verified):
                 worst = max(worst, 1)
             if destination.path is not None:
                 say(f"wrote {destination.path}")

@@ -70,6 +70,21 @@ class UnreadCore:
 
 
 @dataclass(frozen=True)
+class DeclaredMismatch:
+    """An attribute of a block's module that declares a layout the block does not have."""
+
+    module: str
+    """Qualified name of the module that holds the attribute (``""`` for the root)."""
+    attribute: str
+    """The attribute's name (``num_heads``; ``config.num_attention_heads`` for a value
+    read from the config the module holds)."""
+    declared: int
+    """The value the attribute declares."""
+    detected: int
+    """The value the graph shows for the same quantity (heads, KV heads, head dim, ...)."""
+
+
+@dataclass(frozen=True)
 class Coverage:
     """What the cost engine could not account for; never silently zero."""
 
@@ -91,6 +106,9 @@ class Coverage:
     unread_cores: tuple[UnreadCore, ...] = ()
     """Ops that can be an attention core (SDPA, flex_attention, a softmax, log-softmax,
     logsumexp or summed exp over a product of two activations) and are in no block."""
+    declared_mismatch: tuple[DeclaredMismatch, ...] = ()
+    """Attributes of the blocks' modules (``num_heads``, ``head_dim``, ``embed_dim``, the
+    config they hold) whose values disagree with the detected layout."""
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ class GateOutcome:
     """``"error"``, ``"warning"`` or ``"never"``."""
     unread_cores: int = 0
     """Ops that can be an attention core and are in no block (``coverage.unread_cores``)."""
+    declared_mismatch: int = 0
+    """Module attributes whose declared layout the detected blocks contradict
+    (``coverage.declared_mismatch``)."""
 
     @property
     def passed(self) -> bool:

@@ -116,9 +116,11 @@ class Layout:
     """Token streams projected apart and joined along the sequence (2 for joint
     attention over text and image tokens); 1 otherwise."""
     window: int | None = None
-    """Sliding-window length: each query sees at most this many keys (a causal window),
-    or, for a band computed over overlapping chunks (``window_chunk``), the band's width
-    2w: each query sees the w keys either side of it and itself; None when unbounded."""
+    """Sliding-window length: each query sees at most this many keys (a causal window, or
+    a band a mask keeps on both sides of the diagonal, which is not causal: w keys either
+    side and itself, 2w + 1), or, for a band computed over overlapping chunks
+    (``window_chunk``), the band's width 2w: each query sees the w keys either side of it
+    and itself; None when unbounded."""
     window_chunk: int | None = None
     """Queries and keys per score chunk when the scores are a band computed over
     overlapping chunks of this length with stride half of it (Longformer's sliding

@@ -112,6 +112,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "unread_projections": list(report.coverage.unread_projections),
             "unread_cores": [{"module": u.module, "op": u.op, "why": u.why}
                              for u in report.coverage.unread_cores],
+            "declared_mismatch": [
+                {"module": m.module, "attribute": m.attribute, "declared": m.declared,
+                 "detected": m.detected} for m in report.coverage.declared_mismatch],
         },
     }
     if report.coverage.untraced_towers:

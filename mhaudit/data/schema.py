@@ -338,6 +338,7 @@ def verification_to_dict(v: Verification) -> dict[str, Any]:
                   "counter": r.counter, "difference": r.difference, "tolerance": r.tolerance,
                   "agrees": r.agrees, "how": r.how} for r in v.rows],
         "unchecked": [{"figure": u.figure, "reason": u.reason} for u in v.unchecked],
+        "declared_mismatch": len(v.declared_mismatch),
     }
 
 

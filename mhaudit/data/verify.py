@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mhaudit.data.blocks import DeclaredMismatch
+
 
 @dataclass(frozen=True)
 class Agreement:
@@ -54,8 +56,12 @@ class Verification:
 
     rows: tuple[Agreement, ...]
     unchecked: tuple[Unchecked, ...] = ()
+    declared_mismatch: tuple[DeclaredMismatch, ...] = ()
+    """The module attributes that declare a layout the detected block does not have
+    (``coverage.declared_mismatch``): the code's own word against the audit's; any one
+    fails the verification."""
 
     @property
     def agrees(self) -> bool:
-        """Every row within its tolerance."""
-        return all(row.agrees for row in self.rows)
+        """Every row within its tolerance, and no declared layout the blocks contradict."""
+        return all(row.agrees for row in self.rows) and not self.declared_mismatch

@@ -140,7 +140,7 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         seq_len_q=shape(q)[-2],
         seq_len_kv=shape(k)[-2],
         implementation="sdpa",
-        causal=is_causal or any(looks_causal(m) for m in masks),
+        causal=is_causal or any(looks_causal(m, shape(q)[-2], shape(k)[-2]) for m in masks),
         scale=float(scale) if isinstance(scale, (int, float)) else 1.0 / math.sqrt(
             padded or d_k),
         masks=masks,
@@ -183,7 +183,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         seq_len_q=n_q,
         seq_len_kv=n_kv,
         implementation="eager",
-        causal=any(looks_causal(m) for m in masks),
+        causal=any(looks_causal(m, n_q, n_kv) for m in masks),
         scale=scale,
         masks=tuple(masks),
         axes=(*qk_axes, v_axis),

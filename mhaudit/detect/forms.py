@@ -88,7 +88,8 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
         return None
     return Core(output=context, q=q, k=k, v=v, head_dim=d_k, v_head_dim=d_v,
                 seq_len_q=dims[-2], seq_len_kv=dims[-1], implementation="eager",
-                causal=any(looks_causal(m) for m in masks), scale=None, masks=tuple(masks),
+                causal=any(looks_causal(m, dims[-2], dims[-1]) for m in masks), scale=None,
+                masks=tuple(masks),
                 axes=(*axes, v_axis), form="kernel", map_ops=maps)
 
 

@@ -393,7 +393,8 @@ def report_findings(report: Report) -> tuple[Finding, ...]:
 def evaluate(report: Report, budget: Budget,
              baseline: Mapping[str, float | None] | None = None) -> GateOutcome:
     """The gate's verdict on a report, with how many ops that can be attention are in no
-    block."""
+    block and how many declared layout attributes the blocks contradict."""
     outcome = evaluate_metrics(metric_values(report), budget, baseline,
                                report_findings(report))
-    return replace(outcome, unread_cores=len(report.coverage.unread_cores))
+    return replace(outcome, unread_cores=len(report.coverage.unread_cores),
+                   declared_mismatch=len(report.coverage.declared_mismatch))

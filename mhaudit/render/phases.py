@@ -131,6 +131,10 @@ def verify_lines(report: Report) -> list[str]:
         lines.append(f"  {r.figure}: {r.ours:,} vs {r.counter} {r.reference:,} "
                      f"({units.percent(r.difference)}, {bound}): {mark}")
     lines.extend(f"  {u.figure}: not checked ({u.reason})" for u in v.unchecked)
+    declared = len(v.declared_mismatch)
+    lines.append(f"  declared layout (the modules' own head counts and widths): "
+                 f"{f'{declared} attribute(s) DISAGREE' if declared else 'agrees'}"
+                 f"{' (coverage.declared_mismatch)' if declared else ''}")
     return lines
 
 

@@ -173,6 +173,12 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"ops that can be attention but are in no block: "
                      f"{len(coverage.unread_cores)} ({', '.join(ops[:6])}"
                      f"{' and more' if len(ops) > 6 else ''}; see coverage.unread_cores)")
+    if coverage.declared_mismatch:
+        said = [f"{plain(m.module) or '(root)'}.{m.attribute} {m.declared} (detected "
+                f"{m.detected})" for m in coverage.declared_mismatch]
+        lines.append(f"declared layout the blocks contradict: {len(said)} "
+                     f"({', '.join(said[:4])}{' and more' if len(said) > 4 else ''}; "
+                     "see coverage.declared_mismatch)")
     missing = report.coverage.ops_without_formula
     if missing:
         listed = ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))

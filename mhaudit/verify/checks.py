@@ -42,7 +42,8 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
     its peak against MemTracker on one real CPU step where it fits
     (:func:`~mhaudit.verify.training.training_check`), and its parallel plan's per-GPU
     figures, analytic beside torch's fake process group
-    (:func:`~mhaudit.verify.plans.plan_checks`)."""
+    (:func:`~mhaudit.verify.plans.plan_checks`). The layout the model's own modules
+    declare (``coverage.declared_mismatch``) must agree with the detected blocks."""
     dtype = run_dtype(canonical_dtype(report.model.dtype))
     real, why = _real(report, model, args, kwargs, dtype)
     rows = [_flops_row(report, model, args, kwargs, dtype, real, why)]
@@ -67,7 +68,7 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
                 rows.append(step)
             else:
                 unchecked.append(step)
-    return Verification(tuple(rows), tuple(unchecked))
+    return Verification(tuple(rows), tuple(unchecked), report.coverage.declared_mismatch)
 
 
 def _real(report: Report, model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],

@@ -114,4 +114,49 @@ def test_reading_without_masks_is_not_causal() -> None:
 def test_looks_causal_on_a_plain_comparison_mask() -> None:
     traced = trace(Masked("difference", 8, 8, 3), (torch.zeros(1, 1, 8, 4),) * 3, {})
     (core,) = find_cores(traced.graph, traced.params)
-    assert all(looks_causal(m) for m in core.masks)
+    assert all(looks_causal(m, 8, 8) for m in core.masks)
+
+
+class BandAttention(nn.Module):
+    """Self-attention over a fused QKV whose mask keeps a band of ones (``triu``/``tril``)."""
+
+    def __init__(self, lower: int | None, upper: int, sdpa: bool) -> None:
+        super().__init__()
+        self.lower, self.upper, self.sdpa = lower, upper, sdpa
+        self.qkv, self.o = nn.Linear(32, 96), nn.Linear(32, 32)
+
+    def keep(self, n: int, device: torch.device | None = None) -> Tensor:
+        """(n, n) True where query i may see key j."""
+        keep = torch.ones(n, n, dtype=torch.bool, device=device).tril(self.upper)
+        return keep if self.lower is None else keep.triu(-self.lower)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, 4, 8).permute(2, 0, 3, 1, 4)  # (b, 4, n, 8)
+        keep = self.keep(n, x.device)  # (n, n)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (b, 4, n, 8)
+        else:
+            scores = (q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf)  # (b, 4, n, n)
+            y = scores.softmax(-1) @ v  # (b, 4, n, 8)
+        out: Tensor = self.o(y.transpose(1, 2).reshape(b, n, 32))  # (b, n, d)
+        return out
+
+
+@pytest.mark.parametrize("sdpa", [True, False], ids=["sdpa", "eager"])
+@pytest.mark.parametrize(("lower", "upper"), [(2, 2), (3, 1), (2, 0), (None, 0), (0, 0)],
+                         ids=["band-2", "band-3-1", "causal-window", "tril", "diagonal"])
+def test_a_band_of_ones_is_read_by_its_values(lower: int | None, upper: int, sdpa: bool
+                                              ) -> None:
+    from mhaudit.detect.blocks import detect
+
+    model, n = BandAttention(lower, upper, sdpa), 12
+    keep = model.keep(n)  # the mask's own values, on CPU
+    causal = not keep.triu(1).any().item()  # no query sees a key past its own position
+    widest = int(keep.sum(-1).max().item())  # keys the widest-seeing query sees
+    with torch.device("meta"):
+        model = BandAttention(lower, upper, sdpa)
+        x = torch.randn(1, n, 32)
+    (layout,) = detect(trace(model, (x,), {}), model)
+    assert layout.causal is causal  # a band that keeps both sides is not causal
+    assert layout.window == (None if widest == n else widest)

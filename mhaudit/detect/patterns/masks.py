@@ -48,6 +48,12 @@ class MaskReading:
     window: int | None = None
     """Keys each query sees at most; None when unbounded."""
 
+    def sees_ahead(self, n_q: int, n_kv: int) -> bool:
+        """Some query sees keys past its own position: the bound lies beyond the diagonal
+        that meets the last query with the last key (i + n_kv − n_q), as a band that keeps
+        both sides does (``triu(-w).tril(w)``: w keys either side)."""
+        return self.offset is not None and self.offset > max(0, n_kv - n_q)
+
     def alignment(self, n_q: int, n_kv: int) -> str:
         """``bottom-right`` when the diagonal ends at the last key, else ``top-left``."""
         if self.offset is not None and self.offset and self.offset == n_kv - n_q:
@@ -178,11 +184,14 @@ class _Reader:
         return None
 
     def _band(self, name: str, base: object, diagonal: object) -> object:
-        if not isinstance(self.value(base), _Mask) or not isinstance(diagonal, int):
+        """What ``base`` keeps, less what the triangle zeroes (``triu(-w).tril(w)`` of ones
+        keeps the band |i − j| ≤ w)."""
+        kept = self.value(base)
+        if not isinstance(kept, _Mask) or not isinstance(diagonal, int):
             return None
         if name == "tril":  # keeps j ≤ i + d: i − j + d ≥ 0
-            return _Mask(((1, -1, diagonal),))
-        return _Mask(((-1, 1, -diagonal),))  # triu keeps j ≥ i + d
+            return _Mask((*kept.constraints, (1, -1, diagonal)), kept.partial)
+        return _Mask((*kept.constraints, (-1, 1, -diagonal)), kept.partial)  # triu: j ≥ i + d
 
     def _where(self, args: tuple[object, ...]) -> object:
         cond = self.value(args[0])
@@ -348,11 +357,14 @@ def core_mask(output: fx.Node, masks: tuple[fx.Node, ...], n_q: int, n_kv: int
     return reading.window or window_argument(call), reading.alignment(n_q, n_kv)
 
 
-def looks_causal(mask: fx.Node) -> bool:
-    """True when a mask keeps no key past the diagonal: read from its index arithmetic,
-    or built from tril/triu or a comparison of position ranges."""
-    if read_masks((mask,)).causal:
-        return True
+def looks_causal(mask: fx.Node, n_q: int, n_kv: int) -> bool:
+    """True when a mask keeps no key past the diagonal: read from its values (index
+    arithmetic, triangles of ones), or built from tril/triu or a comparison of position
+    ranges. A mask whose values bound the keys above past the diagonal (a band that keeps
+    both sides) is not causal: it is a bidirectional window."""
+    reading = read_masks((mask,))
+    if reading.causal:
+        return not reading.sees_ahead(n_q, n_kv)
     walk = Walk([mask], 64)
     for node in walk:
         name = op_name(node)

@@ -86,6 +86,9 @@ def verdict(outcome: GateOutcome) -> str:
     if outcome.unread_cores:
         parts.append(f"{outcome.unread_cores} op(s) that can be attention in no block "
                      "(coverage.unread_cores)")
+    if outcome.declared_mismatch:
+        parts.append(f"{outcome.declared_mismatch} declared layout attribute(s) the blocks "
+                     "contradict (coverage.declared_mismatch)")
     return f"{'PASS' if outcome.passed else 'FAIL'}: {', '.join(parts)}"
 
 
