@@ -99,7 +99,8 @@ class StateBytes:
 
 
 def state_bytes(shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> StateBytes:
-    """Sharded states per rank and the FSDP gather buffers. Layer units split over pipeline
+    """Sharded states per rank and the FSDP gather buffers (each replica of ``dp`` holds its
+    FSDP group's shards, so replicas change nothing here). Layer units split over pipeline
     stages; the root unit (embeddings, final norm, head) is counted whole (an upper bound
     for any stage). Buffers, as FSDP2 holds them: the root's parameters gathered for the
     whole step (the root is not resharded after the forward), and the largest layer twice,
@@ -139,10 +140,10 @@ def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: Paralle
     rank's share of the layers, 1/pp when even, at peak, or in decode the bytes read at
     memory bandwidth if slower: the generating part's share of the weights, and the cache),
     stretched by the pipeline bubble (÷ (1 − bubble)), plus TP and pipeline traffic over
-    the link (not overlapped), plus FSDP traffic beyond what the compute hides. FSDP
-    crosses nodes over InfiniBand once tp · fsdp exceeds a node. The experts' all-to-alls
-    (which the next layer waits for) are not overlapped; the context-parallel ring is,
-    beyond the compute."""
+    the link (not overlapped), plus FSDP traffic beyond what the compute hides. FSDP and
+    replica traffic crosses nodes over InfiniBand once tp · fsdp · dp exceeds a node. The
+    experts' all-to-alls (which the next layer waits for) are not overlapped; the
+    context-parallel ring is, beyond the compute."""
     ring = plan.cp if spec.phase == TRAIN else 1  # context ranks split a training sequence
     flops = spec.flops / (plan.tp * ring) * (share if share is not None else 1 / plan.pp)
     compute = flops / (profile.peak_tflops_bf16 * 1e12)
@@ -151,7 +152,7 @@ def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: Paralle
         compute = max(compute, read / (profile.bandwidth_gb_s * 1e9))
     compute /= 1.0 - bubble
     link = profile.intra_node_gb_s * 1e9
-    fsdp_link = link if plan.tp * plan.fsdp <= profile.gpus_per_node else (
+    fsdp_link = link if plan.tp * plan.fsdp * plan.dp <= profile.gpus_per_node else (
         profile.infiniband_gb_s * 1e9)
     pp_link = link if plan.world_size <= profile.gpus_per_node else profile.infiniband_gb_s * 1e9
     exposed_fsdp = max(0.0, comm.fsdp_bytes / fsdp_link - compute)

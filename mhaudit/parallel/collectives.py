@@ -10,7 +10,8 @@ from mhaudit.cost.stepspec import TRAIN, StepSpec
 from mhaudit.data.parallel import CollectiveBytes, ParallelPlan
 from mhaudit.parallel import schedules
 from mhaudit.parallel.inventory import UnitShard
-from mhaudit.parallel.roles import COLWISE, TpModule
+from mhaudit.parallel.roles import COLWISE, EMBEDDING, ROWWISE, SEQUENCE, TpModule
+from mhaudit.parallel.shard import ceil_div
 
 
 @dataclass
@@ -34,27 +35,69 @@ def gather_sent(gathered_bytes: int, group: int) -> int:
     return (group - 1) * gathered_bytes // group
 
 
+def stream_bytes(spec: StepSpec, plan: ParallelPlan) -> int:
+    """Bytes per element of the residual stream (embedding output, norms, residual adds):
+    the compute precision where the parameters themselves are cast (FSDP's
+    MixedPrecisionPolicy, or bf16 weights), the stored one under autocast alone (bf16-mixed
+    without FSDP keeps fp32 weights, so only the linears' outputs are bf16)."""
+    return spec.compute_bytes if plan.fsdp * plan.dp > 1 else spec.param_bytes
+
+
+def _sp(tally: _Tally, mod: TpModule, spec: StepSpec, plan: ParallelPlan,
+        at_norms: bool) -> None:
+    """One module under SP, its sequence split in shards of ⌈s/t⌉ positions (DTensor pads
+    them): a row-wise projection, and the embedding, reduce-scatter their output along the
+    sequence (forward) and all-gather its gradient (backward); a norm whose output feeds
+    projections all-gathers it (forward) and reduce-scatters its gradient (backward), and
+    its weight gradients, partial sums over the shards, are all-reduced once per tensor;
+    the head all-gathers its logits (forward only), each rank's ⌈V/t⌉ columns. Column-wise
+    projections gather their own input only where no norm does (``at_norms`` False).
+    Linear outputs move at the compute precision, the rest at :func:`stream_bytes`."""
+    t, stream = plan.tp, stream_bytes(spec, plan)
+    positions = spec.batch * ceil_div(spec.tokens, t) * t
+    if mod.role in (ROWWISE, EMBEDDING):
+        size = positions * mod.out_features * (
+            spec.compute_bytes if mod.role == ROWWISE else stream)
+        kinds = ("reduce_scatter", "all_gather")
+    elif (mod.role == SEQUENCE and mod.output_gathered) or (
+            mod.role == COLWISE and not at_norms):
+        size, kinds = positions * mod.in_features * stream, ("all_gather", "reduce_scatter")
+    else:
+        size, kinds = 0, ("", "")
+    if size:
+        tally.add(kinds[0], gather_sent(size, t))
+        if spec.phase == TRAIN:
+            tally.add(kinds[1], gather_sent(size, t))
+    if mod.role == COLWISE and mod.output_gathered:
+        rows = spec.batch * spec.tokens * spec.compute_bytes
+        tally.add("all_gather", gather_sent(rows * ceil_div(mod.out_features, t) * t, t))
+    if mod.role == SEQUENCE and spec.phase == TRAIN:
+        tensors = mod.out_features // mod.in_features
+        tally.add("all_reduce", tensors * all_reduce_sent(mod.in_features * stream, t),
+                  tensors)
+
+
 def _tp(tally: _Tally, modules: Sequence[TpModule], spec: StepSpec, plan: ParallelPlan) -> None:
     """Per split module, as torch's Colwise/RowwiseParallel run it: without SP a column-wise
-    module all-reduces its input gradient in the backward and a row-wise one its output in
-    the forward; with SP each all-gathers or reduce-scatters along the sequence instead,
-    forward and backward."""
+    module all-reduces its input gradient (at :func:`stream_bytes`) in the backward and a
+    row-wise one its output (at the compute precision) in the forward; with SP they gather
+    and scatter along the sequence instead (:func:`_sp`), at the norms where the plan has
+    them (:mod:`mhaudit.parallel.seqpar`)."""
     t = plan.tp
     train = spec.phase == TRAIN
-    rows = spec.batch * spec.tokens * spec.compute_bytes
+    rows = spec.batch * spec.tokens
+    at_norms = any(m.role == SEQUENCE for m in modules)
     for mod in modules:
         if mod.replicated:
             continue
-        width = mod.in_features if mod.role == COLWISE else mod.out_features
-        size = rows * width
         if plan.sp:
-            tally.add("all_gather" if mod.role == COLWISE else "reduce_scatter",
-                      gather_sent(size, t))
-            if train:
-                tally.add("reduce_scatter" if mod.role == COLWISE else "all_gather",
-                          gather_sent(size, t))
-        elif mod.role != COLWISE or train:
-            tally.add("all_reduce", all_reduce_sent(size, t))
+            _sp(tally, mod, spec, plan, at_norms)
+        elif mod.role == ROWWISE:
+            tally.add("all_reduce", all_reduce_sent(
+                rows * mod.out_features * spec.compute_bytes, t))
+        elif mod.role == COLWISE and train:
+            tally.add("all_reduce", all_reduce_sent(
+                rows * mod.in_features * stream_bytes(spec, plan), t))
 
 
 def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: ParallelPlan) -> None:
@@ -73,6 +116,20 @@ def _fsdp(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec, plan: Para
         tally.add("all_gather", sent * spec.compute_bytes * gathers, gathers)
         if train:
             tally.add("reduce_scatter", sent * spec.param_bytes)
+
+
+def _replicas(tally: _Tally, shards: Sequence[UnitShard], spec: StepSpec,
+              plan: ParallelPlan) -> None:
+    """Replicas (HSDP's replicate dim, or DDP without shards): each unit's gradient shard,
+    once reduce-scattered within its FSDP group, is all-reduced across the ``dp`` replicas
+    at the stored precision: 2·(dp−1)/dp of the shard. torch's composable ``replicate``
+    all-reduces unit by unit; DDP's 25 MiB buckets send the same bytes in other calls."""
+    if spec.phase != TRAIN:
+        return
+    for unit in shards:
+        if unit.shard_elements:
+            tally.add("all_reduce", all_reduce_sent(unit.shard_elements * spec.param_bytes,
+                                                    plan.dp))
 
 
 def _pipeline(tally: _Tally, d_model: int, spec: StepSpec, plan: ParallelPlan) -> None:
@@ -102,7 +159,7 @@ class StepComm:
     tp_bytes: int
     """Bytes sent inside the TP group (NVLink within a node)."""
     fsdp_bytes: int
-    """Bytes sent inside the FSDP group."""
+    """Bytes sent inside the data-parallel groups (FSDP shards and replicas)."""
     pp_bytes: int
     """Bytes sent between pipeline stages."""
     ep_bytes: int = 0
@@ -125,6 +182,8 @@ def collectives(modules: Sequence[TpModule], shards: Sequence[UnitShard], d_mode
         _tp(groups[0], modules, spec, plan)
     if plan.fsdp > 1:
         _fsdp(groups[1], shards, spec, plan)
+    if plan.dp > 1:
+        _replicas(groups[1], shards, spec, plan)
     if plan.pp > 1:
         _pipeline(groups[2], d_model, spec, plan)
     merged = _Tally({}, {})

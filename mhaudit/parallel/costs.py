@@ -35,6 +35,7 @@ from mhaudit.parallel.experts import (
 from mhaudit.parallel.inventory import ParamInfo, inventory, total_elements, unit_shards
 from mhaudit.parallel.plan import as_plan, sweep_plans
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
+from mhaudit.parallel.seqpar import sp_layout
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.config import RuleConfig
 from mhaudit.rules.engine import check_block
@@ -119,13 +120,15 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
 def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
                units: Sequence[str], plan: ParallelPlan, spec: StepSpec, precision: str,
-               use_torch: bool, mode: str = "none") -> tuple[EngineRun | None, str | None]:
+               use_torch: bool, mode: str = "none", sp_why: str | None = None
+               ) -> tuple[EngineRun | None, str | None]:
     """torch's run of the plan, or why there is none (None for a one-GPU plan). torch's
     run recomputes nothing, so a plan with checkpointing takes the analytic model."""
     if plan.world_size == 1:
         return None, None
     heads = [(b.layout.num_heads, b.layout.num_kv_heads) for b in blocks]
-    why = engine_blocker(modules, heads, plan, spec.phase) if use_torch else "not asked"
+    why = (engine_blocker(modules, heads, plan, spec.phase) or sp_why) if use_torch else (
+        "not asked")
     if why is None and mode != "none" and spec.phase == TRAIN:
         why = f"torch's run of the plan does not recompute ({mode} checkpointing asked)"
     if why is not None:
@@ -137,6 +140,18 @@ def _torch_run(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
         raise
     except Exception as exc:  # torch's APIs reject what they cannot shard in many ways
         return None, f"torch could not run the plan on this model ({first_line(exc, 160)})"
+
+
+def _plan_modules(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                  blocks: Sequence[AttentionBlock], plan: ParallelPlan
+                  ) -> tuple[tuple[TpModule, ...], str | None]:
+    """The modules the TP plan splits and, under ``sp``, the embedding, norms and head of
+    the SP plan (:func:`~mhaudit.parallel.seqpar.sp_layout`), with why torch cannot run it."""
+    modules = tp_modules(model, blocks)
+    if not plan.sp:
+        return modules, None
+    sp = sp_layout(model, args, kwargs, blocks, modules)
+    return modules + sp.modules, sp.blocker
 
 
 @dataclass(frozen=True)
@@ -210,13 +225,14 @@ def plan_costs(
     if phase not in PHASES:
         raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
     routing = Routing(tuple(experts), capacity_factor) if experts else None
-    modules = tp_modules(model, blocks)
+    modules, sp_why = _plan_modules(model, args, kwargs, blocks, plan)
     units = fsdp_units(model, blocks)
     spec = _spec(blocks, total_elements(inventory(model, modules, units)), phase, dtype,
                  precision, optimizer, training, decode, context, activation_bytes, mode)
     model_figures = _analytic(model, blocks, modules, units, plan, spec, routing, mode)
     run, why = (None, model_figures.blocker) if model_figures.blocker else _torch_run(
-        model, args, kwargs, blocks, modules, units, plan, spec, precision, use_torch, mode)
+        model, args, kwargs, blocks, modules, units, plan, spec, precision, use_torch, mode,
+        sp_why)
     held, comm, source, notes, analytic_acts = _measured(run, why, model_figures, spec, plan,
                                                          mode)
     notes += _axis_notes(model_figures.experts, model_figures.context)
@@ -259,7 +275,7 @@ def _measured(run: EngineRun | None, why: str | None, figures: _Analytic, spec: 
                                             else [])
         return held, comm, "analytic", notes, None
     note = (f"states, buffers, activations, peak and collectives measured by torch on rank 0 "
-            f"of a fake world of {plan.tp * plan.fsdp}; the analytic split (Korthikanti et "
+            f"of a fake world of {plan.world_size}; the analytic split (Korthikanti et "
             f"al. 2022) gives {held.activations:,} B of activations")
     return (replace(run.held, kv_cache=held.kv_cache),
             replace(comm, sent=run.sent, calls=run.calls), "torch.distributed", [note],

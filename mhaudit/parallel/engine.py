@@ -15,10 +15,10 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelPlan
+from mhaudit.fake.commcount import CommBytesMode
 from mhaudit.fake.mode import FakeMode
-from mhaudit.parallel.commcount import CommBytesMode
-from mhaudit.parallel.roles import COLWISE, TpModule
-from mhaudit.parallel.world import fake_world
+from mhaudit.parallel.roles import COLWISE, EMBEDDING, SEQUENCE, TpModule
+from mhaudit.parallel.world import DATA_AXES, fake_world, mesh_axes, submesh
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,6 @@ def engine_blocker(modules: Sequence[TpModule], heads: Sequence[tuple[int, int]]
         return "a decode step with its cache is not run on the fake world"
     if dist.is_initialized():
         return "a process group is already initialised in this process"
-    if plan.sp:
-        return "sequence parallelism needs a plan for every norm and dropout of the model"
     if plan.pp > 1:
         return "pipeline stages are not simulated"
     if plan.tp > 1:
@@ -67,29 +65,83 @@ def _loss(out: Any) -> torch.Tensor:
     return leaves[0].float().sum()
 
 
-def _apply(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], units: Sequence[str],
-           plan: ParallelPlan, precision: str) -> None:
-    """The TP plan, then FSDP2 unit by unit; under bf16-mixed FSDP gathers bf16 parameters
-    and reduce-scatters fp32 gradients."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def _tp_style(mod: TpModule, sp: bool) -> Any:
+    """torch's style for one module: Colwise/RowwiseParallel; under SP (torchtitan's
+    ``parallelize_llama``) the row-wise ones scatter along the sequence, the embedding takes
+    whole token ids, the norms run ``SequenceParallel`` and the head gathers its logits."""
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
-        parallelize_module,
+        SequenceParallel,
     )
 
+    if mod.role == SEQUENCE:
+        return SequenceParallel()
+    if mod.role == COLWISE:
+        return ColwiseParallel(output_layouts=Replicate()) if mod.output_gathered else (
+            ColwiseParallel())
+    if not sp:
+        return RowwiseParallel()
+    return RowwiseParallel(input_layouts=Replicate() if mod.role == EMBEDDING else Shard(-1),
+                           output_layouts=Shard(1), use_local_output=False)
+
+
+def _apply_tp(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], sp: bool) -> None:
+    """The TP plan; under SP each norm feeding projections then all-gathers its output
+    along the sequence, once for all of them."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleOutput, parallelize_module
+
+    parallelize_module(twin, mesh, {m.name: _tp_style(m, sp) for m in modules})
+    for mod in modules:
+        if mod.role == SEQUENCE and mod.output_gathered:
+            gather = PrepareModuleOutput(output_layouts=Shard(1),
+                                         desired_output_layouts=Replicate(),
+                                         use_local_output=False)
+            parallelize_module(twin.get_submodule(mod.name), mesh, gather)
+
+
+def _apply(twin: nn.Module, mesh: Any, modules: Sequence[TpModule], units: Sequence[str],
+           plan: ParallelPlan, precision: str) -> None:
+    """The TP plan on the mesh's ``tp`` dim, then FSDP2 unit by unit on its data dims:
+    ``fully_shard`` over (dp_replicate, dp_shard) is HSDP, over dp_shard alone FSDP, and
+    replicas without shards run FSDP2's ``replicate`` (DDP's gradient all-reduce, per
+    unit). Under bf16-mixed FSDP gathers bf16 parameters and reduces fp32 gradients."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     if plan.tp > 1:
-        tp_mesh = mesh["tp"] if plan.fsdp > 1 else mesh
-        layout = {m.name: ColwiseParallel() if m.role == COLWISE else RowwiseParallel()
-                  for m in modules}
-        parallelize_module(twin, tp_mesh, layout)  # type: ignore[arg-type]
-    if plan.fsdp > 1:
-        dp_mesh = mesh["dp"] if plan.tp > 1 else mesh
-        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                  if precision == "bf16-mixed" else MixedPrecisionPolicy())
-        for unit in units:
-            fully_shard(twin.get_submodule(unit) if unit else twin, mesh=dp_mesh,
-                        mp_policy=policy)
+        _apply_tp(twin, submesh(mesh, ("tp",)), modules, plan.sp)
+    data = [name for name, _ in mesh_axes(plan) if name in DATA_AXES]
+    if not data:
+        return
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if precision == "bf16-mixed" else MixedPrecisionPolicy())
+    wrap: Any = fully_shard if plan.fsdp > 1 else replicate
+    for unit in units:
+        wrap(twin.get_submodule(unit) if unit else twin, mesh=submesh(mesh, data),
+             mp_policy=policy)
+
+
+def _grads_take_param_placements(model: nn.Module) -> None:
+    """Give each DTensor gradient its parameter's placements as soon as it is accumulated:
+    a norm weight's gradient, a partial sum over the sequence shards, is all-reduced once
+    (as Megatron-LM does after the backward; left partial, every optimizer op would
+    all-reduce it again), and a whole gradient of a split weight (the embedding's) keeps
+    only this rank's rows. Installed before the memory tracker's own hooks, which then
+    file the result as the gradient."""
+    from torch.distributed.tensor import DTensor
+
+    def settle(param: torch.Tensor) -> None:
+        grad = param.grad
+        if isinstance(grad, DTensor) and isinstance(param, DTensor) and (
+                grad.placements != param.placements):
+            param.grad = grad.redistribute(placements=param.placements)
+
+    for param in model.parameters():
+        if isinstance(param, DTensor):
+            param.register_post_accumulate_grad_hook(settle)  # type: ignore[no-untyped-call]
 
 
 def _snapshot_bytes(snap: Mapping[Any, Any]) -> dict[str, int]:
@@ -152,10 +204,12 @@ def run_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
         _apply(twin, mesh, modules, units, plan, precision)
         with FakeMode(allow_non_fake_inputs=True):
             twin.to_empty(device="cpu")
+            _grads_take_param_placements(twin)
             opt = _optimizer(twin, optimizer)
             fargs, fkwargs = _fake_inputs(args, weights), _fake_inputs(dict(kwargs), weights)
-            tracker: Any = (FSDPMemTracker(twin, opt) if plan.fsdp > 1 else MemTracker())
-            if plan.fsdp == 1:
+            sharded = plan.fsdp * plan.dp > 1
+            tracker: Any = FSDPMemTracker(twin, opt) if sharded else MemTracker()
+            if not sharded:
                 tracker.track_external(twin, *([opt] if opt is not None else []))
             comm = CommBytesMode()
             with tracker, comm:

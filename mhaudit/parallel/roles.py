@@ -14,6 +14,11 @@ COLWISE = "colwise"
 """Output features split over the TP ranks (Q, K, V, MLP up and gate)."""
 ROWWISE = "rowwise"
 """Input features split over the TP ranks, output all-reduced (O, MLP down)."""
+EMBEDDING = "embedding"
+"""A token embedding split over the vocabulary (its weight's rows), its output reduced
+over the TP ranks: row-wise, under sequence parallelism."""
+SEQUENCE = "sequence"
+"""Run on the sequence shards under sequence parallelism, weights replicated (the norms)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,10 @@ class TpModule:
     torch_splits: bool = True
     """True when torch's Colwise/RowwiseParallel split it as the plan means: an
     ``nn.Linear`` that is not a fused QKV (whose column chunks would mix Q, K and V)."""
+    output_gathered: bool = False
+    """True when its output is all-gathered to a whole tensor on every TP rank: under
+    sequence parallelism a norm feeding column-wise projections (along the sequence) and
+    the head (along the vocabulary)."""
 
 
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)

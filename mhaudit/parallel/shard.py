@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mhaudit.parallel.roles import COLWISE, ROWWISE, TpModule
+from mhaudit.parallel.roles import COLWISE, EMBEDDING, ROWWISE, TpModule
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -37,7 +37,7 @@ def tp_local_shape(shape: Sequence[int], is_bias: bool, module: TpModule | None,
             local[axis] = local[axis] // module.kv_heads * kv_heads_per_rank(module.kv_heads, tp)
         else:
             local[axis] = ceil_div(local[axis], tp)
-    elif module.role == ROWWISE and matrix:
+    elif module.role in (ROWWISE, EMBEDDING) and matrix:
         axis = 0 if module.transposed else 1
         local[axis] = ceil_div(local[axis], tp)
     return tuple(local)

@@ -2,8 +2,10 @@
 
 ``whatif --gpus`` and every plan torch cannot run are costed by the analytic model
 (:mod:`mhaudit.parallel.analytic`). Where the report's plan ran on torch's fake process
-group (FSDP2 and DTensor TP, measured by FSDPMemTracker and CommDebugMode), the same plan
-is costed again by the analytic model alone and set beside what torch measured.
+group (FSDP2, HSDP and FSDP2's replicate, DTensor TP and sequence parallelism, measured by
+FSDPMemTracker or MemTracker and CommDebugMode), the same plan is costed again by the
+analytic model alone and set beside what torch measured. Each figure names the plan in the
+``--parallel`` grammar, every axis it uses.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def plan_checks(report: Report, model: nn.Module, args: tuple[Any, ...],
     if training is None or measured is None or measured.plan.world_size == 1:
         return []
     p = measured.plan
-    name = f"tp={p.tp}, fsdp={p.fsdp}"
+    name = p.text()
     if measured.source != "torch.distributed":
         why = next((n for n in measured.notes if n.startswith("analytic model")),
                    "torch did not run the plan")
@@ -49,11 +51,12 @@ def plan_checks(report: Report, model: nn.Module, args: tuple[Any, ...],
                           optimizer=training.optimizer, training=training, use_torch=False)
     how = ("the analytic model's figure for this plan (what whatif --gpus shows) beside "
            "what torch measured on rank 0 of a fake process group running the plan "
-           "(FSDP2 and DTensor TP)")
+           "(FSDP2/HSDP or replicate, DTensor TP and SP)")
+    tracker = "FSDPMemTracker" if p.fsdp * p.dp > 1 else "MemTracker"
     sent, torch_sent = analytic.comm_bytes_per_step, measured.comm_bytes_per_step
     return [
         Agreement(f"per-GPU params + grads + optimizer states ({name})", _states(analytic),
-                  _states(measured), "FSDPMemTracker", PLAN_TOLERANCE, how),
+                  _states(measured), tracker, PLAN_TOLERANCE, how),
         Agreement(f"per-GPU collective bytes per step ({name})", sent.total,
                   torch_sent.total, "CommDebugMode", PLAN_TOLERANCE, how),
     ]

@@ -56,3 +56,33 @@ class KorthikantiStack(nn.Module):
 def paper_bytes(s: int, b: int, h: int, a: int) -> int:
     """Korthikanti et al.'s saved activations of one layer at 16 bits: s·b·h·(34 + 5·a·s/h)."""
     return s * b * h * 34 + 5 * a * s * s * b
+
+
+class KorthikantiLM(nn.Module):
+    """Token embedding → ``n`` pre-norm layers → final LayerNorm → head: the layers as a
+    language model, the shape sequence parallelism splits end to end."""
+
+    def __init__(self, n: int, hidden: int, heads: int, vocab: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(KorthikantiLayer(hidden, heads) for _ in range(n))
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: (b, s)
+        x = self.embed(ids)  # (b, s, h)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))  # (b, s, vocab)
+
+
+class PostNormLayer(KorthikantiLayer):
+    """The same layer with its norms after the residual adds (the original Transformer's
+    order): Q, K and V read the residual stream itself, not a norm's output."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (b, s, h)
+        q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
+        scores = q @ k.transpose(-2, -1) * self.head_dim**-0.5  # (b, a, s, s)
+        ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).flatten(2)  # (b, s, h)
+        x = self.ln1(x + self.drop1(self.o(ctx)))
+        return self.ln2(x + self.drop2(self.down(self.act(self.up(x)))))

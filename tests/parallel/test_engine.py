@@ -124,8 +124,8 @@ def test_unshardable_plans_fall_back_and_say_why(llama) -> None:  # type: ignore
     model, ids, blocks = llama
     got = plan_costs(model, (ids,), {}, blocks, "tp=16", H100)
     assert got.source == "analytic" and any("t = 16" in n for n in got.notes)
-    sp = plan_costs(model, (ids,), {}, blocks, "tp=8,sp", H100)
-    assert sp.source == "analytic" and any("sequence parallelism" in n for n in sp.notes)
+    cp = plan_costs(model, (ids,), {}, blocks, "tp=2,cp=2", H100)
+    assert cp.source == "analytic" and any("context" in n for n in cp.notes)
 
 
 def test_fake_world_is_torn_down_after_a_failure() -> None:

@@ -77,3 +77,20 @@ def tp_comm_counts(model: nn.Module, ids: torch.Tensor, layout: Mapping[str, str
     finally:
         dist.destroy_process_group()
     return {str(op): n for op, n in mode.get_comm_counts().items()}
+
+
+def forward_activations(model: nn.Module, ids: torch.Tensor) -> int:
+    """MemTracker's activation bytes at the end of one forward of ``model`` (a meta copy,
+    materialised as fake tensors) on one device: what autograd keeps for the backward."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    twin = copy.deepcopy(model)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        twin.to_empty(device="cpu")
+        tracker = MemTracker()
+        tracker.track_external(twin)
+        with tracker:
+            twin(torch.zeros(ids.shape, dtype=ids.dtype))
+            snap = tracker.get_tracker_snapshot()
+    dev = next(iter(snap.values()))
+    return int(next(v for k, v in dev.items() if str(getattr(k, "value", k)) == "Activation"))

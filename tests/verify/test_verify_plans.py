@@ -39,7 +39,17 @@ def test_a_plan_torch_ran_meets_the_analytic_model_and_a_changed_one_does_not() 
     assert not states.agrees
 
 
-def test_a_plan_only_the_analytic_model_answered_is_not_checked_and_says_why() -> None:
+def test_sp_and_hsdp_plans_torch_ran_meet_the_analytic_model_named_by_every_axis() -> None:
+    report, model, inputs = _audit("tp=2,sp,fsdp=2,dp=2")
+    states, sent = plan_checks(report, model, (), inputs)
+    assert states.agrees and sent.agrees and sent.ours == sent.reference > 0
+    assert "(tp=2,sp,fsdp=2,dp=2,pp=1)" in states.figure and "tp=2,sp" in sent.figure
     report, model, inputs = _audit("tp=2,sp")
+    states, sent = plan_checks(report, model, (), inputs)
+    assert states.counter == "MemTracker" and states.agrees and sent.agrees
+
+
+def test_a_plan_only_the_analytic_model_answered_is_not_checked_and_says_why() -> None:
+    report, model, inputs = _audit("tp=2,cp=2")
     (unchecked,) = plan_checks(report, model, (), inputs)
-    assert "torch did not run it" in unchecked.reason
+    assert "torch did not run it" in unchecked.reason and "cp=2" in unchecked.figure
