@@ -5,6 +5,12 @@ bf16 rule, while the CPU kernel multiplies fp32 and fp16 too, and transformers'
 grouped-mm experts call it at the model's dtype on CPU. In :class:`FakeMode` such a call
 runs on bf16 copies and its output is cast back, inside the fake mode: a recorder, a
 FLOP counter or a memory tracker above it sees the one call, at its real shapes and dtype.
+
+Small integer tensors whose values are known (a patch grid, token ids, the loader made
+them) stay real: an op over real CPU tensors only, each of at most :data:`KNOWN_LIMIT`
+elements, runs for real, and so does a factory op that makes such a tensor, so that a
+model's reads of their values (``.tolist()``, ``repeat_interleave`` by a grid) see the
+values, while everything that touches a fake tensor stays fake.
 """
 
 from __future__ import annotations
@@ -13,9 +19,36 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._pytree import tree_leaves
 
 _GROUPED_MM = torch.ops.aten._grouped_mm.default
 _TO_COPY = torch.ops.aten._to_copy.default
+
+KNOWN_LIMIT = 1 << 16
+"""Most elements of a real CPU tensor a fake pass computes for real (index arithmetic on
+known values: grids, token ids, positions); larger ones, and every float made from
+nothing, stay fake."""
+
+
+def known(t: Any) -> bool:
+    """A plain (not fake) CPU tensor of at most :data:`KNOWN_LIMIT` elements."""
+    return type(t) is torch.Tensor and _small_cpu(t)
+
+
+def _small_cpu(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.numel() <= KNOWN_LIMIT
+
+
+def _index_like(t: Any) -> bool:
+    """A small integer or boolean CPU tensor, fake or not."""
+    return isinstance(t, torch.Tensor) and _small_cpu(t) and not t.is_floating_point() \
+        and not t.is_complex()
+
+
+def known_int(t: Any) -> bool:
+    """A :func:`known` integer or boolean tensor: values a fake pass keeps real."""
+    return known(t) and _index_like(t)
 
 
 def _refused(func: Any, args: tuple[Any, ...]) -> bool:
@@ -38,6 +71,20 @@ class FakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
 
     def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if tensors and all(known(t) for t in tensors):
+            with no_dispatch():  # known values only: computed for real
+                return func(*args, **kwargs)
+        if not tensors:
+            out = self._unrefused(func, types, args, kwargs)
+            if not _index_like(out):
+                return out
+            with no_dispatch():  # an index tensor made from nothing (arange): real
+                return func(*args, **kwargs)
+        return self._unrefused(func, types, args, kwargs)
+
+    def _unrefused(self, func: Any, types: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """The fake dispatch, with a refused ``_grouped_mm`` run on bf16 copies."""
         if not _refused(func, tuple(args)):
             return super().dispatch(func, types, args, kwargs)
 

@@ -244,7 +244,8 @@ def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any],
         return
     with kept_twins():
         blocks, kinds, masks = _placeholders(req, made, params, make_doc, fixed)
-    if blocks:
+    if blocks:  # on the CPU: the placeholders' values are known, and the model reads them
+        ids = cpu_value("input_ids", ids)
         made["input_ids"] = torch.cat([*blocks, ids], dim=1)  # (B, tokens + n)
         if TOKEN_TYPES in params and TOKEN_TYPES not in made:
             made[TOKEN_TYPES] = torch.cat([*kinds, torch.zeros_like(ids)], dim=1)
@@ -288,6 +289,6 @@ def _placeholders(req: Request, made: dict[str, Any], params: Mapping[str, Any],
         if modality.position_mask in params and _token_id(req.config, modality.tokens) is None:
             masks.append((modality.position_mask, sum(b.shape[1] for b in blocks), width))
         blocks.append(torch.full((ids.shape[0], width), token, dtype=ids.dtype,
-                                 device=ids.device))
+                                 device="cpu"))
         kinds.append(torch.full_like(blocks[-1], rank + 1))
     return blocks, kinds, masks
