@@ -6,15 +6,17 @@ grouped-mm experts call it at the model's dtype on CPU. In :class:`FakeMode` suc
 runs on bf16 copies and its output is cast back, inside the fake mode: a recorder, a
 FLOP counter or a memory tracker above it sees the one call, at its real shapes and dtype.
 
-Small integer tensors whose values are known (a patch grid, token ids, the loader made
-them) stay real: an op over real CPU tensors only, each of at most :data:`KNOWN_LIMIT`
-elements, runs for real, and so does a factory op that makes such a tensor, so that a
+Small integer tensors whose values their maker chose (a patch grid, placed tokens:
+:func:`mark_known`) stay real in a mode that allows real inputs: an op over such tensors
+only, each of at most :data:`KNOWN_LIMIT` elements, runs for real (its outputs are known
+too), and so does a factory op that makes a small integer tensor, so that a
 model's reads of their values (``.tolist()``, ``repeat_interleave`` by a grid) see the
 values, while everything that touches a fake tensor stays fake.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from torch.utils._pytree import tree_leaves
 
 _GROUPED_MM = torch.ops.aten._grouped_mm.default
 _TO_COPY = torch.ops.aten._to_copy.default
+_LIFTS = (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default)
 
 KNOWN_LIMIT = 1 << 16
 """Most elements of a real CPU tensor a fake pass computes for real (index arithmetic on
@@ -46,9 +49,42 @@ def _index_like(t: Any) -> bool:
         and not t.is_complex()
 
 
+_MADE: dict[int, weakref.ref[torch.Tensor]] = {}
+"""Inputs whose values their maker chose, by ``id`` (see :func:`mark_known`)."""
+
+
+def mark_known(t: torch.Tensor) -> torch.Tensor:
+    """Mark an input whose values its maker chose (a patch grid, placed tokens): a fake
+    pass keeps it real where :func:`known_int` holds. Returns ``t``."""
+    key = id(t)
+
+    def forget(_: Any) -> None:
+        _MADE.pop(key, None)
+
+    _MADE[key] = weakref.ref(t, forget)
+    return t
+
+
+def _real(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """``func`` run for real, its tensor outputs marked known."""
+    with no_dispatch():
+        out = func(*args, **kwargs)
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            mark_known(t)
+    return out
+
+
 def known_int(t: Any) -> bool:
-    """A :func:`known` integer or boolean tensor: values a fake pass keeps real."""
-    return known(t) and _index_like(t)
+    """A :func:`known` integer or boolean tensor marked by :func:`mark_known`: values a
+    fake pass keeps real."""
+    return _index_like(t) and _marked(t)
+
+
+def _marked(t: Any) -> bool:
+    """A :func:`known` tensor marked by :func:`mark_known` (or made from such ones)."""
+    ref = _MADE.get(id(t)) if known(t) else None
+    return ref is not None and ref() is t
 
 
 def _refused(func: Any, args: tuple[Any, ...]) -> bool:
@@ -72,15 +108,17 @@ class FakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
     def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if tensors and all(known(t) for t in tensors):
-            with no_dispatch():  # known values only: computed for real
-                return func(*args, **kwargs)
+        if not self.allow_non_fake_inputs:
+            return self._unrefused(func, types, args, kwargs)
+        if func in _LIFTS and all(_index_like(t) for t in tensors):
+            return _real(func, args, kwargs)  # torch.tensor(...) of the code's own values
+        if tensors and all(_marked(t) for t in tensors):
+            return _real(func, args, kwargs)  # known values only: computed for real
         if not tensors:
             out = self._unrefused(func, types, args, kwargs)
-            if not _index_like(out):
+            if not _index_like(out) or "empty" in func.__name__:  # values left unset
                 return out
-            with no_dispatch():  # an index tensor made from nothing (arange): real
-                return func(*args, **kwargs)
+            return _real(func, args, kwargs)  # an index tensor made from nothing (arange)
         return self._unrefused(func, types, args, kwargs)
 
     def _unrefused(self, func: Any, types: Any, args: Any, kwargs: dict[str, Any]) -> Any:

@@ -69,7 +69,7 @@ def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype | None,
     twice (``(x, x, x)`` as query, key and value) gets one fake; without, each place
     gets its own, as inputs made one by one for a reference step are.
 
-    Small integer CPU tensors (:func:`~mhaudit.fake.mode.known_int`: token ids, a patch
+    Small integer CPU tensors their maker marked (:func:`~mhaudit.fake.mode.known_int`: a patch
     grid) stay real: their values are known, and the model may read them.
     """
     def fake(t: torch.Tensor) -> torch.Tensor:

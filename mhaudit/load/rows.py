@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mhaudit.fake.mode import FakeMode
+from mhaudit.fake.mode import FakeMode, mark_known
 from mhaudit.fake.run import fake_inputs, fake_state
 
 CPU_COPY_LIMIT = 1 << 28
@@ -137,8 +137,8 @@ def _on_fake(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows) 
     if method is None:
         return 0
     mode = FakeMode(allow_non_fake_inputs=True)
-    known = {k: cpu_value(k, v) if isinstance(v, torch.Tensor) and not v.is_floating_point()
-             else v for k, v in made.items()}
+    known = {k: mark_known(cpu_value(k, v)) if isinstance(v, torch.Tensor) and
+             not v.is_floating_point() else v for k, v in made.items()}
     with fake_state(model, mode, None):
         fake = fake_inputs(known, mode, None, {})
         with mode:
