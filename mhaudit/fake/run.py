@@ -19,7 +19,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map_only
 
-from mhaudit.fake.mode import FakeMode
+from mhaudit.fake.mode import FakeMode, known_int
 from mhaudit.fake.swap import Role, swapped_state
 
 RUN_DTYPES: frozenset[str] = frozenset({"float64", "float32", "bfloat16", "float16"})
@@ -68,8 +68,13 @@ def fake_inputs(value: Any, mode: FakeTensorMode, dtype: torch.dtype | None,
     With ``made`` (fakes by the ``id`` of the tensor they stand for), a tensor given
     twice (``(x, x, x)`` as query, key and value) gets one fake; without, each place
     gets its own, as inputs made one by one for a reference step are.
+
+    Small integer CPU tensors their maker marked (:func:`~mhaudit.fake.mode.known_int`: a patch
+    grid) stay real: their values are known, and the model may read them.
     """
     def fake(t: torch.Tensor) -> torch.Tensor:
+        if known_int(t):
+            return t
         if made is None:
             return _fake_like(mode, t, dtype)
         if id(t) not in made:

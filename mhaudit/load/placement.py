@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from mhaudit.fake.mode import mark_known
 from mhaudit.load.audio import Candidate, candidates
 from mhaudit.load.configtree import read
 from mhaudit.load.docshapes import DocInput, documented_inputs
@@ -244,14 +245,15 @@ def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any],
         return
     with kept_twins():
         blocks, kinds, masks = _placeholders(req, made, params, make_doc, fixed)
-    if blocks:
-        made["input_ids"] = torch.cat([*blocks, ids], dim=1)  # (B, tokens + n)
+    if blocks:  # on the CPU: the placeholders' values are known, and the model reads them
+        ids = cpu_value("input_ids", ids)
+        made["input_ids"] = mark_known(torch.cat([*blocks, ids], dim=1))  # (B, tokens + n)
         if TOKEN_TYPES in params and TOKEN_TYPES not in made:
-            made[TOKEN_TYPES] = torch.cat([*kinds, torch.zeros_like(ids)], dim=1)
+            made[TOKEN_TYPES] = mark_known(torch.cat([*kinds, torch.zeros_like(ids)], dim=1))
     for mask, first, width in masks:
         marks = torch.zeros_like(made["input_ids"])  # (B, tokens + n)
         marks[:, first:first + width] = 1
-        made[mask] = marks
+        made[mask] = mark_known(marks)
 
 
 Placed = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[str, int, int]]]
@@ -288,6 +290,6 @@ def _placeholders(req: Request, made: dict[str, Any], params: Mapping[str, Any],
         if modality.position_mask in params and _token_id(req.config, modality.tokens) is None:
             masks.append((modality.position_mask, sum(b.shape[1] for b in blocks), width))
         blocks.append(torch.full((ids.shape[0], width), token, dtype=ids.dtype,
-                                 device=ids.device))
+                                 device="cpu"))
         kinds.append(torch.full_like(blocks[-1], rank + 1))
     return blocks, kinds, masks

@@ -12,6 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhaudit.fake.mode import FakeMode, mark_known
+from mhaudit.fake.run import fake_inputs, fake_state
+
 CPU_COPY_LIMIT = 1 << 28
 """Most parameter elements of a meta model copied to the CPU (uninitialised) to count the
 tokens of a feature method that the meta device cannot run (one with a data-dependent
@@ -126,6 +129,22 @@ def _on_cpu(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows) -
         return _call(method, {k: cpu_value(k, v) for k, v in made.items()}, rows)
 
 
+def _on_fake(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows) -> int:
+    """The rows of the function ``pick`` takes from ``model``, run on fake CPU copies of its
+    state and of the float inputs; integer inputs on the CPU with the values the loader
+    gives them (a patch grid, placeholder tokens), which the method may read."""
+    method = pick(model)
+    if method is None:
+        return 0
+    mode = FakeMode(allow_non_fake_inputs=True)
+    known = {k: mark_known(cpu_value(k, v)) if isinstance(v, torch.Tensor) and
+             not v.is_floating_point() else v for k, v in made.items()}
+    with fake_state(model, mode, None):
+        fake = fake_inputs(known, mode, None, {})
+        with mode:
+            return _call(method, fake, rows)
+
+
 def cpu_value(name: str, value: Any) -> Any:
     """A CPU tensor filled as the loader fills ``name`` (masks keep all), for a meta one."""
     if not isinstance(value, torch.Tensor) or value.device.type != "meta":
@@ -136,13 +155,18 @@ def cpu_value(name: str, value: Any) -> Any:
 
 
 def _rows_of(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows = _rows) -> int:
-    """Rows of ``pick(model)`` on ``made``, else on a CPU copy; 0 where neither runs."""
+    """Rows of ``pick(model)`` on ``made``, else on fake tensors with the integer inputs'
+    values, else on a CPU copy; 0 where none runs."""
     method = pick(model)
     if method is None:
         return 0
     try:
         return _call(method, made, rows)
     except Exception:  # model code: the meta device cannot run a data-dependent step
+        pass
+    try:
+        return _on_fake(model, pick, made, rows)
+    except Exception:  # model code that reads values of a float input, or a kernel
         pass
     try:
         return _on_cpu(model, pick, made, rows)

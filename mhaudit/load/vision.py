@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from mhaudit.fake.mode import mark_known
 from mhaudit.load.configtree import find_size, modality_config
 from mhaudit.load.docshapes import DocInput, documented_inputs
 from mhaudit.load.modalities import MAKERS, NoSize, Request, video
@@ -153,12 +154,14 @@ def _packed(req: Request, method: Callable[..., Any], docs: Mapping[str, DocInpu
     patch = _patch_shape(docs.get(values), channels, frames, side)
     made = {
         values: torch.randn(req.batch * rows * rows, *patch),  # (images · rows², patch)
-        grid: torch.tensor([[1, rows, rows]] * req.batch, dtype=torch.long, device="cpu"),
+        grid: mark_known(torch.tensor([[1, rows, rows]] * req.batch, dtype=torch.long,
+                                      device="cpu")),
     }
     for name in params:  # a merge ratio per image, counted as the grid counts images
         if name in docs and name not in made and docs[name].dims == docs[grid].dims[:1] \
                 and any(w in _described(method, name).lower() for w in MERGE_WORDS):
-            made[name] = torch.full((req.batch,), merge, dtype=torch.long, device="cpu")
+            made[name] = mark_known(torch.full((req.batch,), merge, dtype=torch.long,
+                                               device="cpu"))
     return made
 
 
