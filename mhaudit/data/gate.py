@@ -46,6 +46,19 @@ class BudgetResult:
 
 
 @dataclass(frozen=True)
+class Suggestion:
+    """The smallest change found that makes the failing per-GPU limits pass."""
+
+    change: str
+    """What to change, as the user writes it: ``--checkpointing selective``,
+    ``--batch-size 2`` or ``parallel = "tp=4,sp,fsdp=2"`` in the budget."""
+    passes: bool
+    """True when the gate, rerun with the change applied, passed every per-GPU limit."""
+    peak_bytes: int | None = None
+    """The per-GPU peak with the change applied (the largest over the failing phases)."""
+
+
+@dataclass(frozen=True)
 class GateOutcome:
     """The CI gate's verdict: budget results plus the flags that failed it."""
 
@@ -55,6 +68,8 @@ class GateOutcome:
     """``"error"``, ``"warning"`` or ``"never"``."""
     unread_cores: int = 0
     """Ops that can be an attention core and are in no block (``coverage.unread_cores``)."""
+    suggestion: Suggestion | None = None
+    """With a failing per-GPU limit: the smallest change that passes, and whether it did."""
 
     @property
     def passed(self) -> bool:
