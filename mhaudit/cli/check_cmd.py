@@ -121,9 +121,10 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
         given = options_from(params)
         warn_unused_phase_options(phases)
         check_budget_applies(budget, given.get("device", "meta"))
-        done, worst, failed = audit_each(targets, lambda progress: AuditOptions(
-            rule_config=rule_config, progress=progress, **phases, **given), verbose)
-        items = _judge(done, budget, recorded, allow_other_model)
+        chosen = {"rule_config": rule_config, **phases, **given}
+        done, worst, failed = audit_each(
+            targets, lambda progress: AuditOptions(progress=progress, **chosen), verbose)
+        items = _judge(done, budget, recorded, allow_other_model, AuditOptions(**chosen))
         form = FORMATS[fmt]
         listed = form.listing is not None and len(targets) > 1  # failed ones keep their place
         if items or listed:
@@ -138,10 +139,14 @@ def check_command(targets: tuple[str, ...], budget_path: Path | None, baseline: 
 
 
 def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | None,
-           allow_other_model: bool) -> list[Checked]:
-    """Each report through the gate, against the baseline's metrics when one is given."""
+           allow_other_model: bool, options: Any) -> list[Checked]:
+    """Each report through the gate, against the baseline's metrics when one is given; a
+    failing per-GPU limit gets the smallest change that passes (``options`` audited)."""
+    from dataclasses import replace
+
     from mhaudit.gate.baseline import check_same_model
     from mhaudit.gate.budget import evaluate, metric_values
+    from mhaudit.whatif.suggest import failing_limits, suggest
 
     items = []
     for target, report in done:
@@ -150,6 +155,8 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
             check_same_model(recorded, report, allow_other=allow_other_model)
             previous = recorded.metrics
         outcome = evaluate(report, budget, previous)
+        if failing_limits(outcome):
+            outcome = replace(outcome, suggestion=suggest(target, options, budget, outcome))
         items.append(Checked(target, report, outcome, metric_values(report)))
     return items
 

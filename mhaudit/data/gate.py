@@ -46,6 +46,19 @@ class BudgetResult:
 
 
 @dataclass(frozen=True)
+class Suggestion:
+    """The smallest change found that makes the failing per-GPU limits pass."""
+
+    change: str
+    """What to change, as the user writes it: ``--checkpointing selective``,
+    ``--batch-size 2`` or ``parallel = "tp=4,sp,fsdp=2"`` in the budget."""
+    passes: bool
+    """True when the gate, rerun with the change applied, passed every per-GPU limit."""
+    peak_bytes: int | None = None
+    """The per-GPU peak with the change applied (the largest over the failing phases)."""
+
+
+@dataclass(frozen=True)
 class GateOutcome:
     """The CI gate's verdict: budget results plus the flags that failed it."""
 
@@ -58,6 +71,8 @@ class GateOutcome:
     declared_mismatch: int = 0
     """Module attributes whose declared layout the detected blocks contradict
     (``coverage.declared_mismatch``)."""
+    suggestion: Suggestion | None = None
+    """With a failing per-GPU limit: the smallest change that passes, and whether it did."""
 
     @property
     def passed(self) -> bool:

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from mhaudit import units
 from mhaudit.data import BudgetResult, Finding, GateOutcome, Severity, SourceLocation
+from mhaudit.data.gate import Suggestion
 from mhaudit.data.schema import finding_to_dict
 from mhaudit.errors import sentences
 from mhaudit.render import escape
@@ -134,9 +136,20 @@ def render_table(outcome: GateOutcome, *, title: str | None = None,
         lines += ["", f"Flags at or above {outcome.fail_on}:"]
         lines += [ln for f in outcome.failing_findings
                   for ln in _wrapped(escape.plain(_flag_line(f)), width, "  ")]
+    if outcome.suggestion is not None:
+        lines += ["", *_wrapped(suggestion_line(outcome.suggestion), width)]
     lines += [""] if lines and lines[-1] else []
     lines += _wrapped(verdict(outcome), width)
     return escape.defuse_lines("\n".join(lines)) + "\n"
+
+
+def suggestion_line(sug: Suggestion) -> str:
+    """The suggested change in one line: what to change, and what the rerun gave."""
+    peak = f" (per-GPU peak {units.nbytes(sug.peak_bytes)})" if sug.peak_bytes else ""
+    if sug.passes:
+        return f"Suggestion: {escape.plain(sug.change)} passes the per-GPU budget{peak}."
+    return (f"Suggestion: {escape.plain(sug.change)} comes closest{peak} but still fails; "
+            "raise the limit or add GPUs.")
 
 
 _escape_data = escape.github_data
@@ -271,6 +284,10 @@ def budget_to_dict(
         ],
         "failing_flags": [finding_to_dict(f) for f in outcome.failing_findings],
     }
+    if outcome.suggestion is not None:
+        sug = outcome.suggestion
+        data["suggestion"] = {"change": sug.change, "passes": sug.passes,
+                              "peak_bytes": sug.peak_bytes}
     if metrics is not None:
         data["metrics"] = dict(metrics)
     return data
