@@ -42,6 +42,13 @@ class StepSpec:
     read_share: float = 1.0
     """Share of the resident parameters a decode step reads: the generating part's (an
     encoder's or a tower's ran once, in prefill); 1 for a decoder-only model."""
+    model_flops: int | None = None
+    """The step's FLOPs without recomputation (what MFU counts); None when ``flops`` is."""
+
+    @property
+    def useful_flops(self) -> int:
+        """FLOPs of the step's model work, recomputation left out."""
+        return self.flops if self.model_flops is None else self.model_flops
 
     @property
     def states_per_param(self) -> int:

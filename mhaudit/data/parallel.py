@@ -186,6 +186,10 @@ class PipelineCost:
     """The rank whose peak is the largest: the one ``per_device_bytes`` reports."""
     tied_parameters: tuple[str, ...] = ()
     """Parameters the first and the last stage both use (tied embeddings), held by both."""
+    timeline: tuple[tuple[tuple[str, float], ...], ...] = ()
+    """Each rank's step as (``forward`` | ``backward`` | ``idle``, duration) segments in units
+    of one micro-batch's forward through one stage (a backward takes 2): the schedule as
+    drawn; empty for the schedules that interleave stages."""
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,36 @@ def _forward_flops(blocks: Sequence[AttentionBlock], params: int, batch: int, to
     return 2 * params * batch * tokens + core
 
 
+def _core_flops(blocks: Sequence[AttentionBlock], batch: int, tokens: int) -> int:
+    """Forward FLOPs of the attention cores: 2·b·h·n_q·n_kv·(d_k + d_v) per block."""
+    return _forward_flops(blocks, 0, batch, tokens, 0)
+
+
+def _model_flops(training: TrainingCost | None, blocks: Sequence[AttentionBlock],
+                 params: int, batch: int, tokens: int) -> int:
+    """The training step's FLOPs without recomputation: the measured step less what its
+    own checkpointing recomputed (a layer's forward is a third of forward + backward; the
+    attention cores' forward under selective), else 3 forwards by Kaplan et al.'s count."""
+    if training is None:
+        return 3 * _forward_flops(blocks, params, batch, tokens, 0)
+    if training.checkpointing == "layers":
+        return training.flops * 3 // 4
+    if training.checkpointing == "selective":
+        return max(0, training.flops - _core_flops(blocks, batch, tokens))
+    return training.flops
+
+
+def _recompute_flops(model: int, blocks: Sequence[AttentionBlock], batch: int, tokens: int,
+                     mode: str) -> int:
+    """FLOPs ``mode`` adds to a step of ``model`` FLOPs: every layer's forward again
+    (model / 3) under full recomputation, the attention cores' forward under selective."""
+    if mode in ("layers", "full"):
+        return model // 3
+    if mode == "selective":
+        return _core_flops(blocks, batch, tokens)
+    return 0
+
+
 def _recompute_mode(checkpointing: str | None, training: TrainingCost | None) -> str:
     """The checkpointing a plan is costed under: as asked, else the training step's own."""
     mode = checkpointing or (training.checkpointing if training is not None else "none")
@@ -104,10 +134,11 @@ def _spec(blocks: Sequence[AttentionBlock], params: int, phase: str, dtype: str,
     if phase == TRAIN:
         stored, compute = precision_bytes(precision, e)
         tokens = lay.seq_len_q if lay else 1
-        flops = training.flops if training else 3 * _forward_flops(blocks, params, batch,
-                                                                    tokens, 0)
+        model = _model_flops(training, blocks, params, batch, tokens)
         acts = activations if activations is not None else _saved_activations(training, mode)
-        return StepSpec(TRAIN, stored, compute, optimizer, batch, tokens, 0, acts, flops)
+        flops = model + _recompute_flops(model, blocks, batch, tokens, mode)
+        return StepSpec(TRAIN, stored, compute, optimizer, batch, tokens, 0, acts, flops,
+                        model_flops=model)
     ctx = decode.context if decode else (context if context is not None else (
         lay.seq_len_kv if lay else 0))
     batch = decode.batch_size if decode else batch
@@ -250,7 +281,8 @@ def plan_costs(
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
         source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
-        memory_terms=terms, mfu=model_flops_utilisation(spec.flops, plan, time_s, profile),
+        memory_terms=terms, mfu=model_flops_utilisation(spec.useful_flops, plan, time_s,
+                                                                profile),
         experts=model_figures.experts, context=model_figures.context,
         pipeline=pipe.cost if pipe else None)
 

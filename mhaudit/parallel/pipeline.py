@@ -250,7 +250,7 @@ def stage_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
         stages=tuple(r.stage for r in ranks),
         send_recv_bytes=max(r.stage.sent_bytes for r in ranks),
         uneven=len(set(sizes)) > 1, source="analytic", virtual_stages=v, worst_stage=worst,
-        tied_parameters=tuple(tied))
+        tied_parameters=tuple(tied), timeline=sch.timeline(plan.pp_schedule, plan.pp, m, train))
     return Staged(cost, ranks[worst].held, share, _notes(cost, sizes, profile, plan, m))
 
 

@@ -173,3 +173,71 @@ def boundary_bytes(batch: int, m: int, tokens: int, d_model: int, element_bytes:
     ``tensor_split`` makes the first micro-batches the larger), split over t with SP."""
     size = -(-batch // m) * tokens * d_model * element_bytes
     return -(-size // tp) if sp else size
+
+
+BACKWARD_COST = 2.0
+"""A micro-batch's backward through a stage takes twice its forward (two matmuls per
+forward one), the ratio Narayanan et al. use for the bubble."""
+
+Segment = tuple[str, float]
+
+
+def _order(schedule: str, pp: int, m: int, rank: int, train: bool) -> list[tuple[str, int]]:
+    """The ops rank ``rank`` runs, in its own order: GPipe every forward then every
+    backward; 1F1B p − r − 1 warm-up forwards, then one forward and one backward in turn,
+    then the remaining backwards; a forward-only step just the forwards."""
+    forwards = [("forward", i) for i in range(m)]
+    if not train:
+        return forwards
+    backwards = [("backward", i) for i in range(m)]
+    if schedule == GPIPE:
+        return forwards + backwards
+    warm = min(pp - rank - 1, m)
+    ops = forwards[:warm]
+    for i in range(warm, m):
+        ops += [forwards[i], backwards[i - warm]]
+    return ops + backwards[m - warm:]
+
+
+def timeline(schedule: str, pp: int, m: int, train: bool) -> tuple[tuple[Segment, ...], ...]:
+    """Each rank's step as (``forward`` | ``backward`` | ``idle``, duration) segments, in
+    units of one micro-batch's forward through one stage: a forward waits for the same
+    micro-batch's forward on the rank before, a backward for its backward on the rank
+    after (the last rank's for its own forward). Drawn for GPipe and 1F1B (one stage per
+    rank); empty for the schedules that interleave stages."""
+    if schedule not in (GPIPE, ONE_F_ONE_B) or pp < 2:
+        return ()
+    orders = [_order(schedule, pp, m, r, train) for r in range(pp)]
+    done: dict[tuple[str, int, int], float] = {}
+    clock, nxt = [0.0] * pp, [0] * pp
+    runs: list[list[tuple[str, float, float]]] = [[] for _ in range(pp)]
+    while any(nxt[r] < len(orders[r]) for r in range(pp)):
+        for r in range(pp):
+            if nxt[r] == len(orders[r]):
+                continue
+            kind, i = orders[r][nxt[r]]
+            dep = (("forward", r - 1, i) if kind == "forward" and r > 0 else
+                   ("backward", r + 1, i) if kind == "backward" and r < pp - 1 else
+                   ("forward", r, i) if kind == "backward" else None)
+            if dep is not None and dep not in done:
+                continue
+            start = max(clock[r], done[dep] if dep is not None else 0.0)
+            end = start + (BACKWARD_COST if kind == "backward" else 1.0)
+            runs[r].append((kind, start, end))
+            done[(kind, r, i)] = clock[r] = end
+            nxt[r] += 1
+    span = max(clock)
+    return tuple(_segments(run, span) for run in runs)
+
+
+def _segments(run: list[tuple[str, float, float]], span: float) -> tuple[Segment, ...]:
+    out: list[Segment] = []
+    at = 0.0
+    for kind, start, end in run:
+        if start > at:
+            out.append(("idle", start - at))
+        out.append((kind, end - start))
+        at = end
+    if span > at:
+        out.append(("idle", span - at))
+    return tuple(out)

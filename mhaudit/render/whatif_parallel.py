@@ -15,7 +15,7 @@ from mhaudit.render.fit import fitted
 Column = tuple[str, Callable[[ParallelCost], str]]
 
 SHOWN = 12
-"""Plans a table shows per phase: the best and the next fastest that fit; the JSON has all."""
+"""Plans a table shows per phase: the best and the next that fit; the JSON has all."""
 
 _PHASE_NAMES = {"train": "training step", "decode": "decode step"}
 
@@ -47,7 +47,8 @@ LEGEND = ("per GPU: params, grads, optimizer states (optim), activations (acts),
           "gather buffers (temps); peak: their sum plus NCCL buffers, workspace, CUDA context "
           "and fragmentation; ckpt: activation checkpointing; sends: bytes each rank sends per "
           "step; step: a lower bound on the target; MFU: model FLOPs utilisation at that "
-          "step; batch: largest micro-batch that fits; the fastest plan that fits is best")
+          "step; batch: largest micro-batch that fits; best: the plan that fits with the "
+          "most throughput (step time per sample across the GPUs)")
 
 
 def _title(sweep: ParallelSweep) -> str:
@@ -61,7 +62,7 @@ def _sources(phase: PhaseSweep) -> str:
 
 
 def _shown(phase: PhaseSweep) -> list[PlanEntry]:
-    """The plans a table lists: those offered, fastest first, up to :data:`SHOWN`; all of
+    """The plans a table lists: those offered, best first, up to :data:`SHOWN`; all of
     them when none is offered, so the reasons show."""
     offered = [e for e in phase.entries if e.dropped is None]
     return offered[:SHOWN] if offered else list(phase.entries[:SHOWN])
@@ -87,7 +88,7 @@ def dropped_summary(phase: PhaseSweep) -> str | None:
         kinds[kind] = kinds.get(kind, 0) + 1
     why = "; ".join(f"{n:,} {k}" for k, n in kinds.items())
     shown = min(offered, SHOWN) if offered else min(len(phase.entries), SHOWN)
-    return (f"{len(phase.entries):,} plans tried: {offered:,} fit (the {shown:,} fastest "
+    return (f"{len(phase.entries):,} plans tried: {offered:,} fit (the {shown:,} best "
             f"shown), {len(dropped):,} dropped" + (f" ({why})" if why else ""))
 
 

@@ -3,7 +3,8 @@ count, with each activation-checkpointing choice, costed per device and ranked b
 
 A plan is dropped when a rule calls it an error at its tensor-parallel degree (heads that
 do not shard) or when its peak per device, memory beyond tensors included, exceeds the
-GPU; the others are ranked by step time, the fastest marked best.
+GPU; the others are ranked by throughput (step time per sample across the GPUs), the
+best marked.
 """
 
 from __future__ import annotations
@@ -106,12 +107,20 @@ def dropped_reason(cost: ParallelCost, memory_bytes: int) -> str | None:
     return None
 
 
+def time_per_sample(cost: ParallelCost) -> float:
+    """Step time over the samples a step takes across the GPUs: each of the fsdp · dp data
+    replicas runs its own batch, while tp, cp and pp ranks share one; the lower, the more
+    throughput (the same order as MFU, the GPU count being fixed)."""
+    return cost.step_time_s / (cost.plan.fsdp * cost.plan.dp)
+
+
 def ranked(entries: Sequence[PlanEntry], memory_bytes: int) -> tuple[PlanEntry, ...]:
-    """The entries with their ``dropped`` reasons, the plans offered first by step time
-    (ties: less memory), the fastest marked ``best``; dropped plans after, in search order."""
+    """The entries with their ``dropped`` reasons, the plans offered first by throughput
+    (:func:`time_per_sample`; ties: less memory), the best marked; dropped plans after, in
+    search order."""
     judged = [replace(e, dropped=dropped_reason(e.cost, memory_bytes)) for e in entries]
     offered = sorted((e for e in judged if e.dropped is None),
-                     key=lambda e: (e.cost.step_time_s, e.cost.per_device_bytes.peak))
+                     key=lambda e: (time_per_sample(e.cost), e.cost.per_device_bytes.peak))
     if offered:
         offered[0] = replace(offered[0], best=True)
     return (*offered, *(e for e in judged if e.dropped is not None))

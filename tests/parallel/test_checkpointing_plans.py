@@ -108,3 +108,21 @@ def test_a_plan_with_checkpointing_is_not_run_by_torch() -> None:
     # torch's run of the plan recomputes nothing; the analytic model answers
     assert cost.source == "analytic"
     assert any("does not recompute (selective checkpointing asked)" in n for n in cost.notes)
+
+
+def test_recomputation_costs_time_and_not_mfu() -> None:
+    """Full recomputation runs every layer's forward again: 4/3 of the step's FLOPs;
+    selective runs the attention cores' forward again. MFU counts the model's FLOPs only,
+    so it falls by the same factor as the step grows."""
+    model = KorthikantiStack(2, 64, 4)
+    x = torch.zeros(2, 32, 64)  # (b, s, h)
+    report = mhaudit.audit(model, (x,))
+    costs = {m: plan_costs(model, (x,), {}, report.blocks, "tp=2", H100, "train",
+                           checkpointing=m, use_torch=False)
+             for m in ("none", "selective", "layers")}
+    none, selective, layers = costs["none"], costs["selective"], costs["layers"]
+    assert none.mfu is not None and layers.mfu is not None and selective.mfu is not None
+    assert layers.step_time_s > selective.step_time_s > none.step_time_s
+    # the same model work over a longer step: MFU falls in proportion
+    assert layers.mfu * layers.step_time_s == pytest.approx(none.mfu * none.step_time_s)
+    assert selective.mfu * selective.step_time_s == pytest.approx(none.mfu * none.step_time_s)

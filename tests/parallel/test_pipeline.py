@@ -275,3 +275,33 @@ def test_sends_per_rank_by_hand() -> None:
     # DualPipeV, p = 2: stages 0..3 on ranks 0, 1, 1, 0; the turn 1→2 stays on rank 1
     assert sch.rank_sends("dualpipev", 2, m, a, True) == (2 * m * a, 2 * m * a)
     assert sch.rank_sends("dualpipev", 2, m, a, False) == (m * a, m * a)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 4), (4, 8), (8, 32), (3, 5)])
+@pytest.mark.parametrize("train", [True, False])
+def test_the_drawn_schedule_idles_as_the_closed_form_says(schedule: str, pp: int, m: int,
+                                                         train: bool) -> None:
+    """The timeline is built op by op from the schedule's dependencies alone; its idle
+    share on every rank equals Narayanan et al.'s (p − 1)/(m + p − 1): each rank works
+    m·(F + B) of a span (m + p − 1)·(F + B), F = 1 and B = 2 (B = 0 forward-only)."""
+    lines = sch.timeline(schedule, pp, m, train)
+    assert len(lines) == pp
+    work = m * (3.0 if train else 1.0)
+    for segments in lines:
+        span = sum(d for _, d in segments)
+        idle = sum(d for kind, d in segments if kind == "idle")
+        assert span - idle == work
+        assert idle / span == pytest.approx(sch.bubble_fraction(schedule, pp, m, train))
+        assert sum(1 for kind, _ in segments if kind == "forward") == m
+
+
+def test_1f1b_holds_no_more_than_p_minus_r_forwards_ahead_of_their_backwards() -> None:
+    # rank r of 1F1B never has more than min(m, p − r) forwards awaiting their backward
+    pp, m = 4, 8
+    for rank, segments in enumerate(sch.timeline("1f1b", pp, m, True)):
+        ahead = most = 0
+        for kind, _ in segments:
+            ahead += {"forward": 1, "backward": -1}.get(kind, 0)
+            most = max(most, ahead)
+        assert most == min(m, pp - rank) == sch.in_flight_chunks("1f1b", pp, m, rank, True)

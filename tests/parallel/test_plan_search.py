@@ -61,11 +61,13 @@ def test_sp_only_keeps_sequence_parallelism_beside_every_t() -> None:
     assert all(p.sp for p in plans if p.tp > 1)
 
 
-def test_ranking_drops_errors_and_misfits_and_marks_the_fastest_fit_best() -> None:
+def test_ranking_drops_errors_and_misfits_and_marks_the_most_throughput_best() -> None:
     fast_misfit = PlanEntry(_cost(ParallelPlan(tp=8), 90 * GiB, 0.5))
     error = PlanEntry(_cost(ParallelPlan(tp=4, fsdp=2), GiB, 0.4,
                             ("MHA008 error on layers.0.attn: 6 heads over t = 4",)))
-    slow = PlanEntry(_cost(ParallelPlan(fsdp=8), 40 * GiB, 2.0))
+    # per sample: 3.0 s / 8 replicas = 0.375 s against 1.0 s / 4 replicas = 0.25 s: the
+    # shorter step of fewer replicas wins only by its throughput
+    slow = PlanEntry(_cost(ParallelPlan(fsdp=8), 40 * GiB, 3.0))
     quick = PlanEntry(_cost(ParallelPlan(tp=2, fsdp=4), 50 * GiB, 1.0))
     out = ranked([fast_misfit, error, slow, quick], 80 * GiB)
     assert [e.cost.plan for e in out] == [quick.cost.plan, slow.cost.plan,
@@ -93,4 +95,6 @@ def test_search_costs_each_plan_with_each_checkpointing_choice() -> None:
     out = search(cost_of, 4, ModelShape(2, 128), 80 * GiB, train=True)
     assert len(seen) == len(out) == 3 * len(list(candidate_plans(4, ModelShape(2, 128))))
     best = [e for e in out if e.best]
-    assert len(best) == 1 and best[0].cost.plan.tp == 4 and best[0].checkpointing == "none"
+    # step / replicas: t = 4 gives 0.25 s over 1 replica, fsdp = 4 gives 1.0 s over 4
+    assert len(best) == 1 and best[0].checkpointing == "none"
+    assert best[0].cost.step_time_s / (best[0].cost.plan.fsdp * best[0].cost.plan.dp) == 0.25

@@ -97,7 +97,9 @@ def _decode_bar(d: dict[str, Any]) -> Bars:
 
 
 NAMES = {"params": "params", "grads": "grads", "optimizer_states": "optimizer states",
-         "activations": "activations", "kv_cache": "KV cache", "temporaries": "temporaries"}
+         "activations": "activations", "kv_cache": "KV cache", "temporaries": "temporaries",
+         "nccl_buffers": "NCCL buffers", "workspace": "workspace",
+         "cuda_context": "CUDA context", "fragmentation": "fragmentation"}
 SENT = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send_recv")
 
 
@@ -105,6 +107,13 @@ def _devices(phase: str) -> Callable[[dict[str, Any]], Bars]:
     def expect(d: dict[str, Any]) -> Bars:
         per = d[phase]["parallel"]["per_device_bytes"]
         return Bars([[(NAMES[k], per[k]) for k in NAMES if per[k]]])
+    return expect
+
+
+def _schedule(phase: str) -> Callable[[dict[str, Any]], Bars]:
+    def expect(d: dict[str, Any]) -> Bars:
+        timeline = d[phase]["parallel"]["pipeline"]["timeline"]
+        return Bars([[(kind, float(span)) for kind, span in rank] for rank in timeline])
     return expect
 
 
@@ -135,6 +144,8 @@ REPORT_CHARTS: list[tuple[str, Callable[[dict[str, Any]], Expected]]] = [
     (r"training step: bytes each device sends", _sent("training")),
     (r"decode step: bytes per device", _devices("decode")),
     (r"decode step: bytes each device sends", _sent("decode")),
+    (r"training step: (gpipe|1f1b), \d+ micro-batches", _schedule("training")),
+    (r"decode step: (gpipe|1f1b), \d+ micro-batches", _schedule("decode")),
 ]
 SWEEP_CHARTS: list[tuple[str, Callable[[WhatIf], XY]]] = [
     (r"estimated time vs h$", _sweep(lambda r: (r.heads, r.est_time_s), "by_heads")),
@@ -192,13 +203,15 @@ def check_bars(read: Read, want: Bars) -> None:
     wanted = [row for row in want.rows if any(v > 0 for _, v in row)]
     assert len(rows) == len(wanted), f"{read.title}: {len(rows)} bars for {len(wanted)} rows"
     for y, row in zip(rows, wanted, strict=True):
-        bars = [(left, right, title) for yy, left, right, title in read.bars if yy == y]
+        bars = sorted((left, right, title) for yy, left, right, title in read.bars if yy == y)
         start = 0.0
         for name, value in row:
             if value <= 0:
                 continue
-            left, right, _ = next(b for b in bars if len(row) == 1 or
-                                  b[2].startswith(f"{name}:"))
+            # the next bar of that name, left to right (a row may repeat a part's name)
+            left, right, title = next(b for b in bars if len(row) == 1 or
+                                      b[2].startswith(f"{name}:"))
+            bars.remove((left, right, title))
             for px, v in ((left, start), (right, start + value)):
                 _inside(read, px, 0.0)
                 assert abs(read.x.px(v) - px) <= TOLERANCE_PX or (
@@ -253,6 +266,9 @@ MODELS = {
     "llama --train --decode --parallel": ("examples/llama_gqa.py",
                                           {"train": True, "decode": True,
                                            "parallel": "tp=2,fsdp=2"}),
+    "llama --train --decode pipelined": ("examples/llama_gqa.py",
+                                         {"train": True, "decode": True, "input_shape": (4, 128),
+                                          "parallel": "pp=2,microbatches=4"}),
     "vit encoder": ("examples/vit_encoder.py", {}),
     "encoder-decoder --decode": ("examples/encoder_decoder.py", {"decode": True}),
 }

@@ -121,12 +121,32 @@ def parallel_figures(name: str, cost: ParallelCost) -> str:
         ("max batch per replica", batch),
         ("source", cost.source),
     ])
+    pipe = pipeline_figure(name, cost)
     notes = "".join(f"<li>{escape(n)}</li>" for n in (
         *cost.notes, *(f"{t.name}: {units.nbytes(t.bytes)} ({t.source})"
                        for t in cost.memory_terms)))
     return (f'<div class="charts">{_figure(devices, "What one device holds at its peak.")}'
-            f'{_figure(sent, "Ring algorithms: what each rank sends, by collective.")}'
+            f'{_figure(sent, "Ring algorithms: what each rank sends, by collective.")}{pipe}'
             f"<div>{facts}<ul class=\"notes\">{notes}</ul></div></div>")
+
+
+def _units(value: float) -> str:
+    return f"{value:g}"
+
+
+def pipeline_figure(name: str, cost: ParallelCost) -> str:
+    """The pipeline schedule as each rank runs it: forwards, backwards and the bubble, in
+    units of one micro-batch's forward through a stage; empty without a drawn schedule."""
+    pipe = cost.pipeline
+    if pipe is None or not pipe.timeline:
+        return ""
+    rows = [(f"rank {r}", list(segments)) for r, segments in enumerate(pipe.timeline)]
+    chart = stacked_bar_chart(
+        f"{name}: {pipe.schedule}, {pipe.microbatches} micro-batches on {len(rows)} ranks",
+        rows, "time (one micro-batch's forward through a stage = 1)", _units, width=WIDTH,
+        binary=False)
+    return _figure(chart, f"The schedule's bubble: {units.percent(pipe.bubble_fraction)} of "
+                   "the step idle on every rank (a backward takes twice a forward).")
 
 
 def parallel_section(report: Report, h2: str, anchor: str) -> list[str]:
