@@ -156,7 +156,8 @@ def _judge(done: list[tuple[str, Report]], budget: Budget, recorded: Baseline | 
             previous = recorded.metrics
         outcome = evaluate(report, budget, previous)
         if failing_limits(outcome):
-            outcome = replace(outcome, suggestion=suggest(target, options, budget, outcome))
+            outcome = replace(outcome, suggestion=suggest(target, options, budget, outcome,
+                                                          report))
         items.append(Checked(target, report, outcome, metric_values(report)))
     return items
 

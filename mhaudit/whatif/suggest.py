@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from mhaudit.data import Report
 from mhaudit.data.gate import GateOutcome, Suggestion
 from mhaudit.data.parallel import ParallelCost, ParallelPlan
 from mhaudit.whatif.plan_search import ModelShape, candidate_plans
@@ -113,10 +114,13 @@ def options_with(options: Any, change: Change) -> Any:
     return replace(options, **{k: v for k, v in change.options.items() if k in known})
 
 
-def suggest(target: str, options: Any, budget: Any, outcome: GateOutcome) -> Suggestion | None:
+def suggest(target: str, options: Any, budget: Any, outcome: GateOutcome,
+            audited: Report | None = None) -> Suggestion | None:
     """The smallest change that makes ``outcome``'s failing per-GPU limits pass for
     ``target`` audited with ``options`` (AuditOptions) under ``budget``; None when no
-    per-GPU limit failed or no change is within them on the analytic model."""
+    per-GPU limit failed or no change is within them on the analytic model. ``audited``
+    is the report the gate judged, when the caller has it (the target is then loaded
+    again, not audited again)."""
     from mhaudit.api import audit_loaded, audit_target
     from mhaudit.contain.capture import captured_logs
     from mhaudit.contain.contain import preserved_state, process_guard
@@ -135,7 +139,7 @@ def suggest(target: str, options: Any, budget: Any, outcome: GateOutcome) -> Sug
         loaded = load_target(target, device=options.device, batch_size=options.batch_size,
                              seq_len=options.seq_len, input_shape=options.input_shape,
                              input_shapes=options.input_shapes)
-        report = audit_loaded(loaded, options)
+        report = audited if audited is not None else audit_loaded(loaded, options)
         shape = model_shape(report, loaded)
     batch = max((b.layout.batch_size for b in report.blocks), default=1)
 
