@@ -73,6 +73,11 @@ def parse_reserve(items: Mapping[str, str] | None) -> Reserve:
     return Reserve(sizes, share)
 
 
+def as_reserve(value: Reserve | Mapping[str, str] | None) -> Reserve:
+    """A Reserve from itself, its mapping form, or nothing."""
+    return value if isinstance(value, Reserve) else parse_reserve(value)
+
+
 def parse_reserve_items(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``("cuda_context=600MiB", ...)`` (the repeatable CLI option) to a mapping."""
     out: dict[str, str] = {}

@@ -253,6 +253,44 @@ class ContextCost:
 
 
 @dataclass(frozen=True)
+class GroupTime:
+    """One communication group's traffic in a step: its link, time and overlap."""
+
+    group: str
+    """``tp`` (TP, SP), ``data`` (FSDP, HSDP, DDP), ``pp`` (stage sends), ``ep`` (the
+    experts' all-to-alls) or ``cp`` (the context-parallel ring)."""
+    link: str
+    """``nvlink`` inside a node (PCIe where a GPU has no NVLink), ``infiniband`` across."""
+    bytes: int
+    """Bytes this rank sends in the group per step."""
+    seconds: float
+    """Time to send them on the link at its per-direction bandwidth."""
+    overlapped: bool
+    """True where the traffic runs beside the compute (FSDP's prefetched gathers and
+    bucketed reductions, the ring passing K/V while a chunk computes); False where the
+    next op waits for it (TP's all-reduces, stage sends, all-to-alls)."""
+    exposed_s: float
+    """The part of ``seconds`` the step waits for: all of it when not overlapped, what
+    exceeds the compute when overlapped."""
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step's time on one rank: the compute's, and each group's traffic."""
+
+    compute_s: float
+    """The rank's share of the FLOPs at the target's peak (or the decode step's bytes at
+    its bandwidth, if slower), stretched by the pipeline bubble."""
+    groups: tuple[GroupTime, ...]
+    """One per group that sends anything."""
+
+    @property
+    def total(self) -> float:
+        """Compute plus every group's exposed time: the step time."""
+        return self.compute_s + sum(g.exposed_s for g in self.groups)
+
+
+@dataclass(frozen=True)
 class ParallelCost:
     """One phase (training or decode step) under one plan, per device."""
 
@@ -291,6 +329,8 @@ class ParallelCost:
     """Routed experts under ``ep``; None without routed experts or with ep = 1."""
     context: ContextCost | None = None
     """Ring attention under ``cp``; None when cp is 1."""
+    step_parts: StepTime | None = None
+    """How ``step_time_s`` is made: the compute and each group's link, time and overlap."""
     mfu: float | None = None
     """Model FLOPs utilisation at ``step_time_s``: the step's model FLOPs (no recompute)
     per GPU per second over the target's dense peak; None where no FLOPs are known."""
@@ -315,6 +355,9 @@ def parallel_to_dict(cost: ParallelCost) -> dict[str, Any]:
         "memory_terms": [asdict(t) for t in cost.memory_terms],
         "pipeline": None if cost.pipeline is None else asdict(cost.pipeline),
         "mfu": cost.mfu,
+        "step_parts": None if cost.step_parts is None else {
+            "compute_s": cost.step_parts.compute_s,
+            "groups": [asdict(g) for g in cost.step_parts.groups]},
         "experts": None if cost.experts is None else asdict(cost.experts),
         "context": None if cost.context is None else asdict(cost.context),
     }

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from mhaudit.cost.devices import GpuProfile
 from mhaudit.cost.stepspec import TRAIN, StepSpec
 from mhaudit.data import AttentionBlock
-from mhaudit.data.parallel import DeviceBytes, ParallelPlan
+from mhaudit.data.parallel import DeviceBytes, GroupTime, ParallelPlan, StepTime
 from mhaudit.parallel.collectives import StepComm
 from mhaudit.parallel.inventory import UnitShard
 from mhaudit.parallel.shard import ceil_div, kv_heads_per_rank
@@ -133,17 +133,17 @@ def device_bytes(states: StateBytes, activations: int, kv_cache: int) -> DeviceB
                        kv_cache, states.temporaries, peak, tensor_peak=peak)
 
 
-def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: ParallelPlan,
-                profile: GpuProfile, *, bubble: float = 0.0,
-                share: float | None = None) -> float:
+def step_parts(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: ParallelPlan,
+               profile: GpuProfile, *, bubble: float = 0.0,
+               share: float | None = None) -> StepTime:
     """Roofline time of the rank's share of the work (FLOPs / (t·cp) times the pipeline
     rank's share of the layers, 1/pp when even, at peak, or in decode the bytes read at
     memory bandwidth if slower: the generating part's share of the weights, and the cache),
-    stretched by the pipeline bubble (÷ (1 − bubble)), plus TP and pipeline traffic over
-    the link (not overlapped), plus FSDP traffic beyond what the compute hides. FSDP and
-    replica traffic crosses nodes over InfiniBand once tp · fsdp · dp exceeds a node. The
-    experts' all-to-alls (which the next layer waits for) are not overlapped; the
-    context-parallel ring is, beyond the compute."""
+    stretched by the pipeline bubble (÷ (1 − bubble)), and each group's traffic on its
+    link: TP traffic inside the TP group (NVLink), exposed; data-parallel traffic (FSDP,
+    replicas), over InfiniBand once tp · fsdp · dp exceeds a node, overlapped with the
+    compute; pipeline sends and the experts' all-to-alls (which the next layer waits for),
+    exposed; the context-parallel ring, overlapped with attention."""
     ring = plan.cp if spec.phase == TRAIN else 1  # context ranks split a training sequence
     flops = spec.flops / (plan.tp * ring) * (share if share is not None else 1 / plan.pp)
     compute = flops / (profile.peak_tflops_bf16 * 1e12)
@@ -151,14 +151,28 @@ def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: Paralle
         read = held.params * plan.fsdp * spec.read_share + held.kv_cache
         compute = max(compute, read / (profile.bandwidth_gb_s * 1e9))
     compute /= 1.0 - bubble
-    link = profile.intra_node_gb_s * 1e9
-    fsdp_link = link if plan.tp * plan.fsdp * plan.dp <= profile.gpus_per_node else (
-        profile.infiniband_gb_s * 1e9)
-    pp_link = link if plan.world_size <= profile.gpus_per_node else profile.infiniband_gb_s * 1e9
-    exposed_fsdp = max(0.0, comm.fsdp_bytes / fsdp_link - compute)
-    exposed_ring = max(0.0, comm.cp_bytes / pp_link - compute)  # overlapped with attention
-    return (compute + comm.tp_bytes / link + (comm.pp_bytes + comm.ep_bytes) / pp_link
-            + exposed_fsdp + exposed_ring)
+    inside = "nvlink" if profile.nvlink_gb_s else "pcie"
+    data_local = plan.tp * plan.fsdp * plan.dp <= profile.gpus_per_node
+    world_local = plan.world_size <= profile.gpus_per_node
+    groups = [("tp", comm.tp_bytes, True, False), ("data", comm.fsdp_bytes, data_local, True),
+              ("pp", comm.pp_bytes, world_local, False), ("ep", comm.ep_bytes, world_local, False),
+              ("cp", comm.cp_bytes, world_local, True)]
+    out = []
+    for name, sent, local, overlapped in groups:
+        if not sent:
+            continue
+        rate = (profile.intra_node_gb_s if local else profile.infiniband_gb_s) * 1e9
+        seconds = sent / rate
+        out.append(GroupTime(name, inside if local else "infiniband", sent, seconds,
+                             overlapped, max(0.0, seconds - compute) if overlapped else seconds))
+    return StepTime(compute, tuple(out))
+
+
+def step_time_s(spec: StepSpec, comm: StepComm, held: DeviceBytes, plan: ParallelPlan,
+                profile: GpuProfile, *, bubble: float = 0.0,
+                share: float | None = None) -> float:
+    """The step time of :func:`step_parts`: compute plus every group's exposed traffic."""
+    return step_parts(spec, comm, held, plan, profile, bubble=bubble, share=share).total
 
 
 def max_batch_size(held: DeviceBytes, batch: int, profile: GpuProfile) -> int | None:

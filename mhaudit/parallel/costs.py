@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
-from mhaudit.cost.overhead import Reserve, memory_terms, parse_reserve
+from mhaudit.cost.overhead import Reserve, as_reserve, memory_terms
 from mhaudit.cost.stepspec import DECODE, PHASES, TRAIN, StepSpec, precision_bytes
 from mhaudit.data import AttentionBlock, DecodeCost, ExpertLayer, Severity, TrainingCost
 from mhaudit.data.parallel import (
@@ -270,19 +270,17 @@ def plan_costs(
     pipe = pipeline.stage_plan(model, args, kwargs, blocks, model_figures.params, units, spec,
                                plan, precision)
     held, notes = (pipe.held, [*notes, *pipe.notes]) if pipe else (held, notes)
-    time_s = analytic.step_time_s(spec, comm, held, plan, profile, **pipeline.timing(pipe))
+    timing = analytic.step_parts(spec, comm, held, plan, profile, **pipeline.timing(pipe))
     errors = plan_errors(blocks, plan, profile, dtype)
-    held, terms = with_terms(held, memory_terms(
-        plan, profile, held.tensors,
-        reserve if isinstance(reserve, Reserve) else parse_reserve(reserve)))
+    held, terms = with_terms(held, memory_terms(plan, profile, held.tensors, as_reserve(reserve)))
     return ParallelCost(
         plan=plan, phase=phase, per_device_bytes=held, comm_bytes_per_step=comm.sent,
-        comm_calls_per_step=comm.calls, step_time_s=time_s,
+        comm_calls_per_step=comm.calls, step_time_s=timing.total,
         fits=held.peak <= profile.memory_bytes and not errors,
         max_batch_size=0 if errors else analytic.max_batch_size(held, spec.batch, profile),
         source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
-        memory_terms=terms, mfu=model_flops_utilisation(spec.useful_flops, plan, time_s,
-                                                                profile),
+        memory_terms=terms, step_parts=timing,
+        mfu=model_flops_utilisation(spec.useful_flops, plan, timing.total, profile),
         experts=model_figures.experts, context=model_figures.context,
         pipeline=pipe.cost if pipe else None)
 

@@ -169,3 +169,31 @@ def test_gpt2_conv1d_weights_split_along_their_stored_dims() -> None:
     # 8,192 + 64: 25,184. Two layers 50,368, ln_f 128, wte 6,400 (tied to the head) and wpe
     # 65,536 whole: 122,432 elements, 489,728 B at fp32
     assert params("tp=2") == 489728
+
+
+def test_step_parts_put_each_group_on_its_link_and_say_what_overlaps() -> None:
+    """1e12 FLOPs at t = 8 on H100 (989 TFLOP/s): 1e12 / 8 / 989e12 s of compute. TP's
+    8·450e9 B on NVLink (450 GB/s per direction) wait in full; FSDP's 25e9 B over
+    InfiniBand (25 GB/s: tp · fsdp = 64 spans nodes) hide behind the compute up to it."""
+    from mhaudit.cost.stepspec import TRAIN, StepSpec
+    from mhaudit.data.parallel import CollectiveBytes, DeviceBytes, ParallelPlan
+    from mhaudit.parallel.analytic import step_parts, step_time_s
+    from mhaudit.parallel.collectives import StepComm
+
+    h100 = get_profile("h100")
+    spec = StepSpec(TRAIN, 2, 2, "adamw", 1, 4096, 0, None, 10**12)
+    comm = StepComm(CollectiveBytes(), CollectiveBytes(), 8 * 450 * 10**9, 25 * 10**9, 0)
+    held = DeviceBytes(0, 0, 0, 0, 0, 0, 0)
+    plan = ParallelPlan(tp=8, fsdp=8)
+    parts = step_parts(spec, comm, held, plan, h100)
+    compute = 10**12 / 8 / (h100.peak_tflops_bf16 * 1e12)
+    assert parts.compute_s == pytest.approx(compute)
+    tp, data = parts.groups
+    assert (tp.group, tp.link, tp.overlapped) == ("tp", "nvlink", False)
+    assert tp.seconds == pytest.approx(8 * 450e9 / (h100.nvlink_gb_s * 1e9))
+    assert tp.exposed_s == tp.seconds
+    assert (data.group, data.link, data.overlapped) == ("data", "infiniband", True)
+    assert data.seconds == pytest.approx(25e9 / (h100.infiniband_gb_s * 1e9))
+    assert data.exposed_s == pytest.approx(data.seconds - compute)
+    assert step_time_s(spec, comm, held, plan, h100) == pytest.approx(
+        compute + tp.seconds + data.exposed_s)

@@ -30,7 +30,7 @@ def test_binding_shape() -> None:
         0.5, True, None, "analytic")
     binding = {"plan", "per_device_bytes", "comm_bytes_per_step", "step_time_s", "fits",
                "max_batch_size", "source", "memory_terms", "pipeline", "mfu", "experts",
-               "context"}
+               "context", "step_parts"}
     assert binding <= set(got) and set(got) - binding == {"comm_calls_per_step", "notes",
                                                      "analytic_activations"}
     assert (got["memory_terms"], got["pipeline"], got["mfu"]) == ([], None, None)

@@ -116,6 +116,7 @@ def parallel_figures(name: str, cost: ParallelCost) -> str:
         ("peak per device", units.nbytes(cost.per_device_bytes.peak)),
         ("of which tensors", units.nbytes(cost.per_device_bytes.tensors)),
         ("step time", units.seconds(cost.step_time_s)),
+        *_step_rows(cost),
         ("MFU", "—" if cost.mfu is None else units.percent(cost.mfu)),
         ("fits", "yes" if cost.fits else "no"),
         ("max batch per replica", batch),
@@ -128,6 +129,20 @@ def parallel_figures(name: str, cost: ParallelCost) -> str:
     return (f'<div class="charts">{_figure(devices, "What one device holds at its peak.")}'
             f'{_figure(sent, "Ring algorithms: what each rank sends, by collective.")}{pipe}'
             f"<div>{facts}<ul class=\"notes\">{notes}</ul></div></div>")
+
+
+def _step_rows(cost: ParallelCost) -> list[tuple[str, str]]:
+    """The step time's parts: the compute, and each group's traffic on its link."""
+    parts = cost.step_parts
+    if parts is None:
+        return []
+    rows = [("of which compute", units.seconds(parts.compute_s))]
+    for g in parts.groups:
+        how = (f"overlapped, {units.seconds(g.exposed_s)} exposed" if g.overlapped
+               else "exposed")
+        rows.append((f"{g.group} traffic", f"{units.nbytes(g.bytes)} on {g.link}, "
+                     f"{units.seconds(g.seconds)} ({how})"))
+    return rows
 
 
 def _units(value: float) -> str:
