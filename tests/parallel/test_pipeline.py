@@ -24,6 +24,7 @@ from mhaudit.parallel import schedules as sch
 from mhaudit.parallel.collectives import StepComm
 from mhaudit.parallel.pipeline import balanced_split
 from tests.parallel.pipeline_oracle import TinyLlama, run_1f1b
+from tests.parallel.test_cli_parallel import MODEL as CLI_MODEL
 
 H100 = get_profile("h100")
 
@@ -171,48 +172,10 @@ def test_bubble_stretches_the_step_time() -> None:
     assert got == pytest.approx(0.5 / 0.8)
 
 
-MODEL = '''
-import torch
-from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self, d=64, h=8, h_kv=2):
-        super().__init__()
-        self.h, self.h_kv, self.d_k = h, h_kv, d // h
-        self.q = nn.Linear(d, d, bias=False)
-        self.k = nn.Linear(d, h_kv * self.d_k, bias=False)
-        self.v = nn.Linear(d, h_kv * self.d_k, bias=False)
-        self.o = nn.Linear(d, d, bias=False)
-
-    def forward(self, x):
-        b, n, d = x.shape
-        q = self.q(x).view(b, n, self.h, self.d_k).transpose(1, 2)  # (B, h, n, d_k)
-        k = self.k(x).view(b, n, self.h_kv, self.d_k).transpose(1, 2)  # (B, h_kv, n, d_k)
-        v = self.v(x).view(b, n, self.h_kv, self.d_k).transpose(1, 2)
-        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                       enable_gqa=True)
-        return self.o(y.transpose(1, 2).reshape(b, n, d))
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList(Block() for _ in range(4))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = x + layer(x)
-        return x
-
-
-def build_model():
-    return Model()
-
-
-def example_inputs():
-    return (torch.zeros(4, 16, 64),)
-'''
+# the CLI tests' two-layer model, four layers deep and four sequences wide
+MODEL = CLI_MODEL.replace("range(2)", "range(4)").replace("torch.zeros(2, 16, 64)",
+                                                          "torch.zeros(4, 16, 64)")
+assert "range(4)" in MODEL and "zeros(4, 16, 64)" in MODEL
 
 
 def test_cli_report_carries_the_pipeline(tmp_path: Path) -> None:
