@@ -1,0 +1,74 @@
+"""Attention cores written in less common ways are read by what they compute: a softmax
+over the queries (slot attention), in whichever order the scores are written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mhaudit.api import audit
+from mhaudit.data import AttentionBlock, Report
+
+B, N, D, SLOTS = 2, 16, 32, 4
+
+
+class SlotAttention(nn.Module):
+    """One round of slot attention: softmax over the slots, each slot's weights
+    renormalised over the inputs, then a weighted mean of V. ``order`` writes the scores
+    as Q·Kᵀ with matmul, as an einsum whose context puts V first, or as K·Qᵀ (inputs ×
+    slots, softmax over the last axis) whose transpose meets V."""
+
+    def __init__(self, heads: int, order: str) -> None:
+        super().__init__()
+        self.h, self.dh, self.order = heads, D // heads, order
+        self.slots = nn.Parameter(torch.randn(1, SLOTS, D))
+        self.to_q, self.to_k, self.to_v = (nn.Linear(D, D, bias=False) for _ in range(3))
+        self.out = nn.Linear(D, D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        k = self.to_k(x).view(b, n, self.h, self.dh).transpose(1, 2)  # (B, h, n, dh)
+        v = self.to_v(x).view(b, n, self.h, self.dh).transpose(1, 2)
+        q = self.to_q(self.slots.expand(b, -1, -1)).view(b, -1, self.h, self.dh)
+        q = q.transpose(1, 2)  # (B, h, slots, dh)
+        if self.order == "kq":
+            attn = torch.softmax(k @ q.transpose(-1, -2), dim=-1) + 1e-8  # (B, h, n, slots)
+            attn = (attn / attn.sum(-2, keepdim=True)).transpose(-1, -2)
+            ctx = attn @ v
+        elif self.order == "einsum":
+            attn = torch.einsum("bhid,bhjd->bhij", q, k).softmax(dim=2) + 1e-8
+            attn = attn / attn.sum(-1, keepdim=True)
+            ctx = torch.einsum("bhjd,bhij->bhid", v, attn)
+        else:
+            attn = torch.softmax(q @ k.transpose(-1, -2), dim=-2) + 1e-8  # (B, h, slots, n)
+            ctx = (attn / attn.sum(-1, keepdim=True)) @ v
+        return self.out(ctx.transpose(1, 2).reshape(b, -1, d))
+
+
+def _audit(model: nn.Module) -> Report:
+    with torch.device("meta"):
+        x = torch.randn(B, N, D)
+    return audit(model.to("meta").eval(), (x,))
+
+
+def _row(block: AttentionBlock) -> tuple[object, ...]:
+    lay = block.layout
+    return (lay.score_form, lay.kind, lay.num_heads, lay.num_kv_heads, lay.head_dim,
+            lay.seq_len_q, lay.seq_len_kv)
+
+
+@pytest.mark.parametrize("order", ["qk", "einsum", "kq"])
+@pytest.mark.parametrize("heads", [1, 4])
+def test_a_softmax_over_the_queries_is_a_query_softmax_block(heads: int, order: str) -> None:
+    report = _audit(SlotAttention(heads, order))
+    (block,) = report.blocks
+    # the slots are the queries (4), the inputs the keys (16); heads of 32 / heads.
+    assert _row(block) == ("query_softmax", "cross", heads, heads, D // heads, SLOTS, N)
+    flops = block.flops
+    # Q from the 4 slots: 2·2·4·32·32 = 16,384; K and V from the 16 inputs: 65,536 each.
+    assert (flops.q_proj, flops.k_proj, flops.v_proj) == (16384, 65536, 65536)
+    # QKᵀ 2·B·h·4·16·(32/h) = 8,192 and PV the same, whatever h; softmax 3 and the
+    # renormalisation 2 FLOPs per score over B·h·4·16 = 128·h scores: 640·h.
+    assert (flops.scores, flops.softmax, flops.context) == (8192, 640 * heads, 8192)
+    assert report.coverage.unread_cores == ()
