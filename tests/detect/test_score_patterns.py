@@ -72,3 +72,31 @@ def test_a_softmax_over_the_queries_is_a_query_softmax_block(heads: int, order: 
     # renormalisation 2 FLOPs per score over B·h·4·16 = 128·h scores: 640·h.
     assert (flops.scores, flops.softmax, flops.context) == (8192, 640 * heads, 8192)
     assert report.coverage.unread_cores == ()
+
+
+class UnfoldedLocalAttention(nn.Module):
+    """Local attention over a window of W keys unfolded beside each query: the scores are
+    a multiply and a sum over the head dim, the context a multiply and a sum over the
+    window; no matmul anywhere."""
+
+    def __init__(self, heads: int = 4, window: int = 5) -> None:
+        super().__init__()
+        self.h, self.dh, self.w = heads, D // heads, window
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        pad = (0, 0, self.w // 2, self.w // 2)
+        k = torch.nn.functional.pad(k, pad).unfold(2, self.w, 1)  # (B, h, n, dh, W)
+        v = torch.nn.functional.pad(v, pad).unfold(2, self.w, 1)
+        p = ((q.unsqueeze(-1) * k).sum(-2) * self.dh ** -0.5).softmax(-1)  # (B, h, n, W)
+        return (p.unsqueeze(-2) * v).sum(-1).transpose(1, 2).reshape(b, n, d)
+
+
+def test_a_softmax_over_a_multiply_and_sum_is_never_silent() -> None:
+    report = _audit(UnfoldedLocalAttention())
+    assert report.blocks == ()
+    (unread,) = report.coverage.unread_cores
+    assert (unread.module, unread.op) == ("", "softmax")
+    assert "multiply and a sum" in unread.why
