@@ -100,3 +100,31 @@ def test_a_softmax_over_a_multiply_and_sum_is_never_silent() -> None:
     (unread,) = report.coverage.unread_cores
     assert (unread.module, unread.op) == ("", "softmax")
     assert "multiply and a sum" in unread.why
+
+
+class TiedRowAttention(nn.Module):
+    """Row attention tied over the R rows of an alignment: each head's scores sum over the
+    rows and the head dim (``brihc,brjhc->bhij``), and the one map weighs every row's V."""
+
+    def __init__(self, heads: int = 4, width: int = 64) -> None:
+        super().__init__()
+        self.h, self.dh = heads, width // heads
+        self.q, self.k, self.v = (nn.Linear(width, width, bias=False) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, r, n, d = x.shape  # (B, R, n, d)
+        q, k, v = (p(x).view(b, r, n, self.h, self.dh) for p in (self.q, self.k, self.v))
+        p = torch.einsum("brihc,brjhc->bhij", q, k).softmax(-1)  # (B, h, n, n)
+        return torch.einsum("bhij,brjhc->brihc", p, v).reshape(b, r, n, d)
+
+
+def test_an_einsum_that_also_sums_over_rows_keeps_its_head_axis() -> None:
+    with torch.device("meta"):
+        x = torch.randn(2, 3, 8, 64)  # B = 2, R = 3 rows of n = 8, width 64
+    (block,) = audit(TiedRowAttention().to("meta").eval(), (x,)).blocks
+    lay = block.layout
+    # 4 heads of 64 / 4 = 16 (not one head of R·16 = 48).
+    assert (lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.v_head_dim) == (4, 4, 16, 16)
+    # scores sum over r and c: 2·B·h·n·n·R·c = 2·2·4·8·8·3·16 = 49,152; the context
+    # weighs each row's V: 2·B·R·h·n·n·c = 49,152.
+    assert (block.flops.scores, block.flops.context) == (49152, 49152)
