@@ -128,3 +128,52 @@ def test_an_einsum_that_also_sums_over_rows_keeps_its_head_axis() -> None:
     # scores sum over r and c: 2·B·h·n·n·R·c = 2·2·4·8·8·3·16 = 49,152; the context
     # weighs each row's V: 2·B·R·h·n·n·c = 49,152.
     assert (block.flops.scores, block.flops.context) == (49152, 49152)
+
+
+class ReAttention(nn.Module):
+    """Each head's probabilities mixed across heads by a learned h×h matrix, then a
+    LayerNorm over the heads, before V."""
+
+    def __init__(self, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh = heads, D // heads
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.theta = nn.Parameter(torch.randn(heads, heads))
+        self.norm = nn.LayerNorm(heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-1, -2)).softmax(-1)  # (B, h, n, n)
+        a = torch.einsum("bhij,hg->bgij", a, self.theta)
+        a = self.norm(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return (a @ v).transpose(1, 2).reshape(b, n, d)
+
+
+class ConvolvedScores(nn.Module):
+    """A depthwise 3×3 convolution over each head's (i, j) scores before the softmax and a
+    1×1 convolution over the heads after it."""
+
+    def __init__(self, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh = heads, D // heads
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.over_scores = nn.Conv2d(heads, heads, 3, padding=1, groups=heads, bias=False)
+        self.over_heads = nn.Conv2d(heads, heads, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        p = self.over_heads(self.over_scores(q @ k.transpose(-1, -2)).softmax(-1))
+        return (p @ v).transpose(1, 2).reshape(b, n, d)
+
+
+@pytest.mark.parametrize("build", [ReAttention, ConvolvedScores])
+def test_a_score_map_transformed_between_qk_and_v_is_a_head_mixing_block(
+        build: type[nn.Module]) -> None:
+    report = _audit(build())
+    (block,) = report.blocks
+    # 4 heads of 32 / 4 = 8 over the 16 tokens.
+    assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
+    assert block.layout.head_mixing
+    assert report.coverage.unread_cores == ()
