@@ -146,6 +146,16 @@ def _flex(s: CoreShape) -> CoreCost:
                     round(context * s.visited), elements)
 
 
+@_register("query_softmax")
+def _query_softmax(s: CoreShape) -> CoreCost:
+    """The softmax form's QKᵀ and PV; the softmax over the queries 3·bh·n_q·n_kv and the
+    renormalisation over the keys (a sum and a divide) 2·bh·n_q·n_kv. bh·n_q·n_kv scores.
+    A small constant added before renormalising is ignored."""
+    scores, softmax, context = attention_parts(s.batch_heads, s.n_q, s.n_kv, s.d_k, s.d_v)
+    elements = s.batch_heads * s.n_q * s.n_kv  # (bh, n_q, n_kv)
+    return CoreCost(scores, softmax + 2 * elements, context, elements)
+
+
 def form_names() -> tuple[str, ...]:
     """The forms with a formula."""
     return tuple(_FORMS)
@@ -184,4 +194,4 @@ def score_elements(layout: Layout) -> int:
 
 def has_square_scores(layout: Layout) -> bool:
     """True when the core forms an n_q×n_kv score matrix (softmax and kernel forms)."""
-    return layout.score_form in ("softmax", "kernel")
+    return layout.score_form in ("softmax", "kernel", "query_softmax")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex")
+SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex", "query_softmax")
 """How a block turns Q and K into the weights it applies to V:
 
 - ``softmax``: an n_q×n_kv matrix QKᵀ through a softmax over the keys (the textbook form);
@@ -13,6 +13,9 @@ SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex")
 - ``linear``: φ(K)ᵀV is computed first, a d_k×d_v state per head; no n×n matrix;
 - ``separable``: one score per token (a width-1 query), softmax over the tokens, a pooled
   context vector broadcast against the other operand (separable and additive attention);
+- ``query_softmax``: an n_q×n_kv matrix QKᵀ through a softmax over the queries (each key
+  shared out among the queries, as slot attention shares inputs among slots), then each
+  query's weights renormalised over the keys before V;
 - ``channel``: scores over channels, d_k×d_k per head, contracted over the tokens (channel
   attention: the tokens are the reduction axis, the head dim is the channels per head).
 """

@@ -18,6 +18,7 @@ from mhaudit.detect.patterns.bands import chunked_band
 from mhaudit.detect.patterns.buffers import written_buffer, written_values
 from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
 from mhaudit.detect.patterns.masks import looks_causal
+from mhaudit.detect.patterns.normalised import key_axis
 from mhaudit.detect.patterns.padding import head_dims
 from mhaudit.trace.flex import FLEX_OP
 from mhaudit.trace.graphs import arg, numel, shape, tensor_inputs, val
@@ -173,6 +174,10 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     if keyed and band is None:  # two scores products side by side are read only for a band
         return None
     n_q, n_kv = (band.queries, band.queries) if band else (dims[-2], dims[-1] - sinks)
+    keys = key_axis(softmax, probs, context, matmul_operands(context))
+    keys = len(dims) - 1 if keys is None or band or sinks else keys
+    if keys == len(dims) - 2:  # K·Qᵀ: the queries are the columns, Pᵀ meets V
+        q, k, qk_axes, n_q, n_kv = k, q, (qk_axes[1], qk_axes[0]), n_kv, n_q
     return Core(
         output=context,
         q=q,
@@ -192,6 +197,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         maps=_maps(softmax, probs) if picked else 1,
         global_keys=keyed,
         band=band.chunk if band else None,
+        form="softmax" if dim % len(dims) == keys else "query_softmax",
     )
 
 
@@ -325,7 +331,8 @@ def _find_context(
                     operands = matmul_operands(user)
                     if (operands and operands[0] is node) or (
                             len(operands) == 2 and operands[1] is node
-                            and _swaps_last_two(node)):  # V·Pᵀ: channels-first heads
+                            and (_swaps_last_two(node)  # V·Pᵀ: channels-first heads
+                                 or op_name(user) == "einsum")):
                         found.append((user, node, mixed, picked))
                         if not widest:
                             return found[0]

@@ -43,10 +43,19 @@ def scores_operands(
             return None, None, 0, (-1, -1)
         k_index = 0 if output[-1] in inputs[0] else 1
         contracted = (set(inputs[0]) & set(inputs[1])) - set(output)
-        d_k = math.prod(sizes[c] for c in contracted)
+        d_k = math.prod(sizes[c] for c in _trailing(inputs[1 - k_index], contracted))
         axes = [_last_of(inputs[i], contracted) for i in (1 - k_index, k_index)]
         return operands[1 - k_index], operands[k_index], d_k, (axes[0], axes[1])
     return operands[0], operands[1], shape(operands[0])[-1], (-1, -2)
+
+
+def _trailing(term: str, letters: set[str]) -> str:
+    """The run of ``letters`` that ends ``term`` (Q's head dim), or every one of them when
+    none ends it. Contracted letters before that run sum over another axis too (rows
+    of an alignment tied into one map: ``brihc,brjhc->bhij`` sums over r and c, and
+    its head dim is c)."""
+    run = len(term) - len(term.rstrip("".join(letters))) if letters else 0
+    return term[len(term) - run:] if run else "".join(letters)
 
 
 def _last_of(term: str, letters: set[str]) -> int:
@@ -68,7 +77,8 @@ def context_value(context: fx.Node, probs: fx.Node) -> tuple[fx.Node | None, int
         v_index = operands.index(others[0])
         own = set(inputs[v_index]) & set(output)
         own -= set(inputs[1 - v_index])
-        return others[0], math.prod(sizes[c] for c in own), _last_of(inputs[v_index], own)
+        head = _trailing(inputs[v_index], own)
+        return others[0], math.prod(sizes[c] for c in head), _last_of(inputs[v_index], own)
     if operands.index(probs) == 1:  # V·Pᵀ: V is (…, d_v, n) and so is the context
         return others[0], shape(context)[-2], -2
     return others[0], shape(context)[-1], -1

@@ -18,7 +18,7 @@ from mhaudit.detect.cores import Core
 from mhaudit.detect.operands import is_activation_matmul
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.flex import FLEX_OP
-from mhaudit.trace.graphs import tensor_inputs
+from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
 from mhaudit.trace.ops import (
     LOG_NORMALISE_OPS,
     PROJECTION_OPS,
@@ -44,6 +44,9 @@ _WHY = {
                "never do)",
     "by hand": "a softmax written by hand (exp or logsumexp, then a normaliser) over a "
                "product of two activations, which detection does not read as a core",
+    "summed": "a softmax over a product of two activations written as a multiply and a "
+              "sum (no matmul, as local attention over unfolded keys is), which detection "
+              "does not read as scores",
 }
 
 
@@ -67,13 +70,16 @@ def _candidate(node: fx.Node, params: dict[str, str]) -> str | None:
         name == "exp" and any(op_name(u) == "sum" for u in node.users))
     if name not in NORMALISING_OPS and not by_hand:
         return None
-    if not _normalises_a_product(node, params):
+    product = _normalised_product(node, params)
+    if product is None:
         return None
-    return "by hand" if by_hand else "softmax"
+    return "by hand" if by_hand else "summed" if product == "summed" else "softmax"
 
 
-def _normalises_a_product(node: fx.Node, params: dict[str, str]) -> bool:
-    """An activation product (QKᵀ) feeds ``node`` through ops that are not projections."""
+def _normalised_product(node: fx.Node, params: dict[str, str]) -> str | None:
+    """``"matmul"`` when an activation product (QKᵀ) feeds ``node`` through ops that are
+    not projections, ``"summed"`` when the product is a multiply then a sum (None when
+    neither)."""
     frontier, seen = list(tensor_inputs(node)), set()
     for _ in range(PRODUCT_DEPTH):
         nxt: list[fx.Node] = []
@@ -82,11 +88,31 @@ def _normalises_a_product(node: fx.Node, params: dict[str, str]) -> bool:
                 continue
             seen.add(current)
             if is_activation_matmul(current, params):
-                return True
+                return "matmul"
+            if _summed_product(current, params):
+                return "summed"
             if op_name(current) not in PROJECTION_OPS:
                 nxt.extend(tensor_inputs(current))
         frontier = nxt
-    return False
+    return None
+
+
+def _summed_product(node: fx.Node, params: dict[str, str]) -> bool:
+    """``(a * b).sum(dim)`` of two activations that both span the summed axis (a dot
+    product written elementwise, not a weighted pooling by a parameter)."""
+    product = node.args[0] if node.args else None
+    if op_name(node) != "sum" or not isinstance(product, fx.Node) or op_name(product) != "mul":
+        return False
+    factors = list(tensor_inputs(product))
+    dims = arg(node, 1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(factors) != 2 or len(dims) != 1 or not isinstance(dims[0], int):
+        return False
+    ranks = {len(shape(f)) for f in factors}
+    if len(ranks) != 1 or any(param_root(f, params) is not None for f in factors):
+        return False
+    axis = dims[0] % ranks.pop()
+    return all(shape(f)[axis] > 1 for f in factors)
 
 
 def _spans(cores: Iterable[Core]) -> set[fx.Node]:

@@ -1,0 +1,179 @@
+"""Attention cores written in less common ways are read by what they compute: a softmax
+over the queries (slot attention), in whichever order the scores are written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mhaudit.api import audit
+from mhaudit.data import AttentionBlock, Report
+
+B, N, D, SLOTS = 2, 16, 32, 4
+
+
+class SlotAttention(nn.Module):
+    """One round of slot attention: softmax over the slots, each slot's weights
+    renormalised over the inputs, then a weighted mean of V. ``order`` writes the scores
+    as Q·Kᵀ with matmul, as an einsum whose context puts V first, or as K·Qᵀ (inputs ×
+    slots, softmax over the last axis) whose transpose meets V."""
+
+    def __init__(self, heads: int, order: str) -> None:
+        super().__init__()
+        self.h, self.dh, self.order = heads, D // heads, order
+        self.slots = nn.Parameter(torch.randn(1, SLOTS, D))
+        self.to_q, self.to_k, self.to_v = (nn.Linear(D, D, bias=False) for _ in range(3))
+        self.out = nn.Linear(D, D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        k = self.to_k(x).view(b, n, self.h, self.dh).transpose(1, 2)  # (B, h, n, dh)
+        v = self.to_v(x).view(b, n, self.h, self.dh).transpose(1, 2)
+        q = self.to_q(self.slots.expand(b, -1, -1)).view(b, -1, self.h, self.dh)
+        q = q.transpose(1, 2)  # (B, h, slots, dh)
+        if self.order == "kq":
+            attn = torch.softmax(k @ q.transpose(-1, -2), dim=-1) + 1e-8  # (B, h, n, slots)
+            attn = (attn / attn.sum(-2, keepdim=True)).transpose(-1, -2)
+            ctx = attn @ v
+        elif self.order == "einsum":
+            attn = torch.einsum("bhid,bhjd->bhij", q, k).softmax(dim=2) + 1e-8
+            attn = attn / attn.sum(-1, keepdim=True)
+            ctx = torch.einsum("bhjd,bhij->bhid", v, attn)
+        else:
+            attn = torch.softmax(q @ k.transpose(-1, -2), dim=-2) + 1e-8  # (B, h, slots, n)
+            ctx = (attn / attn.sum(-1, keepdim=True)) @ v
+        return self.out(ctx.transpose(1, 2).reshape(b, -1, d))
+
+
+def _audit(model: nn.Module) -> Report:
+    with torch.device("meta"):
+        x = torch.randn(B, N, D)
+    return audit(model.to("meta").eval(), (x,))
+
+
+def _row(block: AttentionBlock) -> tuple[object, ...]:
+    lay = block.layout
+    return (lay.score_form, lay.kind, lay.num_heads, lay.num_kv_heads, lay.head_dim,
+            lay.seq_len_q, lay.seq_len_kv)
+
+
+@pytest.mark.parametrize("order", ["qk", "einsum", "kq"])
+@pytest.mark.parametrize("heads", [1, 4])
+def test_a_softmax_over_the_queries_is_a_query_softmax_block(heads: int, order: str) -> None:
+    report = _audit(SlotAttention(heads, order))
+    (block,) = report.blocks
+    # the slots are the queries (4), the inputs the keys (16); heads of 32 / heads.
+    assert _row(block) == ("query_softmax", "cross", heads, heads, D // heads, SLOTS, N)
+    flops = block.flops
+    # Q from the 4 slots: 2·2·4·32·32 = 16,384; K and V from the 16 inputs: 65,536 each.
+    assert (flops.q_proj, flops.k_proj, flops.v_proj) == (16384, 65536, 65536)
+    # QKᵀ 2·B·h·4·16·(32/h) = 8,192 and PV the same, whatever h; softmax 3 and the
+    # renormalisation 2 FLOPs per score over B·h·4·16 = 128·h scores: 640·h.
+    assert (flops.scores, flops.softmax, flops.context) == (8192, 640 * heads, 8192)
+    assert report.coverage.unread_cores == ()
+
+
+class UnfoldedLocalAttention(nn.Module):
+    """Local attention over a window of W keys unfolded beside each query: the scores are
+    a multiply and a sum over the head dim, the context a multiply and a sum over the
+    window; no matmul anywhere."""
+
+    def __init__(self, heads: int = 4, window: int = 5) -> None:
+        super().__init__()
+        self.h, self.dh, self.w = heads, D // heads, window
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        pad = (0, 0, self.w // 2, self.w // 2)
+        k = torch.nn.functional.pad(k, pad).unfold(2, self.w, 1)  # (B, h, n, dh, W)
+        v = torch.nn.functional.pad(v, pad).unfold(2, self.w, 1)
+        p = ((q.unsqueeze(-1) * k).sum(-2) * self.dh ** -0.5).softmax(-1)  # (B, h, n, W)
+        return (p.unsqueeze(-2) * v).sum(-1).transpose(1, 2).reshape(b, n, d)
+
+
+def test_a_softmax_over_a_multiply_and_sum_is_never_silent() -> None:
+    report = _audit(UnfoldedLocalAttention())
+    assert report.blocks == ()
+    (unread,) = report.coverage.unread_cores
+    assert (unread.module, unread.op) == ("", "softmax")
+    assert "multiply and a sum" in unread.why
+
+
+class TiedRowAttention(nn.Module):
+    """Row attention tied over the R rows of an alignment: each head's scores sum over the
+    rows and the head dim (``brihc,brjhc->bhij``), and the one map weighs every row's V."""
+
+    def __init__(self, heads: int = 4, width: int = 64) -> None:
+        super().__init__()
+        self.h, self.dh = heads, width // heads
+        self.q, self.k, self.v = (nn.Linear(width, width, bias=False) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, r, n, d = x.shape  # (B, R, n, d)
+        q, k, v = (p(x).view(b, r, n, self.h, self.dh) for p in (self.q, self.k, self.v))
+        p = torch.einsum("brihc,brjhc->bhij", q, k).softmax(-1)  # (B, h, n, n)
+        return torch.einsum("bhij,brjhc->brihc", p, v).reshape(b, r, n, d)
+
+
+def test_an_einsum_that_also_sums_over_rows_keeps_its_head_axis() -> None:
+    with torch.device("meta"):
+        x = torch.randn(2, 3, 8, 64)  # B = 2, R = 3 rows of n = 8, width 64
+    (block,) = audit(TiedRowAttention().to("meta").eval(), (x,)).blocks
+    lay = block.layout
+    # 4 heads of 64 / 4 = 16 (not one head of R·16 = 48).
+    assert (lay.num_heads, lay.num_kv_heads, lay.head_dim, lay.v_head_dim) == (4, 4, 16, 16)
+    # scores sum over r and c: 2·B·h·n·n·R·c = 2·2·4·8·8·3·16 = 49,152; the context
+    # weighs each row's V: 2·B·R·h·n·n·c = 49,152.
+    assert (block.flops.scores, block.flops.context) == (49152, 49152)
+
+
+class ReAttention(nn.Module):
+    """Each head's probabilities mixed across heads by a learned h×h matrix, then a
+    LayerNorm over the heads, before V."""
+
+    def __init__(self, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh = heads, D // heads
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.theta = nn.Parameter(torch.randn(heads, heads))
+        self.norm = nn.LayerNorm(heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-1, -2)).softmax(-1)  # (B, h, n, n)
+        a = torch.einsum("bhij,hg->bgij", a, self.theta)
+        a = self.norm(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return (a @ v).transpose(1, 2).reshape(b, n, d)
+
+
+class ConvolvedScores(nn.Module):
+    """A depthwise 3×3 convolution over each head's (i, j) scores before the softmax and a
+    1×1 convolution over the heads after it."""
+
+    def __init__(self, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh = heads, D // heads
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.over_scores = nn.Conv2d(heads, heads, 3, padding=1, groups=heads, bias=False)
+        self.over_heads = nn.Conv2d(heads, heads, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        p = self.over_heads(self.over_scores(q @ k.transpose(-1, -2)).softmax(-1))
+        return (p @ v).transpose(1, 2).reshape(b, n, d)
+
+
+@pytest.mark.parametrize("build", [ReAttention, ConvolvedScores])
+def test_a_score_map_transformed_between_qk_and_v_is_a_head_mixing_block(
+        build: type[nn.Module]) -> None:
+    report = _audit(build())
+    (block,) = report.blocks
+    # 4 heads of 32 / 4 = 8 over the 16 tokens.
+    assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
+    assert block.layout.head_mixing
+    assert report.coverage.unread_cores == ()
