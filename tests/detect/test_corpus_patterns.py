@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.zoo_kv_sources import CachedDecode, HaloBlocks, ReducedKeys, ReducedMemory
+from fixtures.zoo_kv_sources import (
+    CachedDecode,
+    HaloBlocks,
+    JoinedInProjection,
+    ReducedKeys,
+    ReducedMemory,
+)
 from torch import nn
 
 from mhaudit.data import Layout
@@ -68,3 +74,19 @@ def test_keys_from_a_reduction_of_a_second_input_stay_cross_attention() -> None:
     layout = _detect(model, torch.randn(B, 16, D), torch.randn(B, 32, D))
     # 32 memory positions, conv stride 2: 16 keys from the second input.
     assert _figures(layout) == ("cross", H, H, DK, 16, 16)
+
+
+def _total(layout: Layout, role: str) -> int:
+    projection = getattr(layout, role)
+    assert projection is not None, role
+    return projection.weight_params + projection.bias_params
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_biases_joined_into_one_in_proj_bias_count_for_their_roles(separate: bool) -> None:
+    model = JoinedInProjection(D, H, separate)
+    layout = _detect(model, torch.randn(B, 16, D))
+    # Each role keeps its own linear's weight and bias: D·D + D = 1,056.
+    got = [_total(layout, r) for r in "qkvo"]
+    assert got == [_numel(m) for m in (model.q, model.k, model.v, model.o)]
+

@@ -9,7 +9,13 @@ from typing import cast
 
 from torch import fx
 
-from mhaudit.detect.sources.ranges import Range, bias_ranges, overlap
+from mhaudit.detect.sources.ranges import (
+    Range,
+    bias_ranges,
+    joined_parameter,
+    overlap,
+    picked_bias,
+)
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import arg, numel, param_root, shape, val
 from mhaudit.trace.ops import (
@@ -54,8 +60,9 @@ class ProjectionOp:
     input features."""
 
     def bias_of(self, span: Range | None, width: int) -> int:
-        """Bias elements of the ``width`` features a role reads (``span``, when known)."""
-        if self.bias_ranges and span is not None:
+        """Bias elements of the ``width`` features a role reads (``span``, when it names
+        them; a wider span says only where they lie, and the share is proportional)."""
+        if self.bias_ranges and span is not None and span[1] - span[0] == width:
             return overlap(span, self.bias_ranges)
         return self.bias_numel * width // self.out_width if self.out_width else 0
 
@@ -81,7 +88,7 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     x, w, bias = picked
     if not isinstance(x, fx.Node) or not isinstance(w, fx.Node):
         return None
-    weight = param_root(w, params)
+    weight = param_root(w, params) or joined_parameter(w, params)
     if weight is None or val(x) is None:
         return None
     if param_root(x, params) is not None and not _learned_input(name, x):
@@ -100,6 +107,8 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     if bias_name is None and isinstance(bias, fx.Node):
         bias_name, covered = bias_ranges(bias, params)
         bias_numel = sum(b - a for a, b in covered)
+        if bias_name is None:
+            bias_name, bias_numel = picked_bias(bias, params)
     result = node
     if bias_name is None and len(node.users) == 1:
         user, before = next(iter(node.users)), node
