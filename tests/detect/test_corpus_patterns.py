@@ -8,6 +8,7 @@ from fixtures.zoo_kv_sources import (
     CachedDecode,
     HaloBlocks,
     JoinedInProjection,
+    QueryResidual,
     ReducedKeys,
     ReducedMemory,
 )
@@ -89,4 +90,13 @@ def test_biases_joined_into_one_in_proj_bias_count_for_their_roles(separate: boo
     # Each role keeps its own linear's weight and bias: D·D + D = 1,056.
     got = [_total(layout, r) for r in "qkvo"]
     assert got == [_numel(m) for m in (model.q, model.k, model.v, model.o)]
+
+
+def test_learned_queries_added_back_after_the_output_projection_are_no_bias() -> None:
+    model = QueryResidual(D, H, queries=8)
+    layout = _detect(model, torch.randn(B, 16, D))
+    # O is a bias-free D×D linear: 1,024, not 1,024 + the 8·D queries added to its output.
+    assert layout.o is not None and layout.o.bias_params == 0
+    assert _total(layout, "o") == _numel(model.o)
+    assert (layout.kind, layout.seq_len_q, layout.seq_len_kv) == ("cross", 8, 16)
 

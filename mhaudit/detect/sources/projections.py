@@ -117,11 +117,13 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             user, before = next(iter(user.users)), user
         other = [a for a in user.args if isinstance(a, fx.Node) and a is not before]
         # A bias adds one value per output feature: it never broadcasts the output wider
-        # (a static kernel added to per-token dynamic kernels is no bias).
-        if op_name(user) == "add" and other and param_root(other[0], params) \
+        # (a static kernel added to per-token dynamic kernels is no bias), and a tensor
+        # with a value per position (learned queries added back as a residual) is none.
+        values = numel(chain(other[0], EXPAND_OPS, 8)[-1]) if other else 0
+        if op_name(user) == "add" and values == out_width and param_root(other[0], params) \
                 and numel(user) == numel(before):
             bias_name = param_root(other[0], params)
-            bias_numel = numel(other[0])
+            bias_numel = values
             result = user
     groups = _conv_groups(node) if name in POINTWISE_CONV_OPS else 1
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
