@@ -6,6 +6,7 @@ import pytest
 import torch
 from fixtures.zoo_kv_sources import (
     CachedDecode,
+    ConvMemory,
     HaloBlocks,
     JoinedInProjection,
     QueryResidual,
@@ -100,3 +101,11 @@ def test_learned_queries_added_back_after_the_output_projection_are_no_bias() ->
     assert _total(layout, "o") == _numel(model.o)
     assert (layout.kind, layout.seq_len_q, layout.seq_len_kv) == ("cross", 8, 16)
 
+
+def test_kernel_3_conv1d_keys_and_values_over_a_channels_first_memory() -> None:
+    model = ConvMemory(D, H, d_mem=24, kernel=3)
+    layout = _detect(model, torch.randn(B, 16, D), torch.randn(B, 24, 20))
+    # K and V: Conv1d(24 → 32, k=3), 32·24·3 + 32 = 2,336 each; 32 channels = 4 heads of 8.
+    assert _figures(layout) == ("cross", H, H, DK, 16, 20)
+    assert [_total(layout, r) for r in "kv"] == [_numel(model.k), _numel(model.v)]
+    assert layout.k is not None and layout.k.in_features == 24

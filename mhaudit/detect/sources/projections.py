@@ -58,6 +58,8 @@ class ProjectionOp:
     groups: int = 1
     """Groups of a grouped 1×1 convolution: each output feature reads in_width / groups
     input features."""
+    taps: int = 1
+    """Kernel positions of a convolution (1 for a linear map of each position's features)."""
 
     def bias_of(self, span: Range | None, width: int) -> int:
         """Bias elements of the ``width`` features a role reads (``span``, when it names
@@ -69,7 +71,8 @@ class ProjectionOp:
     @property
     def in_width(self) -> int:
         """Input features: weight elements per output feature, times the groups."""
-        return self.weight_numel * self.groups // self.out_width if self.out_width else 0
+        per_feature = self.weight_numel * self.groups // self.taps
+        return per_feature // self.out_width if self.out_width else 0
 
     @property
     def rows(self) -> int:
@@ -126,8 +129,9 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             bias_numel = values
             result = user
     groups = _conv_groups(node) if name in POINTWISE_CONV_OPS else 1
+    taps = math.prod(shape(w)[2:]) if name in POINTWISE_CONV_OPS else 1
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
-                        covered, axes, groups)
+                        covered, axes, groups, taps)
 
 
 def _operands(node: fx.Node, name: str, params: dict[str, str]
@@ -157,9 +161,18 @@ def _pointwise(node: fx.Node, weight: object) -> bool:
     if not isinstance(weight, fx.Node) or len(shape(weight)) < 3:
         return False
     if any(k != 1 for k in shape(weight)[2:]):
-        return False
+        return _local(node, weight)
     transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
     return _all(arg(node, 4, "padding", 0), 0) and not transposed
+
+
+def _local(node: fx.Node, weight: fx.Node) -> bool:
+    """A 1-d convolution over all the channels that keeps every position (stride 1, not
+    transposed): a projection that reads a few neighbours (K/V from a kernel-3 conv of a
+    channels-first memory); its weight is out·in·k."""
+    transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
+    return (len(shape(weight)) == 3 and _all(arg(node, 3, "stride", 1), 1)
+            and _conv_groups(node) == 1 and not transposed)
 
 
 def _conv_groups(node: fx.Node) -> int:
