@@ -15,16 +15,14 @@ from mhaudit.detect.patterns.kv_cache import (
     cached_elements_per_position,
     latent_elements_per_position,
 )
-from mhaudit.detect.patterns.reduction import reduced_copy
 from mhaudit.detect.patterns.routed import routed_query_heads
 from mhaudit.detect.patterns.score_bias import score_bias_names
 from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
-from mhaudit.detect.patterns.windows import chunk_count, same_sequence
-from mhaudit.detect.sources.mixes import sibling_mixes
+from mhaudit.detect.patterns.windows import chunk_count
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
+from mhaudit.detect.sources.sequence import derived_copy, one_sequence
 from mhaudit.detect.sources.shared_output import context_slice
-from mhaudit.detect.sources.tokens import same_tokens_source
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.graphs import numel, shape, tokens
@@ -165,7 +163,7 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
     return Layout(
         name=name,
         module_type=_module_type(model, name),
-        kind=_kind(drafts[0], traced.params),
+        kind=_kind(drafts[0], traced),
         implementation=first.implementation,
         d_model=d_model,
         num_heads=_role_heads(drafts, "k", d_k) if first.form == "separable" else (
@@ -349,20 +347,17 @@ def _merge(parts: list[tuple[Projection, bool]]) -> Projection | None:
     )
 
 
-def _kind(draft: _Draft, params: dict[str, str]) -> str:
-    """Self when Q reads the same tensor as K, directly or through token-axis ops only.
-
-    A factorised projection reads its chain's root input. A query pooled, strided or
-    sliced along the tokens of K's input (Funnel's pooled queries) is self-attention
-    over fewer query positions, and so is K read from a strided reduction of Q's input,
-    and Q and K read from sibling mixes of one tensor's tokens. A separable core's Q
-    scores its K (a learned vector over the queries): K and V decide.
-    """
+def _kind(draft: _Draft, traced: TracedGraph) -> str:
+    """Self when Q and K read one sequence's tokens (:func:`one_sequence`); a factorised
+    projection reads its chain's root input; K projected in parts joined along the
+    positions (a cache before the new keys) reads Q's input when one part does. A
+    separable core's Q scores its K (a learned vector over the queries): K and V decide."""
     first, second = ("k", "v") if draft.core.form == "separable" else ("q", "k")
     q_in = canonical_input(_chain_input(draft.sources[first]))
     k_in = canonical_input(_chain_input(draft.sources[second]))
-    same = (q_in is k_in or same_tokens_source(q_in, k_in) or same_sequence(q_in, k_in)
-            or reduced_copy(k_in, q_in, params) or sibling_mixes(q_in, k_in, params))
+    inputs = frozenset(traced.user_inputs)
+    same = one_sequence(q_in, k_in, traced.params, inputs) or derived_copy(
+        getattr(draft.core, second), q_in, traced.params, inputs)
     return "self" if same else "cross"
 
 

@@ -9,7 +9,13 @@ from typing import cast
 
 from torch import fx
 
-from mhaudit.detect.sources.ranges import Range, bias_ranges, overlap
+from mhaudit.detect.sources.ranges import (
+    Range,
+    bias_ranges,
+    joined_parameter,
+    overlap,
+    picked_bias,
+)
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import arg, numel, param_root, shape, val
 from mhaudit.trace.ops import (
@@ -52,17 +58,21 @@ class ProjectionOp:
     groups: int = 1
     """Groups of a grouped 1×1 convolution: each output feature reads in_width / groups
     input features."""
+    taps: int = 1
+    """Kernel positions of a convolution (1 for a linear map of each position's features)."""
 
     def bias_of(self, span: Range | None, width: int) -> int:
-        """Bias elements of the ``width`` features a role reads (``span``, when known)."""
-        if self.bias_ranges and span is not None:
+        """Bias elements of the ``width`` features a role reads (``span``, when it names
+        them; a wider span says only where they lie, and the share is proportional)."""
+        if self.bias_ranges and span is not None and span[1] - span[0] == width:
             return overlap(span, self.bias_ranges)
         return self.bias_numel * width // self.out_width if self.out_width else 0
 
     @property
     def in_width(self) -> int:
         """Input features: weight elements per output feature, times the groups."""
-        return self.weight_numel * self.groups // self.out_width if self.out_width else 0
+        per_feature = self.weight_numel * self.groups // self.taps
+        return per_feature // self.out_width if self.out_width else 0
 
     @property
     def rows(self) -> int:
@@ -81,7 +91,7 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     x, w, bias = picked
     if not isinstance(x, fx.Node) or not isinstance(w, fx.Node):
         return None
-    weight = param_root(w, params)
+    weight = param_root(w, params) or joined_parameter(w, params)
     if weight is None or val(x) is None:
         return None
     if param_root(x, params) is not None and not _learned_input(name, x):
@@ -100,6 +110,8 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
     if bias_name is None and isinstance(bias, fx.Node):
         bias_name, covered = bias_ranges(bias, params)
         bias_numel = sum(b - a for a, b in covered)
+        if bias_name is None:
+            bias_name, bias_numel = picked_bias(bias, params)
     result = node
     if bias_name is None and len(node.users) == 1:
         user, before = next(iter(node.users)), node
@@ -108,15 +120,18 @@ def as_projection(node: fx.Node, params: dict[str, str]) -> ProjectionOp | None:
             user, before = next(iter(user.users)), user
         other = [a for a in user.args if isinstance(a, fx.Node) and a is not before]
         # A bias adds one value per output feature: it never broadcasts the output wider
-        # (a static kernel added to per-token dynamic kernels is no bias).
-        if op_name(user) == "add" and other and param_root(other[0], params) \
+        # (a static kernel added to per-token dynamic kernels is no bias), and a tensor
+        # with a value per position (learned queries added back as a residual) is none.
+        values = numel(chain(other[0], EXPAND_OPS, 8)[-1]) if other else 0
+        if op_name(user) == "add" and values == out_width and param_root(other[0], params) \
                 and numel(user) == numel(before):
             bias_name = param_root(other[0], params)
-            bias_numel = numel(other[0])
+            bias_numel = values
             result = user
     groups = _conv_groups(node) if name in POINTWISE_CONV_OPS else 1
+    taps = math.prod(shape(w)[2:]) if name in POINTWISE_CONV_OPS else 1
     return ProjectionOp(result, x, weight, bias_name, numel(w), bias_numel, out_width, node,
-                        covered, axes, groups)
+                        covered, axes, groups, taps)
 
 
 def _operands(node: fx.Node, name: str, params: dict[str, str]
@@ -146,9 +161,18 @@ def _pointwise(node: fx.Node, weight: object) -> bool:
     if not isinstance(weight, fx.Node) or len(shape(weight)) < 3:
         return False
     if any(k != 1 for k in shape(weight)[2:]):
-        return False
+        return _local(node, weight)
     transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
     return _all(arg(node, 4, "padding", 0), 0) and not transposed
+
+
+def _local(node: fx.Node, weight: fx.Node) -> bool:
+    """A 1-d convolution over all the channels that keeps every position (stride 1, not
+    transposed): a projection that reads a few neighbours (K/V from a kernel-3 conv of a
+    channels-first memory); its weight is out·in·k."""
+    transposed = op_name(node) == "convolution" and bool(arg(node, 6, "transposed", False))
+    return (len(shape(weight)) == 3 and _all(arg(node, 3, "stride", 1), 1)
+            and _conv_groups(node) == 1 and not transposed)
 
 
 def _conv_groups(node: fx.Node) -> int:

@@ -33,6 +33,62 @@ def bias_ranges(bias: fx.Node, params: dict[str, str]) -> tuple[str | None, tupl
     return first, tuple(covered)
 
 
+def picked_bias(bias: fx.Node, params: dict[str, str]) -> tuple[str | None, int]:
+    """The first learned part and the learned elements of a piece cut out of a
+    ``cat``-assembled bias (``F.multi_head_attention_forward`` chunks its joined
+    ``in_proj_bias`` into the q, k and v biases); (None, 0) for any other bias."""
+    piece = _piece(bias)
+    if piece is None:
+        return None, 0
+    joined, span = piece
+    start, first, learned = 0, None, 0
+    for part in joined.args[0]:  # type: ignore[union-attr]
+        if not isinstance(part, fx.Node) or len(shape(part)) != 1:
+            return None, 0
+        stop = start + shape(part)[0]
+        name = param_root(part, params)
+        inside = overlap(span, ((start, stop),))
+        if name is not None and inside:
+            first, learned = first or name, learned + inside
+        start = stop
+    return first, learned
+
+
+def _piece(bias: fx.Node) -> tuple[fx.Node, Range] | None:
+    """The ``cat`` a 1-d bias is a ``getitem`` of a split, or a slice, of, and the range."""
+    name = op_name(bias)
+    source = bias.args[0] if bias.args else None
+    if not isinstance(source, fx.Node):
+        return None
+    if name == "getitem" and op_name(source) in SPLIT_OPS and isinstance(bias.args[1], int):
+        joined = source.args[0]
+        if not isinstance(joined, fx.Node) or len(shape(joined)) != 1:
+            return None
+        sizes = _sizes(source, op_name(source), shape(joined)[0])
+        index = bias.args[1]
+        if sizes is None or not 0 <= index < len(sizes):
+            return None
+        span = (sum(sizes[:index]), sum(sizes[: index + 1]))
+    elif name in ("slice", "narrow") and len(shape(source)) == 1:
+        begin = arg(bias, 2, "start", 0) or 0
+        if not isinstance(begin, int) or begin < 0:
+            return None
+        joined, span = source, (begin, begin + shape(bias)[0])
+    else:
+        return None
+    return (joined, span) if op_name(joined) == "cat" else None
+
+
+def joined_parameter(weight: fx.Node, params: dict[str, str]) -> str | None:
+    """The first part of a weight joined with ``cat`` along its output rows from
+    parameters alone (separate q, k, v weights passed as one ``in_proj_weight``)."""
+    if op_name(weight) != "cat" or not weight.args or not isinstance(
+            weight.args[0], (list, tuple)) or arg(weight, 1, "dim", 0) != 0:
+        return None
+    names = [param_root(p, params) for p in weight.args[0]]
+    return names[0] if names and all(names) else None
+
+
 def overlap(span: Range, ranges: tuple[Range, ...]) -> int:
     """Features of ``span`` inside ``ranges``."""
     return sum(max(0, min(span[1], b) - max(span[0], a)) for a, b in ranges)
