@@ -40,7 +40,8 @@ def derived_copy(node: fx.Node, source: fx.Node, params: dict[str, str],
     """True when ``node`` derives from ``source`` (or the tensor it is a window of) and
     parameters alone: no other model input, no attention core, no embedding lookup, at
     most two feature maps on the way. A join along the positions (a cache before the new
-    keys) counts when one of its parts derives from ``source``. Queries that are no data
+    keys) counts when one of its parts derives from ``source`` and the others are its past
+    (:func:`_joined_copy`). Queries that are no data
     (a resampler's learned latents, joined after the tokens it reads) read another input."""
     if not _from_data(source, user_inputs):
         return False
@@ -74,7 +75,7 @@ def _derives(node: fx.Node, source: fx.Node, params: dict[str, str],
             return False
         parts = _position_parts(current)
         if parts:
-            if not any(_derives(p, source, params, user_inputs, limit // 2) for p in parts):
+            if not _joined_copy(parts, source, params, user_inputs, limit // 2):
                 return False
             reached = True
             continue
@@ -83,6 +84,33 @@ def _derives(node: fx.Node, source: fx.Node, params: dict[str, str],
             return False
         walk.push(current.all_input_nodes)
     return reached and not walk.cut
+
+
+def _joined_copy(parts: list[fx.Node], source: fx.Node, params: dict[str, str],
+                 user_inputs: frozenset[str], limit: int) -> bool:
+    """A join along the positions is the query's sequence when a part derives from
+    ``source`` and every other part is that sequence's past: read through the same weights
+    as the new part (a cache of inputs) or through none (a cache of projected keys). A part
+    projected by weights of its own is another sequence's (joint attention over added
+    context keys), and the join is then cross-attention."""
+    own = [p for p in parts if _derives(p, source, params, user_inputs, limit)]
+    if not own:
+        return False
+    weights = set().union(*(_weights(p, params, limit) for p in own))
+    return all(_weights(p, params, limit) <= weights for p in parts if p not in own)
+
+
+def _weights(node: fx.Node, params: dict[str, str], limit: int) -> set[str]:
+    """The parameters a short walk back from ``node`` reads."""
+    found: set[str] = set()
+    walk = Walk([node], limit)
+    for current in walk:
+        root = param_root(current, params)
+        if root is not None:
+            found.add(root)
+            continue
+        walk.push(current.all_input_nodes)
+    return found
 
 
 def _position_parts(node: fx.Node) -> list[fx.Node]:
