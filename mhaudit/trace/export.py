@@ -22,7 +22,7 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 
 from mhaudit.data.tracing import DataDependence
-from mhaudit.errors import TraceError, first_line
+from mhaudit.errors import TraceError, first_line, type_name
 from mhaudit.trace.guards import (
     NESTED_LIMITATION,
     NESTED_TIP,
@@ -249,12 +249,57 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         model.train(was_training)
     if nested_failure(failures):
         raise TraceError(NESTED_LIMITATION, NESTED_TIP) from failures[0][1]
-    causes = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failures)
+    name, furthest = _furthest(failures)
     raise TraceError(
-        f"could not trace {type(model).__name__} ({causes})",
-        "Check that example_inputs() match forward() and that forward has no "
-        "data-dependent Python control flow on tensor values.",
-    ) from failures[0][1]
+        f"could not trace {type_name(model)}: {RUNG_WORDS.get(name, name)} got furthest and "
+        f"raised {first_line(furthest, 120)}"
+        + (f" ({len(failures) - 1} other tracers failed too)" if len(failures) > 1 else ""),
+        "Make example_inputs() match forward(); --verbose shows each tracer's error.",
+        detail="\n".join(f"{rung}: {first_line(exc)}" for rung, exc in failures),
+    ) from furthest
+
+
+RUNG_WORDS = {
+    "dispatch-record": "the fake-tensor record",
+    "torch.export": "torch.export",
+    "torch.export-strict": "strict torch.export",
+    "dispatch-real": "the real forward",
+    "dispatch-fake": "the fake-tensor record at stated bounds",
+}
+"""Each rung in plain words, as an error line names it."""
+
+_FAITHFUL = ("dispatch-real", "dispatch-record", "dispatch-fake", "torch.export",
+             "torch.export-strict")
+"""Rungs from the one whose error says most about the model to the one that says least:
+a real forward raises what the model raises; export raises its own limits too."""
+
+
+def _furthest(failures: list[tuple[str, BaseException]]) -> tuple[str, BaseException]:
+    """The rung that got furthest: one whose error was raised while the model's own code
+    ran (a frame outside torch and mhaudit on its traceback), the most faithful first; a
+    rung left out (:class:`NotRun`) never counts."""
+    ran = [(name, exc) for name, exc in failures if not isinstance(exc, NotRun)] or failures
+
+    def rank(failure: tuple[str, BaseException]) -> tuple[bool, int]:
+        name, exc = failure
+        order = _FAITHFUL.index(name) if name in _FAITHFUL else len(_FAITHFUL)
+        return (not _in_model_code(exc), order)
+
+    return min(ran, key=rank)
+
+
+_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (torch, contextlib))
+"""Where torch's and Python's own frames live (with mhaudit's, checked by name)."""
+
+
+def _in_model_code(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not path.startswith(_LIBRARY_DIRS) and f"{os.sep}mhaudit{os.sep}" not in path:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _with_causes(traced: TracedGraph, failures: list[tuple[str, BaseException]],
