@@ -31,7 +31,12 @@ from mhaudit.trace.guards import (
     nested_inputs,
     plain_autocast,
 )
-from mhaudit.trace.ran import require_plain_forward, require_ran
+from mhaudit.trace.ran import (
+    missing_input,
+    raised_in_model_code,
+    require_plain_forward,
+    require_ran,
+)
 from mhaudit.trace.real import CpuTwin, plan_real_forward, real_record
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph, output_tensors, strip_wrapper
@@ -249,14 +254,31 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         model.train(was_training)
     if nested_failure(failures):
         raise TraceError(NESTED_LIMITATION, NESTED_TIP) from failures[0][1]
+    raise _failed(model, args, kwargs, failures) from _furthest(failures)[1]
+
+
+def _failed(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+            failures: list[tuple[str, BaseException]]) -> TraceError:
+    """One line for a ladder where every rung failed: the input that forward raised on
+    because the inputs left it out, else the rung that got furthest and its first error;
+    each rung's own error goes to ``detail`` (shown with --verbose)."""
     name, furthest = _furthest(failures)
-    raise TraceError(
+    detail = "\n".join(f"{rung}: {first_line(exc)}" for rung, exc in failures)
+    missing = next(filter(None, (missing_input(model, args, kwargs, exc)
+                                 for exc in (furthest, *(e for _, e in failures)))), None)
+    if missing is not None:
+        return TraceError(
+            f"could not trace {type_name(model)}: forward() needs {missing}, which the "
+            f"inputs leave out ({RUNG_WORDS.get(name, name)} raised {first_line(furthest, 80)})",
+            "Write a model file with build_model() and an example_inputs() that gives it "
+            "(see the README).", detail=detail)
+    return TraceError(
         f"could not trace {type_name(model)}: {RUNG_WORDS.get(name, name)} got furthest and "
         f"raised {first_line(furthest, 120)}"
         + (f" ({len(failures) - 1} other tracers failed too)" if len(failures) > 1 else ""),
         "Make example_inputs() match forward(); --verbose shows each tracer's error.",
-        detail="\n".join(f"{rung}: {first_line(exc)}" for rung, exc in failures),
-    ) from furthest
+        detail=detail,
+    )
 
 
 RUNG_WORDS = {
@@ -283,23 +305,9 @@ def _furthest(failures: list[tuple[str, BaseException]]) -> tuple[str, BaseExcep
     def rank(failure: tuple[str, BaseException]) -> tuple[bool, int]:
         name, exc = failure
         order = _FAITHFUL.index(name) if name in _FAITHFUL else len(_FAITHFUL)
-        return (not _in_model_code(exc), order)
+        return (not raised_in_model_code(exc), order)
 
     return min(ran, key=rank)
-
-
-_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (torch, contextlib))
-"""Where torch's and Python's own frames live (with mhaudit's, checked by name)."""
-
-
-def _in_model_code(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    while tb is not None:
-        path = tb.tb_frame.f_code.co_filename
-        if not path.startswith(_LIBRARY_DIRS) and f"{os.sep}mhaudit{os.sep}" not in path:
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def _with_causes(traced: TracedGraph, failures: list[tuple[str, BaseException]],
