@@ -46,7 +46,7 @@ table.facts th { text-align: left; } tr.current td { background: #fff4d6; font-w
 figure { margin: 0; }
 .charts figure.wide { grid-column: 1 / -1; } .charts figure.wide svg { max-width: none; }
 .whatif-pair { display: grid; grid-template-columns: minmax(0, max-content) minmax(320px, 1fr);
-               gap: 16px; align-items: start; grid-auto-flow: row dense; }
+               gap: 16px; align-items: start; }
 .whatif-pair .charts { grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); }
 @media (max-width: 1100px) { .whatif-pair { grid-template-columns: 1fr; } }
 .whatif-pair > div:first-child { overflow-x: auto; }
