@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -16,15 +17,17 @@ class MhauditError(Exception):
     ``exit_code`` is the documented process exit code for this kind of error.
     ``log`` holds what torch, transformers and warnings said while the failing stage ran
     (the CLI shows it with ``--verbose``).
+    ``detail`` holds further lines (each tracer's own error) that only ``--verbose`` shows.
     """
 
     exit_code = 2
 
-    def __init__(self, message: str, tip: str = "") -> None:
+    def __init__(self, message: str, tip: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.tip = tip
         self.log = ""
+        self.detail = detail
 
     def __str__(self) -> str:
         return self.one_line()
@@ -32,7 +35,8 @@ class MhauditError(Exception):
     def one_line(self, limit: int | None = None) -> str:
         """The message and the tip on one line, as the CLI prints it; with ``limit``, the
         message is shortened (never the start of the tip) so the line fits in it."""
-        message, tip = " ".join(self.message.split()), " ".join(self.tip.split())
+        message = " ".join(without_reprs(self.message).split())
+        tip = " ".join(without_reprs(self.tip).split())
         if limit is not None:
             tip = shorten(tip, limit // 3)
             message = shorten(message, max(limit - len(tip) - 2, 20))
@@ -59,6 +63,50 @@ def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
         return text
     head = (limit - 1) // 2
     return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
+_ADDRESS_REPR = re.compile(r"<([\w.]+)([^<>]*?) at 0x[0-9a-fA-F]+>")
+"""A default ``repr``: ``<pkg.mod.Thing object at 0x7f...>``, ``<function f at 0x...>``."""
+
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{5,}\b")
+"""A memory address left anywhere else."""
+
+_DUMP = re.compile(r"\b([A-Z]\w*)\(")
+"""The start of a constructor-style dump: ``Linear(in_features=8, ...)``, a dataclass."""
+
+DUMP_CHARS = 24
+"""A dump whose arguments are longer than this is shown as ``Name(…)``."""
+
+
+def without_reprs(text: str) -> str:
+    """``text`` with object reprs replaced by their class names: ``<Thing>`` for a default
+    repr, ``Name(…)`` for a constructor-style dump longer than :data:`DUMP_CHARS` (an
+    unclosed one ends there), and no memory address left anywhere."""
+    def named(match: re.Match[str]) -> str:
+        rest = match.group(2).replace(" object", "")
+        return f"<{match.group(1).rsplit('.', 1)[-1]}{rest}>"
+
+    for _ in range(4):  # nested reprs (a bound method of an object) from the inside out
+        text, found = _ADDRESS_REPR.subn(named, text)
+        if not found:
+            break
+    return _ADDRESS.sub("an address", _without_dumps(text))
+
+
+def _without_dumps(text: str) -> str:
+    out, at = [], 0
+    for match in _DUMP.finditer(text):
+        if match.start() < at:
+            continue  # inside a dump already left out
+        depth, end = 1, match.end()
+        while end < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        if end - match.end() - 1 <= DUMP_CHARS and not depth:
+            continue
+        out.append(text[at:match.start()] + match.group(1) + "(…)")
+        at = end
+    return "".join(out) + text[at:]
 
 
 def end_sentence(text: str) -> str:
@@ -99,7 +147,7 @@ def type_name(value: object) -> str:
 
 
 def _summary(exc: BaseException, limit: int) -> str:
-    lines = [ln.strip() for ln in safe_text(exc).splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in without_reprs(safe_text(exc)).splitlines() if ln.strip()]
     text = " ".join(lines[:3]) if lines else ""
     if len(text) > limit:
         text = text[: limit - 3] + "..."

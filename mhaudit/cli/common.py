@@ -32,6 +32,7 @@ from mhaudit.errors import (
     safe_text,
     shorten,
     type_name,
+    without_reprs,
 )
 from mhaudit.load.device import parse_device
 from mhaudit.options import MAX_SIZE, FlopsBackend
@@ -274,6 +275,9 @@ def _explain(error: BaseException, log: str, verbose: bool) -> None:
         return
     if log:
         echo_error("captured log:\n" + log)
+    detail = getattr(error, "detail", "")
+    if detail:
+        echo_error(detail)
     try:
         text = "".join(traceback.format_exception(error)).rstrip()
     except Exception:  # an exception whose message cannot be formatted
@@ -294,7 +298,7 @@ class CommandExit(SystemExit):
 
 def _exit(line: str, code: int, error: BaseException, log: str, verbose: bool) -> NoReturn:
     _explain(error, log, verbose)
-    text = shorten(plain(" ".join(line.split())), MAX_LINE_CHARS - len("mhaudit: "))
+    text = shorten(plain(" ".join(without_reprs(line).split())), MAX_LINE_CHARS - len("mhaudit: "))
     echo_error(f"mhaudit: {text}")
     raise CommandExit(code, text)
 

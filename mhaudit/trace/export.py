@@ -22,7 +22,7 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 
 from mhaudit.data.tracing import DataDependence
-from mhaudit.errors import TraceError, first_line
+from mhaudit.errors import TraceError, first_line, type_name
 from mhaudit.trace.guards import (
     NESTED_LIMITATION,
     NESTED_TIP,
@@ -31,7 +31,12 @@ from mhaudit.trace.guards import (
     nested_inputs,
     plain_autocast,
 )
-from mhaudit.trace.ran import require_plain_forward, require_ran
+from mhaudit.trace.ran import (
+    missing_input,
+    raised_in_model_code,
+    require_plain_forward,
+    require_ran,
+)
 from mhaudit.trace.real import CpuTwin, plan_real_forward, real_record
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph, output_tensors, strip_wrapper
@@ -249,12 +254,60 @@ def trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         model.train(was_training)
     if nested_failure(failures):
         raise TraceError(NESTED_LIMITATION, NESTED_TIP) from failures[0][1]
-    causes = "; ".join(f"{name}: {first_line(exc)}" for name, exc in failures)
-    raise TraceError(
-        f"could not trace {type(model).__name__} ({causes})",
-        "Check that example_inputs() match forward() and that forward has no "
-        "data-dependent Python control flow on tensor values.",
-    ) from failures[0][1]
+    raise _failed(model, args, kwargs, failures) from _furthest(failures)[1]
+
+
+def _failed(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+            failures: list[tuple[str, BaseException]]) -> TraceError:
+    """One line for a ladder where every rung failed: the input that forward raised on
+    because the inputs left it out, else the rung that got furthest and its first error;
+    each rung's own error goes to ``detail`` (shown with --verbose)."""
+    name, furthest = _furthest(failures)
+    detail = "\n".join(f"{rung}: {first_line(exc)}" for rung, exc in failures)
+    missing = next(filter(None, (missing_input(model, args, kwargs, exc)
+                                 for exc in (furthest, *(e for _, e in failures)))), None)
+    if missing is not None:
+        return TraceError(
+            f"could not trace {type_name(model)}: forward() needs {missing}, which the "
+            f"inputs leave out ({RUNG_WORDS.get(name, name)} raised {first_line(furthest, 80)})",
+            "Write a model file with build_model() and an example_inputs() that gives it "
+            "(see the README).", detail=detail)
+    return TraceError(
+        f"could not trace {type_name(model)}: {RUNG_WORDS.get(name, name)} got furthest and "
+        f"raised {first_line(furthest, 120)}"
+        + (f" ({len(failures) - 1} other tracers failed too)" if len(failures) > 1 else ""),
+        "Make example_inputs() match forward(); --verbose shows each tracer's error.",
+        detail=detail,
+    )
+
+
+RUNG_WORDS = {
+    "dispatch-record": "the fake-tensor record",
+    "torch.export": "torch.export",
+    "torch.export-strict": "strict torch.export",
+    "dispatch-real": "the real forward",
+    "dispatch-fake": "the fake-tensor record at stated bounds",
+}
+"""Each rung in plain words, as an error line names it."""
+
+_FAITHFUL = ("dispatch-real", "dispatch-record", "dispatch-fake", "torch.export",
+             "torch.export-strict")
+"""Rungs from the one whose error says most about the model to the one that says least:
+a real forward raises what the model raises; export raises its own limits too."""
+
+
+def _furthest(failures: list[tuple[str, BaseException]]) -> tuple[str, BaseException]:
+    """The rung that got furthest: one whose error was raised while the model's own code
+    ran (a frame outside torch and mhaudit on its traceback), the most faithful first; a
+    rung left out (:class:`NotRun`) never counts."""
+    ran = [(name, exc) for name, exc in failures if not isinstance(exc, NotRun)] or failures
+
+    def rank(failure: tuple[str, BaseException]) -> tuple[bool, int]:
+        name, exc = failure
+        order = _FAITHFUL.index(name) if name in _FAITHFUL else len(_FAITHFUL)
+        return (not raised_in_model_code(exc), order)
+
+    return min(ran, key=rank)
 
 
 def _with_causes(traced: TracedGraph, failures: list[tuple[str, BaseException]],

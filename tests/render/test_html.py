@@ -364,3 +364,67 @@ def test_every_table_scrolls_inside_its_section_and_headers_wrap(phased: Report)
     th = re.search(r"\nth \{([^}]*)\}", css)
     assert th and "white-space: normal" in th[1]
     assert re.search(r"\.scroll \{[^}]*overflow-x: auto", css)
+
+
+def _long_names(n: int) -> Report:
+    """The hand report with ``n`` blocks under long, distinct paths, one group each."""
+    base = hand_report()
+    names = [f"model.language_model.layers.{i}.self_attn" for i in range(n)]
+    names.append("model.vision_tower.encoder.layers.0.self_attn")
+    blocks = tuple(dataclasses.replace(layer_block(0), layout=dataclasses.replace(
+        layer_block(0).layout, name=name)) for name in names)
+    groups = tuple(BlockGroup(b.name, (b.name,), b) for b in blocks)
+    return dataclasses.replace(base, blocks=blocks, groups=groups, findings=())
+
+
+def _row_labels(svg: str) -> list[tuple[str, str]]:
+    """Each text of the chart with the full name its title gives (the text itself when it
+    has no title)."""
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    out = []
+    for node in ET.fromstring(svg).iter(f"{ns}text"):
+        title = node.find(f"{ns}title")
+        out.append((node.text or "", title.text or "" if title is not None else node.text or ""))
+    return out
+
+
+@pytest.mark.parametrize("report", [_long_names(12), _many_layers(4), hand_report()],
+                         ids=["long", "folded", "hand"])
+def test_no_label_is_cut_where_it_is_unique(report: Report) -> None:
+    html = render(report, "html")
+    svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    assert svgs
+    cut = 0
+    for svg in svgs:
+        labels = _row_labels(svg)
+        full_names = {full for _, full in labels}
+        for shown, full in labels:
+            if "…" not in shown or shown == full:
+                continue
+            cut += 1
+            head, tail = shown.split("…", 1)
+            # a cut label is the full name's own start and end, its full name in the title
+            assert full.startswith(head) and full.endswith(tail), (shown, full)
+            others = [f for f in full_names if f != full]
+            # ... and reads unlike every other name in the chart
+            assert not any(o.startswith(head) and o.endswith(tail) and len(o) >= len(shown)
+                           for o in others), (shown, others)
+    if report.groups and report.groups[0].pattern.startswith("model."):
+        assert cut > 0  # the long names are cut here, so the check above has run
+        assert "model.….layers.11.self_attn" in html  # the layer index survives
+
+
+@pytest.mark.parametrize(("label", "keep", "shown"), [
+    ("layers.0.attn", 20, "layers.0.attn"),  # fits: as it is
+    ("model.language_model.layers.11.self_attn", 32, "model.….layers.11.self_attn"),  # 27
+    ("model.language_model.layers.11.self_attn", 20, "model.….11.self_attn"),  # 20
+    # no dotted form fits: a third kept in front, two thirds at the end: 6 + 1 + 13 = 20
+    ("a_long_undotted_block_name_of_forty_chars", 20, "a_long…f_forty_chars"),
+])
+def test_a_label_is_cut_from_the_middle(label: str, keep: int, shown: str) -> None:
+    from mhaudit.render.html.labels import short_label
+
+    assert short_label(label, keep) == shown
+    assert len(shown) <= keep

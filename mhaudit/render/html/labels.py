@@ -15,6 +15,32 @@ def text_width(text: str, size: float = 11) -> float:
     return len(text) * CHAR_W * size / 11
 
 
+def short_label(label: str, keep: int) -> str:
+    """``label`` in at most ``keep`` characters, cut from the middle: a dotted name keeps
+    its first part and as many whole parts of its tail as fit (``model.….3.self_attn``),
+    anything else its start and a longer end."""
+    if len(label) <= keep:
+        return label
+    parts = label.split(".")
+    for k in range(len(parts) - 2, 0, -1):
+        dotted = f"{parts[0]}.….{'.'.join(parts[-k:])}"
+        if len(dotted) <= keep:
+            return dotted
+    tail = max(1, (2 * keep) // 3)
+    head = max(0, keep - 1 - tail)
+    return label[:head] + "…" + label[len(label) - tail:]
+
+
+def short_labels(labels: list[str], keep: int) -> list[str]:
+    """Each label as :func:`short_label` cuts it, where two different labels would read
+    alike the end kept instead (``…ers.11.self_attn``), which tells layers apart."""
+    short = [short_label(label, keep) for label in labels]
+    alike = [any(s == short[i] and other != label for other, s in zip(labels, short, strict=True))
+             for i, label in enumerate(labels)]
+    return [("…" + label[len(label) - keep + 1:] if len(label) > keep else label) if clash
+            else cut for label, cut, clash in zip(labels, short, alike, strict=True)]
+
+
 @dataclass(frozen=True)
 class Box:
     """An axis-aligned rectangle in SVG pixels."""

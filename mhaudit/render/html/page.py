@@ -40,10 +40,11 @@ td:first-child, th:first-child { text-align: left; }
 table.facts th { text-align: left; } tr.current td { background: #fff4d6; font-weight: bold; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr));
-          gap: 16px; align-items: start; }
+          gap: 16px; align-items: start; grid-auto-flow: row dense; }
 .charts svg { border: 1px solid #e6e6e6; border-radius: 4px; background: #fff;
               width: 100%; height: auto; max-width: 760px; }
 figure { margin: 0; }
+.charts figure.wide { grid-column: 1 / -1; } .charts figure.wide svg { max-width: none; }
 .whatif-pair { display: grid; grid-template-columns: minmax(0, max-content) minmax(320px, 1fr);
                gap: 16px; align-items: start; }
 .whatif-pair .charts { grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); }

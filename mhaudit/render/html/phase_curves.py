@@ -26,7 +26,7 @@ def timeline_chart(t: TrainingCost) -> str | None:
                   Axis("position in the step [% of its ops] (forward → backward → update)",
                        0.0, 100.0, log=False, fmt=_percent),
                   Axis("live bytes", 0.0, float(t.peak_bytes), log=False, fmt=units.nbytes,
-                       binary=True), width=720, height=340)
+                       binary=True), width=1080, height=340)
     start = 0
     for step in dict.fromkeys(p.step for p in points):
         end = max(i for i, p in enumerate(points) if p.step == step) + 1

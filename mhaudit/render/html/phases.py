@@ -13,8 +13,9 @@ from mhaudit.render.phases import phase_lines
 WIDTH = 720
 
 
-def _figure(svg: str, caption: str) -> str:
-    return f'<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>'
+def _figure(svg: str, caption: str, cls: str = "") -> str:
+    tag = f'<figure class="{cls}">' if cls else "<figure>"
+    return f'{tag}{svg}<figcaption>{escape(caption)}</figcaption></figure>'
 
 
 def _kv_table(rows: list[tuple[str, str]]) -> str:
@@ -73,7 +74,7 @@ def phases_section(report: Report, h2: str, anchor: str) -> list[str]:
         figures.append(training_figure(report.training))
         timeline = timeline_chart(report.training)
         if timeline is not None:
-            figures.append(_figure(timeline, timeline_caption(report.training)))
+            figures.append(_figure(timeline, timeline_caption(report.training), "wide"))
     if report.decode is not None:
         figures.append(decode_figure(report.decode))
     out.append('<div class="charts">' + "\n".join(figures) + "</div>")

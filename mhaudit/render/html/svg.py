@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mhaudit.render.escape import html as escape
 from mhaudit.render.html.axes import Axis, Format, Frame, Ruler
-from mhaudit.render.html.labels import Box, LabelLayout, text_box, text_width
+from mhaudit.render.html.labels import Box, LabelLayout, short_labels, text_box, text_width
 
 __all__ = ["PALETTE", "Axis", "Chart", "Format", "bar_chart", "legend_rows",
            "stacked_bar_chart"]
@@ -161,7 +161,7 @@ class Chart:
         for a, _, text in frame.x.ticks():
             out.append(f'<line x1="{a:.1f}" y1="{frame.top:.1f}" x2="{a:.1f}" '
                        f'y2="{frame.bottom:.1f}" stroke="#e4e4e4"/>')
-            out.append(_text(a, frame.bottom + 16, text, anchor="middle", cls="tick-x"))
+            out.append(_text(a, frame.bottom + 18, text, anchor="middle", cls="tick-x"))
         for b, _, text in frame.y.ticks():
             out.append(f'<line x1="{frame.left:.1f}" y1="{b:.1f}" x2="{frame.right:.1f}" '
                        f'y2="{b:.1f}" stroke="#e4e4e4"/>')
@@ -214,10 +214,15 @@ class Chart:
                     parts + legend + notes + below)
 
 
-def _short(label: str, room: float) -> str:
-    """``label`` cut from the left with an ellipsis to fit ``room`` pixels."""
-    keep = int(room / text_width("x"))
-    return label if len(label) <= keep else "…" + label[-(keep - 1):]
+def _labels(labels: list[str], room: float) -> list[str]:
+    """Row labels cut from the middle to fit ``room`` pixels, alike ones kept apart."""
+    return short_labels(labels, max(2, int(room / text_width("x"))))
+
+
+def _row_label(x: float, y: float, label: str, short: str) -> str:
+    """A row label right-aligned at ``x``; a cut one keeps its full name in a title."""
+    text = _text(x, y, short, anchor="end")
+    return text if short == label else text.replace("</text>", f"{_title(label)}</text>")
 
 
 def _bar_axis(ruler: Ruler, top: float, bottom: float) -> list[str]:
@@ -247,9 +252,10 @@ def bar_chart(title: str, items: Sequence[tuple[str, float, str]], axis_label: s
     out = [_text(12, 20, title, size=14, extra=' font-weight="bold"')]
     bottom = top + row * len(items)
     out += _bar_axis(ruler, top, bottom)
+    shorts = _labels([label for label, _, _ in items], left - 16)
     for i, (label, value, text) in enumerate(items):
         y = top + i * row
-        out.append(_text(left - 6, y + 15, _short(label, left - 16), anchor="end"))
+        out.append(_row_label(left - 6, y + 15, label, shorts[i]))
         if value > 0:
             end = max(left + 1.0, ruler.px(value))
             out.append(_bar(left, y + 4, end - left, row - 8, color, f"{label}: {text}"))
@@ -282,9 +288,10 @@ def stacked_bar_chart(title: str, rows: Sequence[tuple[str, Sequence[tuple[str, 
     out = [_text(12, 20, title, size=14, extra=' font-weight="bold"'), *legend]
     bottom = top + row * len(rows)
     out += _bar_axis(ruler, top, bottom)
+    shorts = _labels([label for label, _ in rows], left - 16)
     for i, ((label, parts), total) in enumerate(zip(rows, totals, strict=True)):
         y, sum_before = top + i * row, 0.0
-        out.append(_text(left - 6, y + 17, _short(label, left - 16), anchor="end"))
+        out.append(_row_label(left - 6, y + 17, label, shorts[i]))
         for name, value in parts:
             # each part spans from the sum before it to the sum after it, both on the ruler
             x0, x1 = ruler.px(sum_before), ruler.px(sum_before + max(value, 0.0))
