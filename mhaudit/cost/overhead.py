@@ -38,8 +38,8 @@ FRAGMENTATION = 0.05
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*$", re.I)
 _UNITS = {"b": 1, "kb": 10**3, "kib": 1 << 10, "mb": 10**6, "mib": 1 << 20, "gb": 10**9,
           "gib": 1 << 30, "tb": 10**12, "tib": 1 << 40}
-_FIX = "Write NAME=SIZE with NAME one of " + ", ".join(TERMS) + (
-    " and SIZE like 600MiB, 2GB or 0 (fragmentation also takes a share, e.g. 8%).")
+_FIX = "Write e.g. cuda_context=600MiB or fragmentation=8%."
+_NAMES = "Use one of " + ", ".join(TERMS) + "."
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def parse_reserve(items: Mapping[str, str] | None) -> Reserve:
     share = None
     for name, text in (items or {}).items():
         if name not in TERMS:
-            raise ConfigError(f"unknown memory term {name!r}", _FIX)
+            raise ConfigError(f"unknown memory term {name!r}", _NAMES)
         match = _SIZE.match(str(text))
         if match is None:
             raise ConfigError(f"memory term {name}={text!r} is not a size", _FIX)
