@@ -149,7 +149,8 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
     causal block. A block whose scores are not a softmax over n_q×n_kv (``score_form``),
     or a band over overlapping chunks (``window_chunk``), costs its core by its own
-    formula (:func:`~mhaudit.cost.forms.core_cost`).
+    formula (:func:`~mhaudit.cost.forms.core_cost`). Learned maps of the score map (head
+    mixing) add b·h·n_q·n_kv·``learned_map_ops`` over the whole map, masked or not.
 
     Only when ``layout.causal`` is True (softmax form): ``causal_total`` counts the core over the
     unmasked pairs (``causal_pairs`` with the layout's alignment and window), a lower
@@ -168,15 +169,16 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     o_proj = projection_flops(layout.o, b * n_q) // streams
     core = core_cost(layout)
     scores, softmax, context = core.scores, core.softmax, core.context
+    score_map = b * h * n_q * n_kv * layout.learned_map_ops
     causal_total = tiles_total = None
     if layout.causal is True and layout.score_form == "softmax":
         offset = diagonal_offset(layout)
         projections = q_proj + k_proj + v_proj + o_proj
         # each kept (query, key) pair is one 1×1 score: 2·d_k + softmax + 2·d_v FLOPs
         pairs = b * h * causal_pairs(n_q, n_kv, offset, layout.window)
-        causal_total = projections + attention_flops(pairs, 1, 1, d_k, d_v)
+        causal_total = projections + attention_flops(pairs, 1, 1, d_k, d_v) + score_map
         tiles = b * h * causal_tile_pairs(n_q, n_kv, offset, layout.window)
-        tiles_total = projections + attention_flops(tiles, 1, 1, d_k, d_v)
+        tiles_total = projections + attention_flops(tiles, 1, 1, d_k, d_v) + score_map
     return FlopBreakdown(
         q_proj=q_proj,
         k_proj=k_proj,
@@ -185,6 +187,7 @@ def block_flops(layout: Layout) -> FlopBreakdown:
         softmax=softmax,
         context=context,
         o_proj=o_proj,
+        score_map=score_map,
         causal_total=causal_total,
         causal_tiles_total=tiles_total,
         visited_fraction=layout.visited_fraction,

@@ -19,6 +19,9 @@ class FlopBreakdown:
     context: int
     """probs·V: 2·b·h·n_q·n_kv·d_v."""
     o_proj: int
+    score_map: int = 0
+    """Learned maps of the score map between QKᵀ and ·V (head mixing): b·h·n_q·n_kv times
+    ``Layout.learned_map_ops``."""
     causal_total: int | None = None
     """Projections plus the core over the unmasked query/key pairs only (the mask as the
     code applies it, windows included): a lower bound of any masked kernel's work; None
@@ -36,10 +39,10 @@ class FlopBreakdown:
 
     @property
     def total(self) -> int:
-        """Sum of the seven parts."""
+        """Sum of the seven parts and the score map's learned maps."""
         return (
             self.q_proj + self.k_proj + self.v_proj + self.scores
-            + self.softmax + self.context + self.o_proj
+            + self.softmax + self.context + self.o_proj + self.score_map
         )
 
 

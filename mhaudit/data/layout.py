@@ -174,6 +174,14 @@ class Layout:
     score_bias_tables: tuple[tuple[str, int], ...] = ()
     """Qualified names and elements of the score-bias parameters the block reads, before a
     table shared with an earlier block is left to that block (``score_bias_params``)."""
+    score_map_params: int = 0
+    """Elements of the learned maps of the score map between QKᵀ and ·V (a head-mixing
+    block's h×h matrix, its convolutions over the map, a norm's weight and bias); counted
+    in ``ParamBreakdown.score_map`` and its total. A map several blocks read counts in the
+    first one."""
+    learned_map_ops: int = 0
+    """FLOPs per score (b·h·n_q·n_kv of them) of those learned maps: 2·h for an h×h
+    matrix across the heads, 2·(c_in/g)·k·k·c_out/h for a k×k convolution over the map."""
 
 
 @dataclass(frozen=True)
@@ -209,11 +217,14 @@ class ParamBreakdown:
     score_bias: int = 0
     """Score-bias parameter elements (relative-position biases), outside q, k, v, o and
     ``total``; see ``SCORE_BIAS_CONVENTION``."""
+    score_map: int = 0
+    """Parameters of the learned maps of the score map (``Layout.score_map_params``),
+    part of ``total``."""
 
     @property
     def total(self) -> int:
-        """q + k + v + o (each weight plus bias)."""
-        return self.q + self.k + self.v + self.o
+        """q + k + v + o (each weight plus bias) + the score map's learned maps."""
+        return self.q + self.k + self.v + self.o + self.score_map
 
     @property
     def delta(self) -> int:

@@ -122,6 +122,7 @@ def _params_to_dict(par: ParamBreakdown) -> dict[str, Any]:
         "biases": {"q": par.q_bias, "k": par.k_bias, "v": par.v_bias, "o": par.o_bias},
         "deviations": [{"reason": d.reason, "params": d.params} for d in par.deviations],
         "score_bias": par.score_bias,
+        **({"score_map": par.score_map} if par.score_map else {}),
     }
 
 
@@ -141,6 +142,8 @@ def block_to_dict(block: AttentionBlock) -> dict[str, Any]:
     data["flops"] = {key: getattr(block.flops, key) for key in _FLOP_FIELDS}
     if block.flops.visited_fraction is not None:
         data["flops"].update({key: getattr(block.flops, key) for key in _BLOCK_MASK_FIELDS})
+    if block.flops.score_map:
+        data["flops"]["score_map"] = block.flops.score_map
     data["memory"] = {key: getattr(block.memory, key) for key in _MEMORY_FIELDS}
     data["flags"] = [finding_to_dict(f) for f in block.findings]
     data["target"] = None if block.target is None else target_to_dict(block.target)

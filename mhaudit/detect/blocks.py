@@ -20,6 +20,7 @@ from mhaudit.detect.patterns.score_bias import score_bias_names
 from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
 from mhaudit.detect.patterns.windows import chunk_count
+from mhaudit.detect.score_maps import with_score_maps
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.sources.sequence import derived_copy, one_sequence
 from mhaudit.detect.sources.shared_output import context_slice
@@ -60,6 +61,9 @@ def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
             _Draft(core, sources, o, outs or ((o,) if o else ())))
     layouts = [_layout(_context_columns(drafts), traced, model) for drafts in groups.values()]
     layouts = _with_score_biases(layouts, list(groups.values()), traced, walker)
+    sizes = {n.name: numel(n) for n in traced.graph.nodes if n.op == "placeholder"}
+    layouts = with_score_maps(layouts, [[d.core for d in ds] for ds in groups.values()],
+                              params, sizes)
     kept = [(lay, drafts) for lay, drafts in zip(layouts, groups.values(), strict=True)
             if _readable(lay)]
     if read is not None:

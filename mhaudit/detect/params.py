@@ -120,7 +120,7 @@ def count(layout: Layout) -> ParamBreakdown:
     textbook = textbook_params(d, sum(actual.bias))
     deviations = _deviations(actual, d) + _notes(layout)
     explained = textbook + sum(x.params for x in deviations)
-    total = sum(measured)
+    total = sum(measured) + layout.score_map_params
     if total != explained:
         deviations.append(
             Deviation(
@@ -143,6 +143,7 @@ def count(layout: Layout) -> ParamBreakdown:
         formula_text=formula_text(actual),
         deviations=tuple(deviations),
         score_bias=layout.score_bias_params,
+        score_map=layout.score_map_params,
     )
 
 
@@ -211,9 +212,6 @@ def _notes(layout: Layout) -> list[Deviation]:
     if layout.sinks:
         notes.append(f"attention sinks: {layout.sinks} extra logit column(s) per head join "
                      f"the softmax ({layout.sinks * h:,} learned logits outside W_Q/W_K/W_V/W_O)")
-    if layout.head_mixing:
-        notes.append(f"head mixing: learned {h}×{h} maps across heads on the logits "
-                     "(weights outside W_Q/W_K/W_V/W_O)")
     if layout.padded_head_dim:
         notes.append(f"head dim {layout.head_dim} is zero-padded to {layout.padded_head_dim} "
                      "for the kernel (no parameters)")
@@ -223,7 +221,14 @@ def _notes(layout: Layout) -> list[Deviation]:
     if layout.windowed:
         notes.append(f"one attention over windows of {layout.windowed} tokens: the same "
                      "projections run once per window and are counted once")
-    return [Deviation(note, 0) for note in notes]
+    result = [Deviation(note, 0) for note in notes]
+    if layout.head_mixing:
+        mixed = layout.score_map_params
+        result.insert(1 if layout.sinks else 0, Deviation(
+            f"head mixing: learned maps of the {h} heads' scores (across heads, over the map)"
+            f" outside W_Q/W_K/W_V/W_O: adds {mixed:,}" if mixed else
+            f"head mixing: maps of the {h} heads' scores with no learned weights", mixed))
+    return result
 
 
 def _low_rank_text(shape: _Shape) -> str:

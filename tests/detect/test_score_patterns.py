@@ -3,11 +3,15 @@ over the queries (slot attention), in whichever order the scores are written."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from mhaudit.api import audit
+from mhaudit.cost.block import block_flops
 from mhaudit.data import AttentionBlock, Report
 
 B, N, D, SLOTS = 2, 16, 32, 4
@@ -177,3 +181,46 @@ def test_a_score_map_transformed_between_qk_and_v_is_a_head_mixing_block(
     assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
     assert block.layout.head_mixing
     assert report.coverage.unread_cores == ()
+
+
+def _counted(model: nn.Module) -> dict[str, int]:
+    """FlopCounterMode's FLOPs per op over a real CPU forward of ``model``."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(torch.randn(B, N, D))
+    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+@pytest.mark.parametrize("build", [ReAttention, ConvolvedScores])
+def test_the_learned_score_maps_count_in_the_block_params_and_flops(
+        build: type[nn.Module]) -> None:
+    torch.manual_seed(0)
+    model = build()
+    counted = _counted(model)
+    (block,) = _audit(model).blocks
+    own = sum(p.numel() for p in model.parameters())
+    maps = own - model.qkv.weight.numel()  # type: ignore[union-attr]
+    # re-attention: θ 4·4 + LayerNorm(4) weight and bias 4 + 4 = 24; the convolutions:
+    # 4·1·3·3 (depthwise) + 4·4·1·1 = 52.
+    assert maps == {ReAttention: 24, ConvolvedScores: 52}[build]
+    assert (block.params.score_map, block.params.total) == (maps, own)
+    assert sum(d.params for d in block.params.deviations) == block.params.delta
+    flops = block.flops
+    # the counter counts products only: the qkv linear, QKᵀ, ·V, θ's einsum (a bmm) and
+    # the convolutions; not the softmax nor the LayerNorm's elementwise work, which is
+    # 2·4·16·16 = 2,048 elements × (5 + weight + bias) = 14,336 FLOPs.
+    norm = 2048 * 7 if build is ReAttention else 0
+    products = flops.total - flops.softmax - norm
+    assert products == sum(counted.values())
+    # θ: 2·b·h·h·n·n = 2·2·4·4·16·16 = 16,384; the convolutions: 2·b·c_out·(c_in/g)·k·k·n·n
+    # = 2·2·4·1·9·256 = 36,864 and 2·2·4·4·1·256 = 16,384, together 53,248.
+    assert flops.score_map == {ReAttention: 16384 + norm, ConvolvedScores: 53248}[build]
+    if build is ConvolvedScores:
+        assert flops.score_map == counted["aten.convolution"]
+
+
+def test_the_score_map_flops_follow_the_sequence_length() -> None:
+    (block,) = _audit(ReAttention()).blocks
+    longer = replace(block.layout, seq_len_q=2 * N, seq_len_kv=2 * N)
+    # 4× the scores, 4× the maps' work: 4·30,720 = 122,880.
+    assert block_flops(longer).score_map == 4 * block.flops.score_map == 122880

@@ -43,9 +43,13 @@ def test_x_transformers_talking_heads_mix_the_logits() -> None:
                                        attn_pre_talking_heads=True,
                                        attn_post_talking_heads=True), (2, 6, 32))
     (block,) = report.blocks
-    # to_q, to_k, to_v 32 → 4·8 and to_out 32 → 32, no biases: 4·32·32 = 4,096.
-    _check(block, 4, 4, 8, 8, "self", False, 4 * 32 * 32)
+    # to_q, to_k, to_v 32 → 4·8 and to_out 32 → 32, no biases: 4·32·32 = 4,096; the two
+    # 1×1 convolutions over the heads (4, 4, 1, 1) each: 2·16 = 32 more.
+    _check(block, 4, 4, 8, 8, "self", False, 4 * 32 * 32 + 2 * 4 * 4)
     assert block.layout.head_mixing
+    assert block.params.score_map == 32
+    # each 1×1 convolution: 2·b·h·h·n·n = 2·2·4·4·6·6 = 2,304 FLOPs, 4,608 for both.
+    assert block.flops.score_map == 4608
 
 
 @pytest.mark.parametrize(("options", "kv_heads", "d_v", "total"), [
