@@ -33,7 +33,7 @@ from mhaudit.parallel.experts import (
     routed_tensors,
 )
 from mhaudit.parallel.inventory import ParamInfo, inventory, total_elements, unit_shards
-from mhaudit.parallel.plan import as_plan, sweep_plans
+from mhaudit.parallel.plan import as_plan
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
 from mhaudit.parallel.seqpar import sp_layout
 from mhaudit.rules.base import RuleContext
@@ -365,15 +365,3 @@ def plan_errors(blocks: Sequence[AttentionBlock], plan: ParallelPlan, profile: G
                   if f.severity == Severity.ERROR and f.code not in before]
     return tuple(dict.fromkeys(found))
 
-
-def sweep_costs(
-    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-    blocks: Sequence[AttentionBlock], gpus: int, profile: GpuProfile, phase: str = TRAIN,
-    *, sp: bool = False, max_tp: int = 64, use_torch: bool = False, **options: Any,
-) -> tuple[ParallelCost, ...]:
-    """:func:`plan_costs` for every ``tp × fsdp = gpus`` plan (:func:`sweep_plans`), the
-    analytic model by default: what ``whatif --parallel`` shows, ``fits`` marking the plans
-    that fit. ``options`` are passed on (dtype, precision, optimizer, context, ...)."""
-    return tuple(plan_costs(model, args, kwargs, blocks, plan, profile, phase,
-                            use_torch=use_torch, **options)
-                 for plan in sweep_plans(gpus, sp=sp, max_tp=max_tp))
