@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from mhaudit.api import audit
 from mhaudit.data import AttentionBlock, Report
@@ -176,4 +177,77 @@ def test_a_score_map_transformed_between_qk_and_v_is_a_head_mixing_block(
     # 4 heads of 32 / 4 = 8 over the 16 tokens.
     assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
     assert block.layout.head_mixing
+    assert report.coverage.unread_cores == ()
+
+
+class ChunkedAttention(nn.Module):
+    """Attention over key chunks written by hand (memory-efficient attention, the loop
+    unrolled by tracing): per chunk s = Q·K_cᵀ·scale, exp(s − m) against a normaliser
+    shared by the chunks, exp(s − m)·V_c summed over the chunks. ``normaliser`` is a max
+    over every chunk's scores then a division by the summed exponentials (``max``), a
+    logsumexp of the chunks' logsumexps (``lse``), or a running max that rescales the
+    accumulator and the denominator at each chunk (``online``)."""
+
+    def __init__(self, chunks: tuple[int, ...], normaliser: str, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh, self.chunks, self.normaliser = heads, D // heads, chunks, normaliser
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.out = nn.Linear(D, D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        ks, vs = k.split(self.chunks, dim=2), v.split(self.chunks, dim=2)
+        ss = [q @ kc.transpose(-1, -2) * self.dh ** -0.5 for kc in ks]
+        if self.normaliser == "lse":
+            m = torch.logsumexp(torch.stack([s.logsumexp(-1, keepdim=True) for s in ss]), 0)
+            ctx = sum(torch.exp(s - m) @ vc for s, vc in zip(ss, vs, strict=True))
+        elif self.normaliser == "max":
+            m = torch.stack([s.amax(-1, keepdim=True) for s in ss]).amax(0)
+            es = [torch.exp(s - m) for s in ss]
+            ctx = sum(e @ vc for e, vc in zip(es, vs, strict=True)) / sum(
+                e.sum(-1, keepdim=True) for e in es)
+        else:
+            m = ss[0].amax(-1, keepdim=True)
+            e = torch.exp(ss[0] - m)
+            acc, den = e @ vs[0], e.sum(-1, keepdim=True)
+            for s, vc in zip(ss[1:], vs[1:], strict=True):
+                m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                e, old = torch.exp(s - m_new), torch.exp(m - m_new)
+                acc, den, m = acc * old + e @ vc, den * old + e.sum(-1, keepdim=True), m_new
+            ctx = acc / den
+        assert isinstance(ctx, torch.Tensor)
+        return self.out(ctx.transpose(1, 2).reshape(b, n, d))
+
+
+@pytest.mark.parametrize("normaliser", ["max", "lse", "online"])
+@pytest.mark.parametrize("chunks", [(8, 8), (4, 12), (5, 5, 6), (2, 2, 2, 2, 2, 2, 2, 2)])
+def test_attention_written_chunk_by_chunk_is_one_softmax_block(
+        chunks: tuple[int, ...], normaliser: str) -> None:
+    model = ChunkedAttention(chunks, normaliser)
+    report = _audit(model)
+    (block,) = report.blocks
+    # one block over all N = 16 keys, whatever the chunks: 4 heads of 32 / 4 = 8.
+    assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
+    assert block.layout.core_count == 1
+    flops = block.flops
+    # QKᵀ over all keys 2·B·h·n·n_kv·d = 2·2·4·16·16·8 = 32,768, PV the same; the
+    # exp/normalise 3 FLOPs per score over B·h·n·n_kv = 2,048 scores: 6,144.
+    assert (flops.scores, flops.softmax, flops.context) == (32768, 6144, 32768)
+    assert report.coverage.unread_cores == ()
+    # torch counts the matmuls of a real forward: per chunk 2·B·h·n·c·d twice, and the
+    # projections qkv 2·(B·n)·32·96 and out 2·(B·n)·32·32.
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.randn(B, N, D))
+    matmuls = flops.q_proj + flops.k_proj + flops.v_proj + flops.o_proj + flops.scores \
+        + flops.context
+    assert counter.get_total_flops() == matmuls == 2 * B * N * D * 4 * D + 2 * 32768
+
+
+def test_chunked_attention_in_two_layers_is_two_blocks() -> None:
+    model = nn.Sequential(ChunkedAttention((4, 12), "lse"), ChunkedAttention((8, 8), "max"))
+    report = _audit(model)
+    # each layer's chunks join its own Q only: two blocks over the 16 keys each.
+    assert [(b.layout.name, b.layout.seq_len_kv) for b in report.blocks] == [("0", N), ("1", N)]
     assert report.coverage.unread_cores == ()
