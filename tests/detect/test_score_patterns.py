@@ -95,12 +95,45 @@ class UnfoldedLocalAttention(nn.Module):
         return (p.unsqueeze(-2) * v).sum(-1).transpose(1, 2).reshape(b, n, d)
 
 
-def test_a_softmax_over_a_multiply_and_sum_is_never_silent() -> None:
-    report = _audit(UnfoldedLocalAttention())
-    assert report.blocks == ()
-    (unread,) = report.coverage.unread_cores
-    assert (unread.module, unread.op) == ("", "softmax")
-    assert "multiply and a sum" in unread.why
+class UnfoldedWindowsFirst(nn.Module):
+    """The same local attention with the window axis before the head dim:
+    ``(q.unsqueeze(-2) * k_windows).sum(-1)`` and ``(p.unsqueeze(-1) * v_windows).sum(-2)``."""
+
+    def __init__(self, heads: int = 2, window: int = 3) -> None:
+        super().__init__()
+        self.h, self.dh, self.w = heads, D // heads, window
+        self.q, self.k, self.v = (nn.Linear(D, D, bias=False) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = (p(x).view(b, n, self.h, self.dh).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        k = torch.nn.functional.pad(k, (0, 0, self.w - 1, 0)).unfold(2, self.w, 1)
+        v = torch.nn.functional.pad(v, (0, 0, self.w - 1, 0)).unfold(2, self.w, 1)
+        k, v = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, h, n, W, dh)
+        p = (q.unsqueeze(-2) * k).sum(-1).softmax(-1)  # (B, h, n, W)
+        return (p.unsqueeze(-1) * v).sum(-2).transpose(1, 2).reshape(b, n, d)
+
+
+@pytest.mark.parametrize(("build", "heads", "window"),
+                         [(UnfoldedLocalAttention, 4, 5), (UnfoldedWindowsFirst, 2, 3)])
+def test_a_softmax_over_a_multiply_and_sum_is_an_unfolded_block(
+        build: type[nn.Module], heads: int, window: int) -> None:
+    report = _audit(build())
+    (block,) = report.blocks
+    lay = block.layout
+    # h heads of 32 / h over the 16 tokens; each query scores the W keys of its window.
+    assert _row(block) == ("unfolded", "self", heads, heads, D // heads, N, N)
+    assert lay.window == window
+    # QKᵀ 2·B·h·n·W·d: 2·2·4·16·5·8 = 10,240 (h = 4, W = 5) or 2·2·2·16·3·16 = 6,144
+    # (h = 2, W = 3), PV the same; softmax 3·B·h·n·W: 1,920 or 576.
+    d = D // heads
+    assert (block.flops.scores, block.flops.softmax, block.flops.context) == (
+        {(4, 5): (10240, 1920, 10240), (2, 3): (6144, 576, 6144)}[(heads, window)])
+    assert (block.flops.scores, block.flops.context) == (2 * B * heads * N * window * d,) * 2
+    # projections over the 16 tokens, not the 16·W window entries: 2·(B·n)·32·32 per role.
+    assert (block.flops.q_proj, block.flops.k_proj, block.flops.v_proj) == (65536,) * 3
+    assert report.coverage.unread_cores == ()
 
 
 class TiedRowAttention(nn.Module):
