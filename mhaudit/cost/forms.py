@@ -47,6 +47,8 @@ class CoreShape:
     """Keys scored apart and joined beside a band (global tokens)."""
     visited: float = 1.0
     """Share of the score tiles a block mask visits (the ``flex`` form)."""
+    window: int | None = None
+    """Keys each query scores (the ``unfolded`` form's window); None for all n_kv."""
 
 
 FormFormula = Callable[[CoreShape], CoreCost]
@@ -156,6 +158,16 @@ def _query_softmax(s: CoreShape) -> CoreCost:
     return CoreCost(scores, softmax + 2 * elements, context, elements)
 
 
+@_register("unfolded")
+def _unfolded(s: CoreShape) -> CoreCost:
+    """Local attention over w keys unfolded beside each query: QKᵀ a multiply and a sum,
+    2·bh·n_q·w·d_k; softmax over the window 3·bh·n_q·w; PV 2·bh·n_q·w·d_v. bh·n_q·w
+    scores. w is the window (n_kv without one)."""
+    w = s.n_kv if s.window is None else min(s.window, s.n_kv)
+    scores, softmax, context = attention_parts(s.batch_heads, s.n_q, w, s.d_k, s.d_v)
+    return CoreCost(scores, softmax, context, s.batch_heads * s.n_q * w)
+
+
 def form_names() -> tuple[str, ...]:
     """The forms with a formula."""
     return tuple(_FORMS)
@@ -169,7 +181,8 @@ def core_shape(layout: Layout, batch: int | None = None, n_q: int | None = None,
                      layout.seq_len_kv if n_kv is None else n_kv, layout.head_dim,
                      layout.v_head_dim, layout.score_map_ops, layout.window_chunk,
                      layout.global_keys,
-                     1.0 if layout.visited_fraction is None else layout.visited_fraction)
+                     1.0 if layout.visited_fraction is None else layout.visited_fraction,
+                     layout.window)
 
 
 def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex", "query_softmax")
+SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex", "query_softmax",
+               "unfolded")
 """How a block turns Q and K into the weights it applies to V:
 
 - ``softmax``: an n_q×n_kv matrix QKᵀ through a softmax over the keys (the textbook form);
@@ -17,7 +18,9 @@ SCORE_FORMS = ("softmax", "kernel", "linear", "separable", "channel", "flex", "q
   shared out among the queries, as slot attention shares inputs among slots), then each
   query's weights renormalised over the keys before V;
 - ``channel``: scores over channels, d_k×d_k per head, contracted over the tokens (channel
-  attention: the tokens are the reduction axis, the head dim is the channels per head).
+  attention: the tokens are the reduction axis, the head dim is the channels per head);
+- ``unfolded``: each query scores only the ``window`` keys unfolded beside it, by a
+  multiply and a sum (no matmul), softmax over the window: n_q×window scores.
 """
 
 

@@ -41,8 +41,8 @@ SCORE_FORM_CONVENTION = (
     "context vector; one head over the width, the scores are the width-1 Q projection), "
     "channel (d_k x d_k scores per head over the channels, contracted over the tokens; "
     "heads are the channel groups), query_softmax (softmax over the queries, as slot "
-    "attention normalises, then renormalised over the keys); scores_bytes counts what "
-    "each form writes"
+    "attention normalises, then renormalised over the keys), unfolded (local attention as "
+    "unfold, multiply and sum: n x window scores); scores_bytes counts what each form writes"
 )
 FLEX_CONVENTION = (
     "a flex block (torch's flex_attention) counts QK^T, softmax and PV over the 128x128 "

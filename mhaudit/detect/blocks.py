@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from torch import fx, nn
 
 from mhaudit.data import Layout, Projection
+from mhaudit.detect.chunked import merge_chunks
 from mhaudit.detect.cores import Core
 from mhaudit.detect.forms import find_all_cores, over_channels
 from mhaudit.detect.patterns.explicit import call_facts
@@ -48,7 +49,7 @@ def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
     params = traced.params
     walker = SourceWalker(params, frozenset(traced.user_inputs))
     groups: dict[object, list[_Draft]] = defaultdict(list)
-    for found in find_all_cores(traced.graph, params):
+    for found in merge_chunks(find_all_cores(traced.graph, params), params):
         sources = {
             role: _widest_first(walker.sources(getattr(found, role), axis))
             for role, axis in zip(_ROLES, found.axes, strict=True)

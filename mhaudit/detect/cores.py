@@ -88,6 +88,9 @@ class Core:
     """Share of the score tiles a block mask visits (flex_attention); None without one."""
     block_mask_read: str | None = None
     """How ``visited_fraction`` was found (:class:`~mhaudit.trace.flex.FlexFacts`)."""
+    parts: tuple[fx.Node, ...] = ()
+    """Each chunk's K and V when the core is merged from chunks over its keys
+    (:mod:`~mhaudit.detect.chunked`); empty otherwise."""
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:

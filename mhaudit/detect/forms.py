@@ -11,6 +11,7 @@ from mhaudit.detect.cores import Core, find_cores
 from mhaudit.detect.operands import context_value, is_activation_matmul, scores_operands
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.sources.walker import Source
+from mhaudit.detect.summed import summed_core
 from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
 from mhaudit.trace.ops import (
     KERNEL_MAP_OPS,
@@ -28,7 +29,8 @@ def find_all_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
     cores = find_cores(graph, params)
     taken = {c.output for c in cores}
     for node in graph.nodes:
-        found = _separable_core(node, params) if op_name(node) in SOFTMAX_OPS else (
+        found = (_separable_core(node, params) or summed_core(node, params)) \
+            if op_name(node) in SOFTMAX_OPS else (
             _kernel_core(node, params) or _linear_core(node, params)
             if is_activation_matmul(node, params) else None)
         if found is not None and found.output not in taken:

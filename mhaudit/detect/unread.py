@@ -119,7 +119,7 @@ def _spans(cores: Iterable[Core]) -> set[fx.Node]:
     """The nodes between each core's Q, K, V and its context, the context included."""
     spanned: set[fx.Node] = set()
     for core in cores:
-        stops = {core.q, core.k, core.v}
+        stops = {core.q, core.k, core.v, *core.parts}
         pending = [core.output]
         local: set[fx.Node] = set()
         while pending and len(local) < SPAN_NODES:

@@ -98,12 +98,45 @@ class UnfoldedLocalAttention(nn.Module):
         return (p.unsqueeze(-2) * v).sum(-1).transpose(1, 2).reshape(b, n, d)
 
 
-def test_a_softmax_over_a_multiply_and_sum_is_never_silent() -> None:
-    report = _audit(UnfoldedLocalAttention())
-    assert report.blocks == ()
-    (unread,) = report.coverage.unread_cores
-    assert (unread.module, unread.op) == ("", "softmax")
-    assert "multiply and a sum" in unread.why
+class UnfoldedWindowsFirst(nn.Module):
+    """The same local attention with the window axis before the head dim:
+    ``(q.unsqueeze(-2) * k_windows).sum(-1)`` and ``(p.unsqueeze(-1) * v_windows).sum(-2)``."""
+
+    def __init__(self, heads: int = 2, window: int = 3) -> None:
+        super().__init__()
+        self.h, self.dh, self.w = heads, D // heads, window
+        self.q, self.k, self.v = (nn.Linear(D, D, bias=False) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = (p(x).view(b, n, self.h, self.dh).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        k = torch.nn.functional.pad(k, (0, 0, self.w - 1, 0)).unfold(2, self.w, 1)
+        v = torch.nn.functional.pad(v, (0, 0, self.w - 1, 0)).unfold(2, self.w, 1)
+        k, v = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, h, n, W, dh)
+        p = (q.unsqueeze(-2) * k).sum(-1).softmax(-1)  # (B, h, n, W)
+        return (p.unsqueeze(-1) * v).sum(-2).transpose(1, 2).reshape(b, n, d)
+
+
+@pytest.mark.parametrize(("build", "heads", "window"),
+                         [(UnfoldedLocalAttention, 4, 5), (UnfoldedWindowsFirst, 2, 3)])
+def test_a_softmax_over_a_multiply_and_sum_is_an_unfolded_block(
+        build: type[nn.Module], heads: int, window: int) -> None:
+    report = _audit(build())
+    (block,) = report.blocks
+    lay = block.layout
+    # h heads of 32 / h over the 16 tokens; each query scores the W keys of its window.
+    assert _row(block) == ("unfolded", "self", heads, heads, D // heads, N, N)
+    assert lay.window == window
+    # QKᵀ 2·B·h·n·W·d: 2·2·4·16·5·8 = 10,240 (h = 4, W = 5) or 2·2·2·16·3·16 = 6,144
+    # (h = 2, W = 3), PV the same; softmax 3·B·h·n·W: 1,920 or 576.
+    d = D // heads
+    assert (block.flops.scores, block.flops.softmax, block.flops.context) == (
+        {(4, 5): (10240, 1920, 10240), (2, 3): (6144, 576, 6144)}[(heads, window)])
+    assert (block.flops.scores, block.flops.context) == (2 * B * heads * N * window * d,) * 2
+    # projections over the 16 tokens, not the 16·W window entries: 2·(B·n)·32·32 per role.
+    assert (block.flops.q_proj, block.flops.k_proj, block.flops.v_proj) == (65536,) * 3
+    assert report.coverage.unread_cores == ()
 
 
 class TiedRowAttention(nn.Module):
@@ -224,3 +257,76 @@ def test_the_score_map_flops_follow_the_sequence_length() -> None:
     longer = replace(block.layout, seq_len_q=2 * N, seq_len_kv=2 * N)
     # 4× the scores, 4× the maps' work: 4·30,720 = 122,880.
     assert block_flops(longer).score_map == 4 * block.flops.score_map == 122880
+
+
+class ChunkedAttention(nn.Module):
+    """Attention over key chunks written by hand (memory-efficient attention, the loop
+    unrolled by tracing): per chunk s = Q·K_cᵀ·scale, exp(s − m) against a normaliser
+    shared by the chunks, exp(s − m)·V_c summed over the chunks. ``normaliser`` is a max
+    over every chunk's scores then a division by the summed exponentials (``max``), a
+    logsumexp of the chunks' logsumexps (``lse``), or a running max that rescales the
+    accumulator and the denominator at each chunk (``online``)."""
+
+    def __init__(self, chunks: tuple[int, ...], normaliser: str, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh, self.chunks, self.normaliser = heads, D // heads, chunks, normaliser
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.out = nn.Linear(D, D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        ks, vs = k.split(self.chunks, dim=2), v.split(self.chunks, dim=2)
+        ss = [q @ kc.transpose(-1, -2) * self.dh ** -0.5 for kc in ks]
+        if self.normaliser == "lse":
+            m = torch.logsumexp(torch.stack([s.logsumexp(-1, keepdim=True) for s in ss]), 0)
+            ctx = sum(torch.exp(s - m) @ vc for s, vc in zip(ss, vs, strict=True))
+        elif self.normaliser == "max":
+            m = torch.stack([s.amax(-1, keepdim=True) for s in ss]).amax(0)
+            es = [torch.exp(s - m) for s in ss]
+            ctx = sum(e @ vc for e, vc in zip(es, vs, strict=True)) / sum(
+                e.sum(-1, keepdim=True) for e in es)
+        else:
+            m = ss[0].amax(-1, keepdim=True)
+            e = torch.exp(ss[0] - m)
+            acc, den = e @ vs[0], e.sum(-1, keepdim=True)
+            for s, vc in zip(ss[1:], vs[1:], strict=True):
+                m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                e, old = torch.exp(s - m_new), torch.exp(m - m_new)
+                acc, den, m = acc * old + e @ vc, den * old + e.sum(-1, keepdim=True), m_new
+            ctx = acc / den
+        assert isinstance(ctx, torch.Tensor)
+        return self.out(ctx.transpose(1, 2).reshape(b, n, d))
+
+
+@pytest.mark.parametrize("normaliser", ["max", "lse", "online"])
+@pytest.mark.parametrize("chunks", [(8, 8), (4, 12), (5, 5, 6), (2, 2, 2, 2, 2, 2, 2, 2)])
+def test_attention_written_chunk_by_chunk_is_one_softmax_block(
+        chunks: tuple[int, ...], normaliser: str) -> None:
+    model = ChunkedAttention(chunks, normaliser)
+    report = _audit(model)
+    (block,) = report.blocks
+    # one block over all N = 16 keys, whatever the chunks: 4 heads of 32 / 4 = 8.
+    assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
+    assert block.layout.core_count == 1
+    flops = block.flops
+    # QKᵀ over all keys 2·B·h·n·n_kv·d = 2·2·4·16·16·8 = 32,768, PV the same; the
+    # exp/normalise 3 FLOPs per score over B·h·n·n_kv = 2,048 scores: 6,144.
+    assert (flops.scores, flops.softmax, flops.context) == (32768, 6144, 32768)
+    assert report.coverage.unread_cores == ()
+    # torch counts the matmuls of a real forward: per chunk 2·B·h·n·c·d twice, and the
+    # projections qkv 2·(B·n)·32·96 and out 2·(B·n)·32·32.
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.randn(B, N, D))
+    matmuls = flops.q_proj + flops.k_proj + flops.v_proj + flops.o_proj + flops.scores \
+        + flops.context
+    assert counter.get_total_flops() == matmuls == 2 * B * N * D * 4 * D + 2 * 32768
+
+
+def test_chunked_attention_in_two_layers_is_two_blocks() -> None:
+    model = nn.Sequential(ChunkedAttention((4, 12), "lse"), ChunkedAttention((8, 8), "max"))
+    report = _audit(model)
+    # each layer's chunks join its own Q only: two blocks over the 16 keys each.
+    assert [(b.layout.name, b.layout.seq_len_kv) for b in report.blocks] == [("0", N), ("1", N)]
+    assert report.coverage.unread_cores == ()

@@ -107,11 +107,12 @@ def test_bf16_mixed_gathers_bf16_and_reduces_fp32(llama) -> None:  # type: ignor
     assert sent.reduce_scatter == full.reduce_scatter
 
 
-def test_sweep_costs_every_split_of_the_gpus(llama) -> None:  # type: ignore[no-untyped-def]
-    from mhaudit.parallel import sweep_costs
+def test_every_split_of_the_gpus(llama) -> None:  # type: ignore[no-untyped-def]
+    from mhaudit.parallel import sweep_plans
 
     model, ids, blocks = llama
-    costs = sweep_costs(model, (ids,), {}, blocks, 16, H100, max_tp=8)
+    costs = [plan_costs(model, (ids,), {}, blocks, plan, H100, use_torch=False)
+             for plan in sweep_plans(16, max_tp=8)]
     assert [(c.plan.tp, c.plan.fsdp) for c in costs] == [(1, 16), (2, 8), (4, 4), (8, 2)]
     assert all(c.source == "analytic" and c.fits for c in costs)
     # more TP, fewer FSDP ranks: each rank holds more of the (replicated) embeddings and

@@ -9,7 +9,7 @@ import torch
 
 from mhaudit.api import audit
 from mhaudit.cost.devices import get_profile
-from mhaudit.parallel import sweep_costs
+from mhaudit.parallel import plan_costs, sweep_plans
 from mhaudit.rules.base import RuleContext
 from mhaudit.rules.parallel import HEADS_NOT_DIVISIBLE_BY_TENSOR_PARALLEL
 
@@ -27,7 +27,8 @@ def test_a_plan_whose_heads_do_not_shard_never_fits() -> None:
     ids = torch.zeros((1, 16), dtype=torch.long, device="meta")
     blocks = audit(model, (ids,)).blocks
     h100 = get_profile("h100")
-    costs = sweep_costs(model, (ids,), {}, blocks, 64, h100)
+    costs = [plan_costs(model, (ids,), {}, blocks, plan, h100, use_torch=False)
+             for plan in sweep_plans(64)]
     verdicts = {}
     for cost in costs:
         ctx = RuleContext.for_target(h100, "bfloat16", cost.plan.tp)
