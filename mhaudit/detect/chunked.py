@@ -20,15 +20,11 @@ from torch import fx
 from mhaudit.detect.cores import Core
 from mhaudit.detect.operands import is_activation_matmul, matmul_operands
 from mhaudit.trace.graphs import tensor_inputs
-from mhaudit.trace.ops import PROJECTION_OPS, op_name
+from mhaudit.trace.ops import CHUNK_JOIN_OPS, PROJECTION_OPS, RESCALE_OPS, op_name
 from mhaudit.trace.walks import Walk
 
 _NORMALISER_NODES = 256
 """Nodes walked back from a chunk's normaliser to the score products it reads."""
-_JOIN_OPS = frozenset({"add", "sub", "mul", "div", "to", "_to_copy"})
-"""Ops that carry a chunk's context into the sum of the chunks (adds, rescales, casts)."""
-_RESCALE_OPS = frozenset({"div", "mul"})
-"""Ops after the sum that rescale it (by the normaliser): still the core's output."""
 
 
 def merge_chunks(cores: list[Core], params: dict[str, str]) -> list[Core]:
@@ -109,12 +105,12 @@ def _join(contexts: list[fx.Node]) -> fx.Node | None:
     for context in contexts:
         walk: Walk[fx.Node] = Walk([context], 16 * len(contexts) + 64)
         for node in walk:
-            walk.push(u for u in node.users if op_name(u) in _JOIN_OPS)
+            walk.push(u for u in node.users if op_name(u) in CHUNK_JOIN_OPS)
         reached.append(walk.seen)  # type: ignore[arg-type]
     common = set.intersection(*reached)
     if not common:
         return None
     join = min(common, key=order.__getitem__)
-    while len(join.users) == 1 and op_name(next(iter(join.users))) in _RESCALE_OPS:
+    while len(join.users) == 1 and op_name(next(iter(join.users))) in RESCALE_OPS:
         join = next(iter(join.users))
     return join

@@ -195,6 +195,13 @@ BARRIER_OPS = SDPA_OPS | SOFTMAX_OPS | NORM_OPS | EMBEDDING_OPS
 CORE_OPS = SDPA_OPS | SOFTMAX_OPS
 """Ops at the heart of an attention core: a walk back to one layer's cache stops there."""
 RESIDUAL_OPS = frozenset({"add", "sub", "cat"})
+
+RESCALE_OPS = frozenset({"div", "mul"})
+"""Ops that rescale a tensor by another: a chunked softmax's division by its normaliser."""
+
+CHUNK_JOIN_OPS = frozenset({"add", "sub", "to", "_to_copy"}) | RESCALE_OPS
+"""Ops that carry a chunk's partial context into the sum of the chunks: adds, rescales,
+casts."""
 """Ops that join two activations (a residual add, a concatenation)."""
 PARAM_VIEW_OPS = frozenset(
     {"t", "numpy_T", "mT", "adjoint", "transpose", "permute", "view", "reshape", "_unsafe_view",
