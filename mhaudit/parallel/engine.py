@@ -164,6 +164,14 @@ def _held(current: dict[str, int], forward: dict[str, int], peak: dict[str, int]
     return DeviceBytes(params, grads, states, acts, 0, temps, total, tensor_peak=total)
 
 
+def model_key(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """What a reading of ``model`` on its inputs depends on: the module tree and the inputs'
+    shapes and dtypes (other values by their repr). Equal keys, equal readings."""
+    inputs = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t)
+                   for t in tree_leaves((args, dict(kwargs))))
+    return tuple((name, type(mod)) for name, mod in model.named_modules()), inputs
+
+
 def _meta_copy(model: nn.Module) -> nn.Module:
     """A copy of ``model`` whose parameters and buffers are meta tensors of the same shapes
     (their data is never copied, so a model with real weights costs nothing extra)."""

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from mhaudit.data import AttentionBlock
+from mhaudit.parallel.engine import model_key
 from mhaudit.parallel.roles import COLWISE, EMBEDDING, SEQUENCE, TpModule, fsdp_units
 
 
@@ -124,10 +124,7 @@ def _key(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
          blocks: Sequence[AttentionBlock], modules: Sequence[TpModule]) -> Any:
     """Everything a layout is read from: the module tree, the input shapes, the blocks and
     the TP modules."""
-    inputs = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t)
-                   for t in tree_leaves((args, dict(kwargs))))
-    tree = tuple((name, type(mod)) for name, mod in model.named_modules())
-    return tree, inputs, tuple(b.name for b in blocks), tuple(modules)
+    return model_key(model, args, kwargs), tuple(b.name for b in blocks), tuple(modules)
 
 
 def sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],

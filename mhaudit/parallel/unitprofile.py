@@ -4,6 +4,7 @@ hooks and module hooks."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from mhaudit.fake.mode import FakeMode
-from mhaudit.parallel.engine import _fake_inputs, _loss, _meta_copy
+from mhaudit.parallel.engine import _fake_inputs, _loss, _meta_copy, model_key
 
 ROOT_FIRST = "<root before the layers>"
 """Key of what the root saves before the first layer runs (the embeddings' part)."""
@@ -117,8 +118,25 @@ def static_profile(model: nn.Module, units: Sequence[str], why: str) -> UnitProf
     return UnitProfile(None, frozenset(sides[0]), frozenset(sides[1]), why)
 
 
+_PROFILES: weakref.WeakKeyDictionary[nn.Module, tuple[Any, UnitProfile]] = (
+    weakref.WeakKeyDictionary())
+"""The last profile of each model, with what it was read from: the pipeline plans of one
+search share one forward."""
+
+
 def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                   units: Sequence[str], precision: str) -> UnitProfile:
+    """:func:`read_unit_profile`, read once per model, inputs, units and precision."""
+    key = model_key(model, args, kwargs), tuple(units), precision
+    known = _PROFILES.get(model)
+    if known is None or known[0] != key:
+        known = key, read_unit_profile(model, args, kwargs, units, precision)
+        _PROFILES[model] = known
+    return known[1]
+
+
+def read_unit_profile(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                      units: Sequence[str], precision: str) -> UnitProfile:
     """One forward (and loss) of a fake copy of ``model`` at ``precision``, as the training
     step runs it: what each unit saves for the backward, and where the root's parameters
     run. Falls back to :func:`static_profile` when the forward fails."""
