@@ -129,18 +129,19 @@ def _spec(opts: dict[str, Any]) -> LayoutSpec:
 _FORMATS = tuple(dict.fromkeys((*formats_with("whatif"), "markdown")))
 """Formats of either sweep: the head layouts take ``whatif`` renderers, ``--gpus`` more."""
 
-_SWEEP_FLAGS = ("sp", "train", "decode", "context")
+_SWEEP_FLAGS = ("sp", "train", "decode", "context", "reserve")
 
 
 def _refuse_sweep_flags(opts: dict[str, Any]) -> None:
-    given = [k for k in _SWEEP_FLAGS if opts[k] not in (None, False)]
+    given = [k for k in _SWEEP_FLAGS if opts[k] not in (None, False, ())]
     if given:
         raise ConfigError(f"--{given[0]} shapes the parallel sweep, and --gpus was not given",
                           "Add --gpus N, e.g. --gpus 64, or drop it.")
 
 
 def _parallel_sweep(target: str | None, opts: dict[str, Any]) -> str:
-    """``--gpus N``: the model per device under every tp × fsdp split of N GPUs."""
+    """``--gpus N``: the model per device under every plan of N GPUs, the best marked."""
+    from mhaudit.cost.overhead import parse_reserve_items
     from mhaudit.options import AuditOptions
     from mhaudit.render.whatif_parallel import RENDERERS
     from mhaudit.whatif.parallel_sweep import parallel_whatif
@@ -163,7 +164,8 @@ def _parallel_sweep(target: str | None, opts: dict[str, Any]) -> str:
     if shapes:
         given["input_shapes"] = shapes
     options = AuditOptions(train=opts["train"] or not opts["decode"], decode=opts["decode"],
-                           precision=opts["precision"], **given)
+                           precision=opts["precision"],
+                           reserve=tuple(parse_reserve_items(opts["reserve"]).items()), **given)
     return render(parallel_whatif(target, options, opts["gpus"], sp=opts["sp"]),
                   terminal_width())
 
@@ -174,7 +176,7 @@ Examples:
   mhaudit whatif --d-model 768 --heads 12 --try-heads 6,8,12,16 --plot sweep.png
   mhaudit whatif model.py --block layers.0.self_attn --format json
   mhaudit whatif vit.py --input-shape 1x3x224x224 --device cuda   # also measure each layout
-  mhaudit whatif model.py --gpus 64 --sp --train --decode   # every tp × fsdp split of 64
+  mhaudit whatif model.py --gpus 64 --sp --train --decode   # the best plan of 64 GPUs
 """
 
 
@@ -206,15 +208,20 @@ Examples:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS", help="Give up (exit 3) when building and tracing take longer.")
 @click.option("--gpus", type=AsciiIntRange(min=1, max=65536), default=None,
-              help="Instead of head layouts, cost the model per device under every "
-              "tp × fsdp split of this many GPUs (model mode).")
-@click.option("--sp", is_flag=True, help="With --gpus: sequence parallelism beside each t > 1.")
+              help="Instead of head layouts, search every plan of this many GPUs (tensor, "
+              "context, pipeline, data and expert parallelism, checkpointing) and mark the "
+              "best (model mode).")
+@click.option("--sp", is_flag=True, help="With --gpus: sequence parallelism beside every t > 1 "
+              "(without it, each t > 1 is tried with and without).")
 @click.option("--train", is_flag=True, help="With --gpus: the training step (the default).")
 @click.option("--decode", is_flag=True, help="With --gpus: the decode step.")
 @click.option("--precision", type=click.Choice(Precision.values()), default="fp32",
               show_default=True, help="With --gpus --train: fp32, bf16 or bf16-mixed.")
 @click.option("--context", type=AsciiIntRange(min=0), default=None,
               help="With --gpus --decode: cached tokens (default: the sequence length).")
+@click.option("--reserve", metavar="TERM=SIZE", multiple=True,
+              help="With --gpus: a memory term beyond tensors, e.g. cuda_context=600MiB or "
+              "fragmentation=8%; repeatable.")
 @click.option("--format", "-f", "fmt", type=click.Choice(_FORMATS), default="table",
               show_default=True, help="Output format (markdown with --gpus only).")
 @click.option("--plot", type=click.Path(dir_okay=False),

@@ -133,6 +133,8 @@ def test_markdown_has_one_table_per_phase(llama: str) -> None:
     (["--format", "markdown"], "the head-layout sweep writes table, json"),
     (["--gpus", "8", "--plot", "x.png"], "--plot"),
     (["--sp"], "--gpus was not given"),
+    (["--reserve", "cuda_context=1GB"], "--gpus was not given"),
+    (["--gpus", "8", "--reserve", "context=1GB"], "unknown memory term"),
     (["--gpus", "0"], "0"),
 ])
 def test_bad_sweeps_are_configuration_errors(llama: str, args: list[str], message: str
@@ -145,3 +147,13 @@ def test_bad_sweeps_are_configuration_errors(llama: str, args: list[str], messag
 def test_gpus_needs_a_model() -> None:
     done = CliRunner().invoke(cli, ["whatif", "--gpus", "8"])
     assert done.exit_code == 2 and "no model was given" in done.output
+
+
+def test_reserve_sets_a_term_of_every_plan(llama: str) -> None:
+    data = json.loads(_run(llama, "--gpus", "8", "--reserve", "cuda_context=1GB",
+                           "--format", "json"))
+    for p in data["phases"]["train"]:
+        terms = {t["name"]: t for t in p["memory_terms"]}
+        assert terms["cuda_context"]["bytes"] == 10**9  # 1 GB, decimal
+        assert terms["cuda_context"]["source"] == "set by --reserve"
+        assert p["per_device_bytes"]["cuda_context"] == 10**9
