@@ -8,6 +8,7 @@ from fixtures.zoo_kv_sources import (
     CachedDecode,
     ConvMemory,
     HaloBlocks,
+    HaloFusedKV,
     JoinedInProjection,
     QueryResidual,
     ReducedKeys,
@@ -62,6 +63,20 @@ def test_overlapping_key_windows_gathered_by_unfold_are_self_attention(
     assert _figures(layout) == ("self", H, H, DK, 8, 12)
     assert layout.k is not None and layout.k.weight_params + layout.k.bias_params == (
         _numel(model.k))
+
+
+@pytest.mark.parametrize("split", ["chunk", "split"])
+@pytest.mark.parametrize("gather", ["im2col", "last", "middle"])
+def test_windows_of_one_fused_kv_projection_split_after_the_unfold(
+        gather: str, split: str) -> None:
+    model = HaloFusedKV(D, H, block=8, halo=2, gather=gather, split=split)
+    layout = _detect(model, torch.randn(B, 32, D))
+    # Blocks of 8 queries against 8 + 2·2 = 12 keys; 4 K/V heads of 32 / 4 = 8.
+    assert _figures(layout) == ("self", H, H, DK, 8, 12)
+    # kv is Linear(32, 64): K and V each read half, 32·32 weights + 32 biases = 1,056.
+    assert (_total(layout, "k"), _total(layout, "v")) == (32 * 32 + 32, 32 * 32 + 32)
+    assert _total(layout, "k") + _total(layout, "v") == _numel(model.kv)
+    assert not layout.kv_shared
 
 
 def test_keys_over_a_cache_joined_with_the_new_positions_are_self_attention() -> None:
