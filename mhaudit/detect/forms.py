@@ -8,7 +8,12 @@ from dataclasses import replace
 from torch import fx
 
 from mhaudit.detect.cores import Core, find_cores
-from mhaudit.detect.operands import context_value, is_activation_matmul, scores_operands
+from mhaudit.detect.operands import (
+    context_value,
+    is_activation_matmul,
+    matmul_operands,
+    scores_operands,
+)
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.sources.walker import Source
 from mhaudit.detect.summed import summed_core
@@ -57,9 +62,10 @@ def over_channels(core: Core, sources: dict[str, tuple[Source, ...]]) -> Core:
 
 def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
     """P·V where P is QKᵀ through elementwise maps, one of them nonlinear, and no softmax
-    (YOSO's (1 − acos(q·k)/π)^τ, sigmoid or ReLU attention)."""
-    operands = [a for a in context.args[:2] if isinstance(a, fx.Node)]
-    if op_name(context) not in ("matmul", "bmm") or len(operands) != 2:
+    (YOSO's (1 − acos(q·k)/π)^τ, sigmoid or ReLU attention); P·V may be an einsum whose
+    first operand is P."""
+    operands = matmul_operands(context)
+    if op_name(context) not in ("matmul", "bmm", "einsum") or len(operands) != 2:
         return None
     current, masks, maps, nonlinear = operands[0], [], 0, False
     for _ in range(_MAX_STEPS):

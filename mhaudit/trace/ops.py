@@ -199,6 +199,14 @@ RESIDUAL_OPS = frozenset({"add", "sub", "cat"})
 RESCALE_OPS = frozenset({"div", "mul"})
 """Ops that rescale a tensor by another: a chunked softmax's division by its normaliser."""
 
+SAME_VALUE_OPS = frozenset(
+    {"clone", "contiguous", "alias", "detach", "to", "_to_copy", "type_as", "lift_fresh_copy",
+     "slice", "narrow", "view", "_unsafe_view", "reshape", "expand", "mul", "div", "add",
+     "sub", "neg"}
+)
+"""Ops that, when they keep a tensor's shape, give a copy, a cast, a whole slice or an
+elementwise rescale of it (``q.clone()``, ``q[:, :, :]``, ``q * scale``): chunks whose Q
+comes from one tensor through them read one Q."""
 CHUNK_JOIN_OPS = frozenset({"add", "sub", "to", "_to_copy"}) | RESCALE_OPS
 """Ops that carry a chunk's partial context into the sum of the chunks: adds, rescales,
 casts."""

@@ -265,11 +265,17 @@ class ChunkedAttention(nn.Module):
     shared by the chunks, exp(s − m)·V_c summed over the chunks. ``normaliser`` is a max
     over every chunk's scores then a division by the summed exponentials (``max``), a
     logsumexp of the chunks' logsumexps (``lse``), or a running max that rescales the
-    accumulator and the denominator at each chunk (``online``)."""
+    accumulator and the denominator at each chunk (``online``). Each chunk's scores read
+    Q itself (``same``) or their own copy of it made in the loop (``clone``,
+    ``contiguous``, ``whole`` slice ``q[:, :, :]``, ``scale``d); with ``q_chunks`` the
+    queries are split into chunks too, each against every key chunk, and the contexts
+    joined along the queries."""
 
-    def __init__(self, chunks: tuple[int, ...], normaliser: str, heads: int = 4) -> None:
+    def __init__(self, chunks: tuple[int, ...], normaliser: str, heads: int = 4,
+                 q_form: str = "same", q_chunks: tuple[int, ...] | None = None) -> None:
         super().__init__()
         self.h, self.dh, self.chunks, self.normaliser = heads, D // heads, chunks, normaliser
+        self.q_form, self.q_chunks = q_form, q_chunks
         self.qkv = nn.Linear(D, 3 * D, bias=False)
         self.out = nn.Linear(D, D, bias=False)
 
@@ -277,7 +283,20 @@ class ChunkedAttention(nn.Module):
         b, n, d = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         ks, vs = k.split(self.chunks, dim=2), v.split(self.chunks, dim=2)
-        ss = [q @ kc.transpose(-1, -2) * self.dh ** -0.5 for kc in ks]
+        rows = q.split(self.q_chunks, dim=2) if self.q_chunks else (q,)  # (B, h, n_c, dh)
+        ctx = torch.cat([self._attend(qc, ks, vs) for qc in rows], dim=2)  # (B, h, n, dh)
+        return self.out(ctx.transpose(1, 2).reshape(b, n, d))
+
+    def _scores(self, q: torch.Tensor, kc: torch.Tensor) -> torch.Tensor:
+        scale = self.dh ** -0.5
+        copy = {"same": lambda: q, "clone": q.clone, "contiguous": q.contiguous,
+                "whole": lambda: q[:, :, :], "scale": lambda: q * scale}[self.q_form]()
+        s = copy @ kc.transpose(-1, -2)  # (B, h, n_c, c)
+        return s if self.q_form == "scale" else s * scale
+
+    def _attend(self, q: torch.Tensor, ks: tuple[torch.Tensor, ...],
+                vs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        ss = [self._scores(q, kc) for kc in ks]
         if self.normaliser == "lse":
             m = torch.logsumexp(torch.stack([s.logsumexp(-1, keepdim=True) for s in ss]), 0)
             ctx = sum(torch.exp(s - m) @ vc for s, vc in zip(ss, vs, strict=True))
@@ -296,17 +315,33 @@ class ChunkedAttention(nn.Module):
                 acc, den, m = acc * old + e @ vc, den * old + e.sum(-1, keepdim=True), m_new
             ctx = acc / den
         assert isinstance(ctx, torch.Tensor)
-        return self.out(ctx.transpose(1, 2).reshape(b, n, d))
+        return ctx
 
 
 @pytest.mark.parametrize("normaliser", ["max", "lse", "online"])
 @pytest.mark.parametrize("chunks", [(8, 8), (4, 12), (5, 5, 6), (2, 2, 2, 2, 2, 2, 2, 2)])
 def test_attention_written_chunk_by_chunk_is_one_softmax_block(
         chunks: tuple[int, ...], normaliser: str) -> None:
-    model = ChunkedAttention(chunks, normaliser)
+    _assert_one_chunked_block(ChunkedAttention(chunks, normaliser))
+
+
+@pytest.mark.parametrize("normaliser", ["max", "lse", "online"])
+@pytest.mark.parametrize("q_chunks", [None, (8, 8), (4, 4, 8)])
+@pytest.mark.parametrize("q_form", ["clone", "contiguous", "whole", "scale"])
+def test_chunks_that_each_copy_or_slice_q_are_one_softmax_block(
+        q_form: str, q_chunks: tuple[int, ...] | None, normaliser: str) -> None:
+    _assert_one_chunked_block(ChunkedAttention((4, 12), normaliser, q_form=q_form,
+                                               q_chunks=q_chunks))
+
+
+def test_query_chunks_over_one_q_are_one_softmax_block() -> None:
+    _assert_one_chunked_block(ChunkedAttention((5, 5, 6), "online", q_chunks=(3, 13)))
+
+
+def _assert_one_chunked_block(model: nn.Module) -> None:
     report = _audit(model)
     (block,) = report.blocks
-    # one block over all N = 16 keys, whatever the chunks: 4 heads of 32 / 4 = 8.
+    # one block over all N = 16 queries and keys, whatever the chunks: 4 heads of 32 / 4 = 8.
     assert _row(block) == ("softmax", "self", 4, 4, 8, N, N)
     assert block.layout.core_count == 1
     flops = block.flops
@@ -314,8 +349,9 @@ def test_attention_written_chunk_by_chunk_is_one_softmax_block(
     # exp/normalise 3 FLOPs per score over B·h·n·n_kv = 2,048 scores: 6,144.
     assert (flops.scores, flops.softmax, flops.context) == (32768, 6144, 32768)
     assert report.coverage.unread_cores == ()
-    # torch counts the matmuls of a real forward: per chunk 2·B·h·n·c·d twice, and the
-    # projections qkv 2·(B·n)·32·96 and out 2·(B·n)·32·32.
+    # torch counts the matmuls of a real forward: per query chunk q_c and key chunk c,
+    # 2·B·h·q_c·c·d twice, summing to 2·32,768; the projections qkv 2·(B·n)·32·96 and
+    # out 2·(B·n)·32·32.
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         model(torch.randn(B, N, D))
@@ -330,3 +366,82 @@ def test_chunked_attention_in_two_layers_is_two_blocks() -> None:
     # each layer's chunks join its own Q only: two blocks over the 16 keys each.
     assert [(b.layout.name, b.layout.seq_len_kv) for b in report.blocks] == [("0", N), ("1", N)]
     assert report.coverage.unread_cores == ()
+
+
+class StackedChunks(nn.Module):
+    """Memory-efficient attention with a normaliser per chunk: for each query chunk and key
+    chunk, exp(s − max_c s) and its product with V_c (``einsum`` or ``matmul``); the chunks'
+    partial sums are stacked, rescaled by exp(max_c − max) and summed over the chunks, then
+    divided by the rescaled sum of the exponentials; query chunks joined by ``cat``."""
+
+    def __init__(self, product: str, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh, self.product = heads, D // heads, product
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.out = nn.Linear(D, D, bias=False)
+
+    def _chunk(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.product == "einsum":
+            s = torch.einsum("bhid,bhjd->bhij", q, k)
+        else:
+            s = q @ k.transpose(-1, -2)  # (B, h, q_c, k_c)
+        m = s.amax(-1, keepdim=True).detach()
+        e = (s - m).exp()
+        pv = torch.einsum("bhij,bhjd->bhid", e, v) if self.product == "einsum" else e @ v
+        return e.sum(-1), pv, m.squeeze(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        outs = []
+        for qc in (q * self.dh ** -0.5).split(8, dim=-2):
+            sums, pvs, maxes = zip(*(self._chunk(qc, kc, vc) for kc, vc in zip(
+                k.split(4, dim=-2), v.split(4, dim=-2), strict=True)), strict=True)
+            m = torch.stack(maxes, -1)  # (B, h, q_c, chunks)
+            share = (m - m.amax(-1, keepdim=True)).exp().detach()
+            ctx = (torch.stack(pvs, -1) * share.unsqueeze(-2)).sum(-1)  # (B, h, q_c, dh)
+            outs.append(ctx / (torch.stack(sums, -1) * share).sum(-1).unsqueeze(-1))
+        return self.out(torch.cat(outs, dim=-2).transpose(1, 2).reshape(b, n, d))
+
+
+@pytest.mark.parametrize("product", ["matmul", "einsum"])
+def test_chunks_with_their_own_normalisers_stacked_and_summed_are_one_block(
+        product: str) -> None:
+    _assert_one_chunked_block(StackedChunks(product))
+
+
+def test_two_layers_of_query_and_key_chunks_over_copies_of_q_are_two_blocks() -> None:
+    model = nn.Sequential(ChunkedAttention((4, 12), "lse", q_form="clone", q_chunks=(8, 8)),
+                          ChunkedAttention((8, 8), "online", q_form="scale", q_chunks=(4, 12)))
+    report = _audit(model)
+    # each layer's chunks join their own Q only: two blocks of 16 queries over 16 keys.
+    assert [(b.layout.name, b.layout.seq_len_q, b.layout.seq_len_kv, b.layout.core_count)
+            for b in report.blocks] == [("0", N, N, 1), ("1", N, N, 1)]
+    assert report.coverage.unread_cores == ()
+
+
+class LocalBlocks(nn.Module):
+    """Blocked local attention written as a loop: each query chunk attends to its own key
+    chunk only, and the contexts are joined along the queries."""
+
+    def __init__(self, block: int = 8, heads: int = 4) -> None:
+        super().__init__()
+        self.h, self.dh, self.block = heads, D // heads, block
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.out = nn.Linear(D, D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        parts = zip(*(t.split(self.block, dim=2) for t in (q, k, v)), strict=True)
+        ctx = torch.cat([(qc @ kc.transpose(-1, -2)).softmax(-1) @ vc
+                         for qc, kc, vc in parts], dim=2)  # (B, h, n, dh)
+        return self.out(ctx.transpose(1, 2).reshape(b, n, d))
+
+
+def test_query_chunks_each_over_their_own_keys_stay_local() -> None:
+    (block,) = _audit(LocalBlocks()).blocks
+    # two chunks of 8 queries, each against its own 8 keys: no core over all 16.
+    lay = block.layout
+    assert (lay.seq_len_q, lay.seq_len_kv, lay.core_count) == (8, 8, 2)

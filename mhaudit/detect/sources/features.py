@@ -170,20 +170,12 @@ def _fwd_unfold(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
     return None if dim % len(step.before) in axes else axes
 
 
-def _im2col_channels(step: _Step) -> int | None:
-    """The channel axis of ``im2col``'s input and output (``F.unfold``: (N, C, *spatial)
-    -> (N, C·∏kernel, L), or unbatched (C, *spatial) -> (C·∏kernel, L)), else None."""
-    if len(step.after) not in (2, 3) or len(step.before) - len(step.after) != 1:
-        return None
-    return len(step.after) - 2
-
-
 def _fwd_im2col(step: _Step, axes: frozenset[int]) -> frozenset[int] | None:
-    """``F.unfold`` gathers each window's positions under its channel: output axis C·∏k
-    holds the channels, each repeated over the window (channel-major). Features on the
-    channel axis stay on it; features on a spatial axis are not followed."""
-    channels = _im2col_channels(step)
-    return None if channels is None or axes - {channels} else axes
+    """``F.unfold`` keeps the channels on their axis, (N, C, H, W) -> (N, C·∏kernel, L),
+    each channel's window under it; features on a spatial axis are not followed."""
+    rank = len(step.after)
+    ok = rank in (2, 3) and len(step.before) == rank + 1 and axes == {rank - 2}
+    return axes if ok else None
 
 
 _FORWARD: dict[str, _AxesHandler] = {
@@ -357,13 +349,6 @@ def _bwd_view_as_complex(step: _Step, axis: int) -> int | None:
     return axis if len(step.after) == len(step.before) - 1 else None
 
 
-def _bwd_im2col(step: _Step, axis: int) -> int | None:
-    """``F.unfold``'s channel·window axis reads the input's channels; its window-count
-    axis mixes the spatial axes (not followed)."""
-    channels = _im2col_channels(step)
-    return channels if channels is not None and axis == channels else None
-
-
 _BACKWARD: dict[str, _AxisHandler] = {
     **dict.fromkeys(SPLIT_OPS | {"getitem"}, _bwd_keep),
     "unbind": _bwd_unbind,
@@ -374,7 +359,6 @@ _BACKWARD: dict[str, _AxisHandler] = {
     "select": _bwd_select,
     "view_as_real": _bwd_view_as_real,
     "view_as_complex": _bwd_view_as_complex,
-    "im2col": _bwd_im2col,
     **dict.fromkeys(REDUCE_OPS, _bwd_reduce),
 }
 """Ops with their own rule for which input axis an output axis reads."""
