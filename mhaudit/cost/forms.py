@@ -187,9 +187,18 @@ def core_shape(layout: Layout, batch: int | None = None, n_q: int | None = None,
 
 def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,
               n_kv: int | None = None) -> CoreCost:
-    """The core cost of ``layout`` by its score form (an unknown form costs as softmax)."""
+    """The core cost of ``layout`` by its score form (an unknown form costs as softmax).
+
+    Rows tied into one score map (``tied_rows`` = R) share its softmax and its scores:
+    both are the form's over ``batch_size`` sequences divided by R, the score tensor's
+    real (b/R, h, n_q, n_kv); QKᵀ (which sums over the rows) and PV count every row."""
     formula = _FORMS.get(layout.score_form, _FORMS["softmax"])
-    return formula(core_shape(layout, batch, n_q, n_kv))
+    cost = formula(core_shape(layout, batch, n_q, n_kv))
+    tied = max(1, layout.tied_rows)
+    if tied == 1:
+        return cost
+    return replace(cost, softmax=round(cost.softmax / tied),
+                   score_elements=round(cost.score_elements / tied))
 
 
 def dense_core(layout: Layout) -> int | None:

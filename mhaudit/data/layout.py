@@ -118,6 +118,10 @@ class Layout:
     """Chunk length when one attention is split over windows of one sequence (then
     ``seq_len_q``/``seq_len_kv`` are one window's and ``batch_size`` counts every window);
     None when the attention sees the whole sequence."""
+    tied_rows: int = 1
+    """Query sequences whose scores are summed into one map before the softmax (the R rows
+    of an alignment tied into one map, ``brihc,brjhc->bhij``): ``batch_size`` counts each
+    row, the score tensor and its softmax each map once; 1 otherwise."""
     streams: int = 1
     """Token streams projected apart and joined along the sequence (2 for joint
     attention over text and image tokens); 1 otherwise."""

@@ -202,8 +202,8 @@ def _layout(drafts: list[_Draft], traced: TracedGraph, model: nn.Module) -> Layo
         latent_width=latent_elements_per_position(
             (first.k, first.v), traced.params, batch * first.seq_len_kv, first.q
         ),
-        score_form=first.form,
-        score_map_ops=first.map_ops,
+        score_form=first.form, score_map_ops=first.map_ops,
+        tied_rows=first.tied_rows,
         visited_fraction=first.visited_fraction, block_mask_read=first.block_mask_read,
         **call_facts(first, traced.user_inputs),
     )

@@ -13,6 +13,7 @@ from mhaudit.detect.operands import (
     is_activation_matmul,
     matmul_operands,
     scores_operands,
+    summed_rows,
 )
 from mhaudit.detect.patterns.bands import chunked_band
 from mhaudit.detect.patterns.buffers import written_buffer, written_values
@@ -88,6 +89,8 @@ class Core:
     """Share of the score tiles a block mask visits (flex_attention); None without one."""
     block_mask_read: str | None = None
     """How ``visited_fraction`` was found (:class:`~mhaudit.trace.flex.FlexFacts`)."""
+    tied_rows: int = 1
+    """Query sequences an einsum's scores also sum over into one map (tied rows)."""
     parts: tuple[fx.Node, ...] = ()
     """Each chunk's K and V when the core is merged from chunks over its keys
     (:mod:`~mhaudit.detect.chunked`); empty otherwise."""
@@ -201,6 +204,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         global_keys=keyed,
         band=band.chunk if band else None,
         form="softmax" if dim % len(dims) == keys else "query_softmax",
+        tied_rows=summed_rows(scores),
     )
 
 

@@ -49,6 +49,21 @@ def scores_operands(
     return operands[0], operands[1], shape(operands[0])[-1], (-1, -2)
 
 
+def summed_rows(scores: fx.Node) -> int:
+    """Rows the scores also sum over: the sizes of the letters an einsum contracts besides
+    Q's head dim (``brihc,brjhc->bhij`` sums R rows of an alignment into one map: R);
+    1 for any other scores op."""
+    if op_name(scores) != "einsum":
+        return 1
+    sizes, inputs, output = _einsum_sizes(scores)
+    if sizes is None or len(inputs) != 2 or not output:
+        return 1
+    k_index = 0 if output[-1] in inputs[0] else 1
+    contracted = (set(inputs[0]) & set(inputs[1])) - set(output)
+    head = set(_trailing(inputs[1 - k_index], contracted))
+    return math.prod(sizes[c] for c in contracted - head)
+
+
 def _trailing(term: str, letters: set[str]) -> str:
     """The run of ``letters`` that ends ``term`` (Q's head dim), or every one of them when
     none ends it. Contracted letters before that run sum over another axis too (rows

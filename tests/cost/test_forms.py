@@ -69,3 +69,11 @@ def test_flex_counts_the_tiles_its_block_mask_visits() -> None:
     layout = replace(_layout("flex", SHAPE.map_ops), visited_fraction=0.75)
     assert core_cost(layout) == CoreCost(24576, 10752, 24576, 2048)
     assert dense_core(layout) == 32768 + 14336 + 32768
+
+
+def test_rows_tied_into_one_map_share_its_softmax_and_scores() -> None:
+    # batch_size 2 counts R = 2 rows of one sequence tied into one map: QKᵀ (summing over
+    # the rows) and PV count both rows, 32,768 each; the one map is 1·4·16·16 = 1,024
+    # scores, softmax 3·1,024 = 3,072.
+    tied = replace(_layout("softmax"), tied_rows=2)
+    assert core_cost(tied) == CoreCost(32768, 3072, 32768, 1024)

@@ -152,6 +152,7 @@ class TiedRowAttention(nn.Module):
         b, r, n, d = x.shape  # (B, R, n, d)
         q, k, v = (p(x).view(b, r, n, self.h, self.dh) for p in (self.q, self.k, self.v))
         p = torch.einsum("brihc,brjhc->bhij", q, k).softmax(-1)  # (B, h, n, n)
+        self.probs = p.detach()  # the score map a real forward holds, for the oracle
         return torch.einsum("bhij,brjhc->brihc", p, v).reshape(b, r, n, d)
 
 
@@ -165,6 +166,25 @@ def test_an_einsum_that_also_sums_over_rows_keeps_its_head_axis() -> None:
     # scores sum over r and c: 2·B·h·n·n·R·c = 2·2·4·8·8·3·16 = 49,152; the context
     # weighs each row's V: 2·B·R·h·n·n·c = 49,152.
     assert (block.flops.scores, block.flops.context) == (49152, 49152)
+
+
+def test_rows_tied_into_one_map_share_its_softmax_and_its_scores() -> None:
+    model = TiedRowAttention()
+    x = torch.randn(2, 3, 8, 64)  # B = 2, R = 3 rows of n = 8, width 64
+    with torch.no_grad():
+        model(x)  # real fp32 CPU forward: the score map it holds
+    p = model.probs
+    assert p.shape == (2, 4, 8, 8)  # (B, h, n, n): one map for the R rows
+    with torch.device("meta"):
+        meta_x = torch.randn(2, 3, 8, 64)
+    report = audit(model.to("meta").eval(), (meta_x,), dtype="float32")
+    (block,) = report.blocks
+    assert block.layout.tied_rows == 3
+    # softmax: 3 FLOPs per score of the real map, 3·2·4·8·8 = 1,536 (not R× that).
+    assert block.flops.softmax == 3 * p.numel() == 1536
+    # the scores the block writes are the real map's bytes: 512 fp32 elements, 2,048 B.
+    assert block.memory.scores_bytes_if_materialized == p.numel() * p.element_size() == 2048
+    assert report.to_dict()["blocks"][0]["tied_rows"] == 3
 
 
 class ReAttention(nn.Module):
