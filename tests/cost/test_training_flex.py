@@ -25,7 +25,7 @@ from mhaudit.verify.step import memtracker_step
 D, HEADS, N, VOCAB, LAYERS = 32, 4, 256, 100, 2
 PEAK_TOLERANCE = 1e-3
 """Both count the same live storages without allocator rounding; they differ by a few
-scalar tensors (48 to 72 B on these models). One dense score matrix kept per layer
+scalar tensors (20 to 72 B on these models). One dense score matrix kept per layer
 (b·h·n²·4 = 1 MiB here) is more than the whole step's peak (about 0.7 MB)."""
 
 
@@ -102,6 +102,14 @@ def test_the_peak_matches_memtracker_on_a_real_cpu_step(case: str) -> None:
     assert ours.peak_bytes + ours.host_state_bytes == pytest.approx(
         reference["Total"], rel=PEAK_TOLERANCE)
     assert ours.ops_without_formula == {}
+
+
+def test_bf16_autocast_matches_memtracker() -> None:
+    torch.manual_seed(0)
+    reference = memtracker_step(FlexLM(), (_ids(),), {}, precision="bf16-mixed")
+    ours = _ours(FlexLM, precision="bf16-mixed")
+    assert ours.peak_bytes + ours.host_state_bytes == pytest.approx(
+        reference["Total"], rel=PEAK_TOLERANCE)
 
 
 def test_checkpointed_layers_match_memtracker() -> None:
