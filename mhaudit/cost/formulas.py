@@ -139,9 +139,9 @@ ZERO_FLOP_OPS: frozenset[str] = frozenset(op_names("aten", (
     # factories
     "empty empty_strided empty_like zeros zeros_like ones ones_like full full_like new_empty "
     "new_zeros new_ones new_full arange scalar_tensor fill "
-    # comparisons and logic (they build masks)
-    "eq ne lt le gt ge logical_not logical_and logical_or logical_xor bitwise_not bitwise_and "
-    "bitwise_or bitwise_xor __and__ __or__ __xor__ isnan isinf "
+    # comparisons and logic (they build masks; sorts only compare)
+    "sort argsort eq ne lt le gt ge logical_not logical_and logical_or logical_xor bitwise_not "
+    "bitwise_and bitwise_or bitwise_xor __and__ __or__ __xor__ isnan isinf "
     # dropout (inference: identity), assertions, scalars and metadata
     "dropout feature_dropout alpha_dropout native_dropout _assert_tensor_metadata _assert_scalar "
     "_assert_async _functional_assert_async sym_size sym_numel sym_stride sym_storage_offset "

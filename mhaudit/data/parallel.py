@@ -197,7 +197,8 @@ class ExpertCost:
     """Routed experts under expert parallelism, on the busiest rank (rank 0)."""
 
     layers: int
-    """Routed-expert layers the plan splits."""
+    """Routed-expert layers the figures count: those of the pipeline stage ``stage``, every
+    one without pipeline stages."""
     num_experts: int
     """Experts E of the largest layer."""
     top_k: int
@@ -217,16 +218,20 @@ class ExpertCost:
     capacity_factor: float
     """1.0 is dropless; otherwise each expert's buffer holds cf · tokens · k / E rows."""
     params: int
-    """Bytes of this rank's expert parameters (all layers of its pipeline stage)."""
+    """Bytes of this rank's expert parameters (the layers of its pipeline stage: all of them
+    without one)."""
     grads: int
     """Bytes of their gradients (0 outside training)."""
     optimizer_states: int
     """Bytes of their optimizer states (0 outside training)."""
     all_to_all_bytes: int
     """Bytes this rank sends per step in the dispatch and combine all-to-alls (and the
-    exchange of per-expert token counts), every layer."""
+    exchange of per-expert token counts), every layer of its pipeline stage."""
     all_to_all_calls: int
     """All-to-all calls per step for the experts."""
+    stage: int | None = None
+    """The pipeline rank whose layers ``layers``, the states and the all-to-alls count: the
+    one ``per_device_bytes`` describes; None without pipeline stages (every layer)."""
 
 
 @dataclass(frozen=True)

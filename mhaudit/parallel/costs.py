@@ -32,7 +32,13 @@ from mhaudit.parallel.experts import (
     expert_traffic,
     routed_tensors,
 )
-from mhaudit.parallel.inventory import ParamInfo, inventory, total_elements, unit_shards
+from mhaudit.parallel.inventory import (
+    ParamInfo,
+    UnitShard,
+    inventory,
+    total_elements,
+    unit_shards,
+)
 from mhaudit.parallel.plan import as_plan
 from mhaudit.parallel.roles import TpModule, fsdp_units, tp_modules
 from mhaudit.parallel.seqpar import sp_layout
@@ -197,6 +203,9 @@ class _Analytic:
     """Why torch's engine cannot run the plan (an axis it does not simulate), or None."""
     params: tuple[ParamInfo, ...] = ()
     """The parameter inventory the figures were made from."""
+    shards: tuple[UnitShard, ...] = ()
+    """Every unit's shards on one rank, the routed experts' included."""
+    d_model: int = 0
 
 
 def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Sequence[TpModule],
@@ -222,7 +231,18 @@ def _analytic(model: nn.Module, blocks: Sequence[AttentionBlock], modules: Seque
                "context parallelism is not simulated on the fake world"
                if plan.cp > 1 else None)
     return _Analytic(held, comm, expert_cost(routing, shards, d_model, spec, plan),
-                     context, blocker, tuple(params))
+                     context, blocker, tuple(params), shards, d_model)
+
+
+def _stage_experts(figures: _Analytic, pipe: pipeline.Staged | None, routing: Routing | None,
+                   spec: StepSpec, plan: ParallelPlan) -> ExpertCost | None:
+    """The experts' figures on the pipeline rank ``per_device_bytes`` describes (its
+    layers only); every layer's without pipeline stages."""
+    if pipe is None:
+        return figures.experts
+    worst = pipe.cost.stages[pipe.cost.worst_stage]
+    return expert_cost(routing, figures.shards, figures.d_model, spec, plan,
+                       (pipe.cost.worst_stage, worst.layers))
 
 
 def plan_costs(
@@ -266,9 +286,10 @@ def plan_costs(
         sp_why)
     held, comm, source, notes, analytic_acts = _measured(run, why, model_figures, spec, plan,
                                                          mode)
-    notes += _axis_notes(model_figures.experts, model_figures.context)
     pipe = pipeline.stage_plan(model, args, kwargs, blocks, model_figures.params, units, spec,
                                plan, precision)
+    on_stage = _stage_experts(model_figures, pipe, routing, spec, plan)
+    notes += _axis_notes(on_stage, model_figures.context)
     held, notes = (pipe.held, [*notes, *pipe.notes]) if pipe else (held, notes)
     timing = analytic.step_parts(spec, comm, held, plan, profile, **pipeline.timing(pipe))
     errors = plan_errors(blocks, plan, profile, dtype)
@@ -281,7 +302,7 @@ def plan_costs(
         source=source, notes=(*notes, *errors), analytic_activations=analytic_acts,
         memory_terms=terms, step_parts=timing,
         mfu=model_flops_utilisation(spec.useful_flops, plan, timing.total, profile),
-        experts=model_figures.experts, context=model_figures.context,
+        experts=on_stage, context=model_figures.context,
         pipeline=pipe.cost if pipe else None)
 
 
@@ -339,7 +360,10 @@ def _axis_notes(experts: ExpertCost | None, context: ContextCost | None) -> list
     if experts is not None:
         notes.append(f"routed experts: {experts.experts_per_rank} of {experts.num_experts} "
                      f"per rank{' (uneven split)' if experts.uneven else ''}, balanced "
-                     f"routing (each expert receives tokens·k/E)")
+                     f"routing (each expert receives tokens·k/E)"
+                     + ("" if experts.stage is None else
+                        f"; their figures count pipeline rank {experts.stage}'s "
+                        f"{experts.layers} routed layers"))
     if context is not None and not context.kv_cache_split:
         notes.append("context parallelism: ring attention splits a training step; a decode "
                      "step's KV cache is not split over cp")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import nn
 
@@ -35,6 +35,7 @@ from mhaudit.data import ExpertLayer
 from mhaudit.data.parallel import ExpertCost, ParallelPlan
 from mhaudit.errors import ConfigError
 from mhaudit.parallel.inventory import ParamInfo, UnitShard
+from mhaudit.parallel.roles import unit_of
 from mhaudit.parallel.shard import ceil_div, fsdp_shard_elements
 
 COUNT_BYTES = 8
@@ -183,28 +184,35 @@ def expert_traffic(routing: Routing | None, d_model: int, spec: StepSpec,
 
 
 def expert_cost(routing: Routing | None, shards: Sequence[UnitShard], d_model: int,
-                spec: StepSpec, plan: ParallelPlan) -> ExpertCost | None:
-    """The experts' figures on rank 0: how many, their states (pipeline stages split the
-    layers as :func:`~mhaudit.parallel.analytic.state_bytes` does) and their all-to-alls."""
+                spec: StepSpec, plan: ParallelPlan,
+                stage: tuple[int, Sequence[str]] | None = None) -> ExpertCost | None:
+    """The experts' figures on rank 0: how many, their states and their all-to-alls, over
+    every routed layer, or with ``stage`` (a pipeline rank and its layer units) over the
+    layers that stage runs, as a pipeline plan's per-device bytes count that rank. E, k
+    and the experts per rank describe the model's largest routed layer either way."""
     layers = [x for x in routing.layers if x.num_experts and x.top_k] if routing else []
     if routing is None or plan.ep == 1 or not layers:
         return None
+    here = layers
+    if stage is not None:
+        here = [x for x in layers if unit_of(x.module + ".", stage[1])]
+        shards = [s for s in shards if unit_of(s.unit + ".", stage[1])]
     mine = [s for s in shards if s.group]
-    elems = ceil_div(sum(s.shard_elements for s in mine), plan.pp)
-    tensors = ceil_div(sum(s.tensors for s in mine), plan.pp)
-    params = elems * spec.param_bytes
+    params = sum(s.shard_elements for s in mine) * spec.param_bytes
     train = spec.phase == TRAIN
     biggest = max(layers, key=lambda x: x.num_experts)
     tokens = tokens_per_rank(spec, plan)
-    sent = [s for s in expert_traffic(routing, d_model, spec, plan) if s[0] == "ep"]
+    sent = [s for s in expert_traffic(replace(routing, layers=tuple(here)), d_model, spec, plan)
+            if s[0] == "ep"]
     return ExpertCost(
-        layers=len(layers), num_experts=biggest.num_experts, top_k=biggest.top_k,
+        layers=len(here), num_experts=biggest.num_experts, top_k=biggest.top_k,
         experts_per_rank=experts_per_rank(biggest.num_experts, plan.ep),
         uneven=any(x.num_experts % plan.ep for x in layers), shard_group=shard_group(plan),
         tokens_per_rank=tokens,
         dispatched_rows=dispatched_rows(tokens, biggest, routing.capacity_factor),
         capacity_factor=float(routing.capacity_factor), params=params,
         grads=params if train else 0,
-        optimizer_states=params * spec.states_per_param + tensors * spec.step_counter_bytes,
-        all_to_all_bytes=sum(s[2] for s in sent), all_to_all_calls=sum(s[3] for s in sent))
-
+        optimizer_states=params * spec.states_per_param
+        + sum(s.tensors for s in mine) * spec.step_counter_bytes,
+        all_to_all_bytes=sum(s[2] for s in sent), all_to_all_calls=sum(s[3] for s in sent),
+        stage=None if stage is None else stage[0])

@@ -14,7 +14,8 @@ from mhaudit.data import AttentionBlock
 from mhaudit.data.parallel import DeviceBytes, ParallelPlan, PipelineCost, PipelineStage
 from mhaudit.parallel import analytic
 from mhaudit.parallel import schedules as sch
-from mhaudit.parallel.inventory import ParamInfo, unit_shards
+from mhaudit.parallel.experts import expert_shards
+from mhaudit.parallel.inventory import ParamInfo, UnitShard, unit_shards
 from mhaudit.parallel.roles import unit_of
 from mhaudit.parallel.shard import ceil_div
 from mhaudit.parallel.unitprofile import ROOT_FIRST, ROOT_LAST, UnitProfile, profile_units
@@ -85,10 +86,19 @@ def _root_piece(name: str, names: frozenset[str], params: Sequence[ParamInfo],
                   saved[1])
 
 
+def _layer_shards(params: Sequence[ParamInfo], layers: Sequence[str], d_model: int,
+                  plan: ParallelPlan) -> list[UnitShard]:
+    """The shards of ``layers``: each unit's dense parameters, and the routed experts they
+    hold, sharded as expert parallelism shards them (none at ep = 1)."""
+    mine = [p for p in params if p.experts and p.unit in layers]
+    return [*unit_shards(params, layers, plan), *expert_shards(mine, d_model, plan)]
+
+
 def _pieces(blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
             units: Sequence[str], profile: UnitProfile, spec: StepSpec,
             plan: ParallelPlan, m: int) -> list[_Piece]:
-    """The root's first part, each layer unit, the root's last part; activations per
+    """The root's first part, each layer unit (its routed experts with it), the root's last
+    part; activations per
     micro-batch: the profile's, scaled to ⌈b/m⌉ and split as the analytic model splits
     them by TP, or without a profile the analytic per-layer count at that micro-batch."""
     flat = replace(plan, pp=1)
@@ -110,12 +120,14 @@ def _pieces(blocks: Sequence[AttentionBlock], params: Sequence[ParamInfo],
 
     out = [_root_piece(ROOT_FIRST, profile.first_params, params, spec, flat,
                        acts(ROOT_FIRST, []))]
-    for unit, shard in zip(units, unit_shards(params, units, flat), strict=True):
+    d_model = blocks[0].layout.d_model if blocks else 0
+    for unit in units:
         if not unit:
             continue
         mine = [b for b in blocks if unit_of(b.name + ".", units) == unit]
         unit_acts = acts(unit, mine)
-        out.append(_Piece(unit, analytic.state_bytes([shard], spec, flat), unit_acts[0],
+        shards = _layer_shards(params, [unit], d_model, flat)
+        out.append(_Piece(unit, analytic.state_bytes(shards, spec, flat), unit_acts[0],
                           analytic.kv_cache_bytes(mine, spec, flat), largest=unit_acts[1]))
     out.append(_root_piece(ROOT_LAST, profile.last_params, params, spec, flat,
                            acts(ROOT_LAST, [])))
@@ -135,6 +147,7 @@ class _Step:
     logits: int
     """Bytes of one micro-batch's model output (what the last stage returns)."""
     params: Sequence[ParamInfo]
+    d_model: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,8 +178,8 @@ def _rank(rank: int, chunks: Sequence[Sequence[_Piece]], step: _Step) -> _Rank:
     root_names = frozenset().union(*(piece.params for piece in pieces))
     root = unit_shards([q for q in step.params if not q.unit and q.name in root_names], [""],
                        flat)
-    states = analytic.state_bytes([*unit_shards(step.params, [q.name for q in layers], flat),
-                                   *root], step.spec, flat)
+    states = analytic.state_bytes([*_layer_shards(step.params, [q.name for q in layers],
+                                                  step.d_model, flat), *root], step.spec, flat)
     flight = sch.in_flight_chunks(schedule, p, step.m, rank, train)
     receives = sum(1 for c in mine if c > 0 and sch.stage_rank(schedule, p, c - 1) != rank)
     gives = sum(1 for c in mine if c < last and sch.stage_rank(schedule, p, c + 1) != rank)
@@ -238,7 +251,7 @@ def stage_plan(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
     boundary = sch.boundary_bytes(spec.batch, m, spec.tokens, d_model, spec.compute_bytes,
                                   plan.tp, plan.sp)
     logits = profile.output_bytes * ceil_div(spec.batch, m) // spec.batch
-    step = _Step(spec, plan, m, boundary, logits, params)
+    step = _Step(spec, plan, m, boundary, logits, params, d_model)
     ranks = [_rank(r, chunks, step) for r in range(plan.pp)]
     worst = max(range(plan.pp), key=lambda r: ranks[r].held.peak)
     total = sum(r.layer_weight for r in ranks) or 1

@@ -23,7 +23,8 @@ from mhaudit.cost.formulas import (
     is_zero_flop,
     lookup,
 )
-from mhaudit.trace.ops import ZERO_BACKWARD_OPS
+from mhaudit.trace.flex import visited_fraction
+from mhaudit.trace.ops import ZERO_BACKWARD_OPS, qualified_name
 
 aten = torch.ops.aten
 
@@ -59,6 +60,8 @@ ZERO_BACKWARD: frozenset[str] = frozenset(f"aten.{name}" for name in ZERO_BACKWA
 
 
 def _name(func: Any) -> str:
+    if isinstance(func, torch._ops.HigherOrderOperator):
+        return qualified_name(func)  # higher_order.flex_attention
     packet = getattr(func, "overloadpacket", func)
     return str(packet)
 
@@ -80,9 +83,45 @@ def _sdpa_cpu_backward(args: tuple[Any, ...]) -> int:
     return count
 
 
+FLEX_MASK_ARG = 4
+"""Position of the block mask (``BlockMask.as_tuple()``) in a ``flex_attention`` call."""
+FLEX_BACKWARD_MASK_ARG = 9
+"""Its position in a ``flex_attention_backward`` call (q, k, v, out, lse, grad_out,
+grad_lse, fw_graph, joint_graph, block_mask, ...)."""
+
+
+def _flex_forward(args: tuple[Any, ...]) -> int:
+    """flex_attention forward: the registry's formula (the SDPA one with its softmax, over
+    the tiles the block mask visits), as the forward audit counts it; score_mod's
+    pointwise ops are not counted (as in the forward's totals)."""
+    entry = lookup("higher_order.flex_attention")
+    assert entry is not None
+    call = OpCall(tuple(_as_formula(a) for a in args[:3]),
+                  {"visited_fraction": visited_fraction(args[FLEX_MASK_ARG])})
+    return entry.formula(call)
+
+
+def _flex_backward(args: tuple[Any, ...]) -> int:
+    """flex_attention backward (q, k, v, out, lse, grad_out, ...): torch's SDPA backward
+    count (the scores recomputed, then dV, dP, dQ, dK: 5 products of n_q·n_kv) over the
+    tiles the block mask visits, as a backward kernel that reads it computes; the softmax
+    gradient's elementwise work and score_mod's are not counted (nor are SDPA's)."""
+    query, key, value, out, _lse, grad_out = args[:6]
+    grad_shape = (grad_out if grad_out is not None else out).shape
+    count: int = flop_counter.sdpa_backward_flop_count(  # type: ignore[no-untyped-call]
+        grad_shape, query.shape, key.shape, value.shape)
+    return round(count * visited_fraction(args[FLEX_BACKWARD_MASK_ARG]))
+
+
 _EXTRA: dict[str, Callable[[tuple[Any, ...]], int]] = {
     "aten._scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_cpu_backward,
 }
+
+_FIRST: dict[str, Callable[[tuple[Any, ...]], int]] = {
+    "higher_order.flex_attention": _flex_forward,
+    "higher_order.flex_attention_backward": _flex_backward,
+}
+"""Calls whose count needs more than their shapes (the block mask's visited tiles)."""
 
 
 def _first_numel(args: tuple[Any, ...]) -> int:
@@ -96,6 +135,8 @@ def op_flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
              missing: dict[str, int]) -> int:
     """FLOPs of one call (2 per multiply-add); adds the op to ``missing`` when none applies."""
     name = _name(func)
+    if name in _FIRST:
+        return _FIRST[name](args)
     base = name[:-1] if name.endswith("_") and not name.endswith("__") else name
     entry = lookup(name) or lookup(base)
     if entry is not None:

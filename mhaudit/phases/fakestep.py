@@ -28,6 +28,7 @@ from mhaudit.phases.backward_flops import op_flops
 from mhaudit.phases.selective import ScoreRecompute
 from mhaudit.phases.stepstate import RUNGS, UpperBounds, step_state
 from mhaudit.phases.target_attention import TargetAttention, attention_mode
+from mhaudit.trace.flex import eager_flex
 from mhaudit.trace.real import seeded
 
 PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
@@ -221,7 +222,7 @@ def run_fake_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
             if attention is not None:
                 attention.owner = lambda: tracker.owner
             marks = layer_marks(tracker, layers, blocks, recompute, attention, policy)
-            with state.modes(), tracker, marks, attention_mode(attention):
+            with state.modes(), tracker, marks, attention_mode(attention), eager_flex():
                 forward_end, source, grads = _forward_backward(
                     model, s_args, s_kwargs, tracker, autocast, state.params)
         except TraceError:

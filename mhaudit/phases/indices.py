@@ -22,6 +22,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from mhaudit.trace.ops import UNSET_OPS, qualified_name
+
 MAX_REAL_NUMEL = 2**22
 """Largest integer or boolean result (elements) computed for real: position ids of a
 4M-token batch, a causal mask of 2048 × 2048."""
@@ -39,9 +41,24 @@ def _small_indices(out: Any) -> bool:
     return sum(math.prod(t.shape) for t in tensors) <= MAX_REAL_NUMEL
 
 
+def _stays_fake(func: Any, inputs: list[torch.Tensor]) -> bool:
+    """An op that runs on fake tensors whatever its inputs: a higher-order op (the fake
+    mode below runs its fake rule), one fed by a fake tensor, one that writes, draws random
+    values or leaves its values unset (torch's flex_attention backward makes its
+    example indices with ``empty_strided`` and wants them fake)."""
+    if isinstance(func, torch._ops.HigherOrderOperator):
+        return True
+    return any(isinstance(t, FakeTensor) for t in inputs) or func._schema.is_mutable \
+        or torch.Tag.nondeterministic_seeded in func.tags \
+        or qualified_name(func).rpartition(".")[2] in UNSET_OPS
+
+
 class RealIndices(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
     """Runs size-fed integer arithmetic for real; enter it above the ``FakeTensorMode``
-    (which must allow non-fake inputs) and below any counter, which sees both kinds."""
+    (which must allow non-fake inputs) and below any counter, which sees both kinds.
+    Higher-order ops (``flex_attention``) pass through whole."""
+
+    supports_higher_order_operators = True
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -50,8 +67,7 @@ class RealIndices(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         inputs = _tensors((args, kwargs))
-        if any(isinstance(t, FakeTensor) for t in inputs) or func._schema.is_mutable \
-                or torch.Tag.nondeterministic_seeded in func.tags:
+        if _stays_fake(func, inputs):
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)  # on fake tensors: the result's shapes, no values

@@ -66,37 +66,64 @@ class FlexFacts:
 def flex_facts(args: tuple[Any, ...]) -> FlexFacts:
     """Facts of a ``flex_attention(q, k, v, score_mod, block_mask, ...)`` call's arguments."""
     query, mask = args[0], args[4]
+    visited, total, how = _visited(mask)
+    causal, window = _mask_shape(mask)
+    return FlexFacts(visited, total, int(mask[_BLOCK_Q]), int(mask[_BLOCK_KV]),
+                     _score_mod_ops(args[3], query), how, causal, window)
+
+
+def visited_fraction(mask: tuple[Any, ...]) -> float:
+    """Share of the score tiles a ``BlockMask.as_tuple()`` visits (1.0 when unknown): what
+    a forward or backward kernel that reads the block mask computes of the dense work."""
+    visited, total, _ = _visited(mask)
+    return FlexFacts(visited, total, int(mask[_BLOCK_Q]), int(mask[_BLOCK_KV]), 0,
+                     "").visited_fraction
+
+
+def _visited(mask: tuple[Any, ...]) -> tuple[int | None, int, str]:
+    """(visited tiles or None, every tile, how the visited ones were found) of a mask."""
     counts = [t for t in (mask[_KV_NUM], mask[_FULL_KV_NUM]) if isinstance(t, torch.Tensor)]
     dims = tuple(int(s) for s in counts[0].shape) if counts else (1, 1, 1)
     n_kv = int(mask[_LENGTHS[1]])
     kv_blocks = -(-n_kv // int(mask[_BLOCK_KV]))
     total = dims[0] * dims[1] * dims[2] * kv_blocks
     if _no_mask(mask):
-        visited: int | None = total
-        how = "no block mask"
-    elif counts and all(_real(t) for t in counts):
-        visited = sum(int(t.sum()) for t in counts)
-        how = "read"
-    else:
-        visited, how = _evaluated(mask, dims)
-    causal, window = _mask_shape(mask)
-    return FlexFacts(visited, total, int(mask[_BLOCK_Q]), int(mask[_BLOCK_KV]),
-                     _score_mod_ops(args[3], query), how, causal, window)
+        return total, total, "no block mask"
+    if counts and all(_real(t) for t in counts):
+        return sum(int(t.sum()) for t in counts), total, "read"
+    visited, how = _evaluated(mask, dims)
+    return visited, total, how
 
 
 @contextlib.contextmanager
 def eager_flex() -> Iterator[None]:
-    """Let ``flex_attention`` call its op eagerly: it otherwise wraps the call in
-    ``torch.compile``, which refuses to run under a dispatch mode (a recorder, a FLOP
-    counter)."""
+    """Let ``flex_attention`` call its op eagerly, its backward too, on CPU tensors.
+
+    It otherwise wraps the call in ``torch.compile``, which refuses to run under a dispatch
+    mode (a recorder, a FLOP counter, a memory tracker); and it refuses CPU inputs that
+    need a gradient, though its eager forward and backward (the dense math ones, which
+    keep the output and the log-sum-exp, not the scores) run there, and on fake tensors.
+    """
     from torch.nn.attention import flex_attention as flex
 
-    before = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    before = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG, flex._validate_device
     flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    flex._validate_device = _device_check(before[1])
     try:
         yield
     finally:
-        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = before
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG, flex._validate_device = before
+
+
+def _device_check(check: Any) -> Any:
+    """torch's device check of flex_attention's inputs, CPU inputs that need a gradient let
+    through (the check reads nothing else of them)."""
+
+    def checked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        if query.device.type != "cpu":
+            check(query, key, value)
+
+    return checked
 
 
 def facts_of(node: fx.Node) -> FlexFacts | None:

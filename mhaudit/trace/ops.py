@@ -147,6 +147,8 @@ FRESH_OPS = frozenset(
      "full_like", "empty", "zeros", "ones", "full", "empty_strided", "new_empty_strided"}
 )
 """Ops that allocate a buffer: its contents come from later in-place writes, not its inputs."""
+UNSET_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+"""Ops that allocate a buffer and leave its values unset (no values to compute for real)."""
 PAD_OPS = frozenset({"constant_pad_nd", "pad"})
 """Ops that pad a tensor with constants."""
 

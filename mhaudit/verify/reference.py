@@ -71,23 +71,25 @@ def flop_counter() -> FlopCounterMode:
 
 
 def _count_eager_flex() -> None:
-    """Give FlopCounterMode's dispatch mode a rule for the flex_attention op, once.
+    """Give FlopCounterMode's dispatch mode a rule for the flex_attention op and its
+    backward, once.
 
-    torch registers flex_attention's FLOP formula (the dense SDPA one) but its counting
-    mode answers the op only inside compiled graphs: an eager call falls through to a path
+    torch registers their FLOP formulas (the dense SDPA ones) but its counting mode
+    answers the ops only inside compiled graphs: an eager call falls through to a path
     that fails. The rule runs the op below the mode and counts it by torch's own formula.
     """
-    from torch._higher_order_ops.flex_attention import flex_attention
+    from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
     from torch.utils.flop_counter import _FlopCounterMode
 
-    if _FlopCounterMode in flex_attention.python_key_table:
-        return
+    for op in (flex_attention, flex_attention_backward):
+        if _FlopCounterMode in op.python_key_table:
+            continue
 
-    @flex_attention.py_impl(_FlopCounterMode)  # type: ignore[untyped-decorator]
-    def _counted(mode: _FlopCounterMode, *args: Any) -> Any:
-        out = flex_attention(*args)
-        return mode.counter._count_flops(  # type: ignore[no-untyped-call]
-            flex_attention, out, args, {})
+        def counted(mode: _FlopCounterMode, *args: Any, op: Any = op) -> Any:
+            out = op(*args)
+            return mode.counter._count_flops(op, out, args, {})  # type: ignore[no-untyped-call]
+
+        op.py_impl(_FlopCounterMode)(counted)
 
 
 def cache_of(out: Any) -> Any:
@@ -143,11 +145,11 @@ def real_forward(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
     """Run one no_grad forward of CPU copies of ``model`` and its inputs (floats at
     ``dtype``; values drawn for what was built on meta) under MemTracker and
     FlopCounterMode, and measure the KV cache it returns."""
-    from torch.distributed._tools.mem_tracker import MemTracker
+    from mhaudit.verify.step import memory_tracker
 
     with real_state(model, dtype) as invented, _eval(model):
         r_args, r_kwargs = real_inputs(args, dtype), real_inputs(dict(kwargs), dtype)
-        tracker, counter = MemTracker(), flop_counter()
+        tracker, counter = memory_tracker(), flop_counter()
         tracker.track_external(model, *tensors_in((r_args, r_kwargs)))
         with torch.no_grad(), tracker, counter:
             out = model(*r_args, **r_kwargs)

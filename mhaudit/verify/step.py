@@ -15,6 +15,51 @@ from mhaudit.fake.live import tensors_in
 from mhaudit.phases.fakestep import PRECISIONS, FusedAttention, pick_loss
 from mhaudit.phases.optimizer_step import OPTIMIZERS
 from mhaudit.phases.selective import ScoreRecompute
+from mhaudit.trace.flex import eager_flex
+
+
+@contextlib.contextmanager
+def _no_global_module_hooks() -> Iterator[None]:
+    """Global module forward hooks off: flex_attention's eager backward calls its score_mod
+    gradient, a GraphModule, on vmapped tensors, which a tracker's hooks cannot read (and
+    which is no module of the model)."""
+    from torch.nn.modules import module
+
+    hooks = (module._global_forward_pre_hooks, module._global_forward_hooks)
+    saved = [dict(d) for d in hooks]
+    for d in hooks:
+        d.clear()
+    try:
+        yield
+    finally:
+        for d, kept in zip(hooks, saved, strict=True):
+            d.update(kept)
+
+
+@functools.cache
+def _hop_tracker() -> type:
+    """torch's MemTracker, higher-order ops (flex_attention and its backward) tracked as
+    one op each: their outputs are counted, not the pieces their eager CPU form runs (the
+    dense score matrices, which a fused kernel never holds). MemTracker refuses them."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class HopMemTracker(MemTracker):  # type: ignore[misc,no-untyped-call]
+        supports_higher_order_operators = True
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            dispatch = super().__torch_dispatch__
+            if not isinstance(func, torch._ops.HigherOrderOperator):
+                return dispatch(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+            with _no_global_module_hooks():
+                return dispatch(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+
+    return HopMemTracker
+
+
+def memory_tracker() -> Any:
+    """A MemTracker that also tracks higher-order ops (see :func:`_hop_tracker`)."""
+    return _hop_tracker()()
 
 
 def _fused(forward: Any) -> Any:
@@ -73,8 +118,6 @@ def memtracker_step(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str
     (recomputed layers too; with framework checkpointing the recomputation does not see
     it).
     """
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     autocast = PRECISIONS[precision][1]
     build = OPTIMIZERS[optimizer]
     was_training = model.training
@@ -98,9 +141,9 @@ def memtracker_step(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str
 
     try:
         with checkpointed(model, checkpoint_layers, framework_checkpointing, fused_attention,
-                          policy):
+                          policy), eager_flex():
             step()
-            tracker = MemTracker()
+            tracker = memory_tracker()
             tracker.track_external(model, *([opt] if opt is not None else []),
                                    *tensors_in((args, dict(kwargs))))
             with tracker:

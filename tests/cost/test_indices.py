@@ -29,3 +29,13 @@ def test_floats_large_random_and_fake_fed_results_stay_fake() -> None:
         fed = ids + torch.arange(3)  # a fake input in it: fake
     for tensor in (scaled, big, drawn, fed):
         assert isinstance(tensor, FakeTensor) and tensor.fake_mode is mode
+
+
+def test_buffers_left_unset_stay_fake() -> None:
+    # torch's flex_attention backward makes its example indices with empty_strided under
+    # the fake mode it found, and refuses real ones; an unset buffer has no values anyway
+    with FakeTensorMode(allow_non_fake_inputs=True), RealIndices():
+        unset = torch.empty_strided((), (), dtype=torch.int32)
+        made = torch.zeros((), dtype=torch.int32)
+    assert isinstance(unset, FakeTensor)
+    assert not isinstance(made, FakeTensor)

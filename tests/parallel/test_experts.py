@@ -238,3 +238,37 @@ def test_cli_carries_the_all_to_all_and_the_experts_states() -> None:
     text = CliRunner().invoke(cli, ["report", str(fixture), "--train", "--parallel",
                                     "fsdp=4,ep=4"])
     assert "2 of 8 experts per rank" in " ".join(text.stdout.split())
+
+
+def _mixtral(layers: int) -> tuple[nn.Module, tuple[torch.Tensor], Any]:
+    config = tf.MixtralConfig(hidden_size=D, intermediate_size=FFN, num_hidden_layers=layers,
+                              num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                              num_local_experts=E, num_experts_per_tok=K)
+    torch.manual_seed(0)
+    model = tf.MixtralForCausalLM(config)
+    ids = (torch.zeros(BATCH, SEQ, dtype=torch.long),)
+    return model, ids, audit(model, ids)
+
+
+@pytest.mark.parametrize("layers", [4, 3])
+def test_with_pipeline_stages_the_experts_are_the_worst_stages(layers: int) -> None:
+    model, ids, report = _mixtral(layers)
+    cost, dense = (plan_costs(model, ids, {}, report.blocks, plan, get_profile("h100"),
+                              "train", experts=report.experts)
+                   for plan in ("fsdp=2,ep=2,pp=2", "fsdp=2,pp=2"))
+    experts, pipe = cost.experts, cost.pipeline
+    assert experts is not None and pipe is not None
+    worst = pipe.stages[pipe.worst_stage]
+    # 4 layers split 2 + 2, 3 layers 2 + 1: the worst stage (the per-device bytes') runs 2
+    assert (experts.stage, experts.layers, len(worst.layers)) == (pipe.worst_stage, 2, 2)
+    # fsdp 2, ep 2: 4 of 8 experts per rank, shard group 2 / gcd(2, 2) = 1; per layer
+    # 4 · (128·32 + 32·64) = 24,576 elements · 4 B = 98,304 B; two layers 196,608
+    assert experts.params == experts.grads == 2 * 98_304
+    # AdamW: exp_avg and exp_avg_sq, and a 4-byte step per tensor (2 per layer)
+    assert experts.optimizer_states == 2 * 2 * 98_304 + 4 * 4
+    # per layer: counts (8 − 4)·8 B = 32; 64 copies, 32 remote · 32 · 4 B · 4 passes
+    assert experts.all_to_all_bytes == 2 * (32 + 32 * 32 * 4 * 4) == 32_832
+    # the same layers without ep: 8 experts' 49,152 elements over fsdp 2 = 24,576 a
+    # layer, as many bytes as ep's 4 whole experts: the stage holds what ep holds
+    assert cost.per_device_bytes.params == dense.per_device_bytes.params
+    assert cost.per_device_bytes.params > experts.params  # the stage's dense layers too
