@@ -21,22 +21,11 @@ from zoo_harness.tiny import (
 
 LIST_WIDTH_KEYS = ("hidden_sizes", "embed_dims", "embed_dim", "hidden_size", "dims",
                    "encoder_hidden_dim")
-"""Widths beside WIDTH_KEYS; RT-DETR's AIFI encoder attends at encoder_hidden_dim."""
-DERIVED_WIDTH_KEYS = ("true_hidden_size",)
-"""Widths a config derives for its attention (MobileBERT's bottleneck: the attention runs
-on ``intra_bottleneck_size`` features, not on ``hidden_size``)."""
-INPUT_WIDTH_KEYS = ("input_size",)
-"""Input feature widths a first attention may project from into the model width:
-FunAsrNanoEncoder builds layer 0's attention with ``hidden_size=config.input_size``
-(``num_mel_bins * num_stacked_frames``, configuration_fun_asr_nano.py), so its Q, K, V
-read 560 stacked mel features and its O writes ``hidden_size``."""
+"""Widths beside WIDTH_KEYS, one per stage where a list."""
 NOT_DOT_PRODUCT = ("Deformable",)
 """Classes called attention that compute no QKᵀ: deformable attention's weights are a
 linear map of the query, softmaxed over sampling points whose values are sampled at
 learned offsets (``grid_sample``); they are no attention block."""
-STAGE_HEAD_DIM_KEYS = ("key_dim",)
-"""Per-stage head dims of convolutional-stage models (LeViT's key_dim, independent of
-hidden_sizes / heads)."""
 
 
 @dataclass(frozen=True)
@@ -51,12 +40,6 @@ class Expected:
     head_dims: frozenset[int]
     """Declared or derived (width / heads) head dims; empty when it cannot be derived."""
     widths: frozenset[int]
-    groups: frozenset[int] = frozenset()
-    """Channel groups (``num_groups``), the heads of channel attention: DaViT's channel
-    block (Florence2VisionChannelAttention) splits its C channels into
-    ``config.num_groups[stage]`` groups of C / groups, whatever ``num_heads`` says."""
-    inputs: frozenset[int] = frozenset()
-    """Input widths (:data:`INPUT_WIDTH_KEYS`) a block may read when it writes a width."""
     declared: bool = True
     """False for a config that declares a width but no heads: its attention picks its own
     heads (one over the whole width, or CLIP's width // 64), and the config alone does
@@ -90,40 +73,14 @@ def sub_configs(config: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from sub_configs(value, f"{path}.{key}" if path else key)
 
 
-def _undeclared(path: str, widths: set[int]) -> Expected | None:
-    """The layouts a config without heads allows: one head over a declared width (separable
-    and additive attention), or heads of 64 (CLIP-style towers, ``nn.MultiheadAttention(d,
-    d // 64)``, as BridgeTower's vision resblocks build them)."""
-    if not widths:
-        return None
-    heads = {1} | {w // 64 for w in widths if w % 64 == 0}
-    dims = {w // h for w in widths for h in heads if w % h == 0}
-    return Expected(path, frozenset(heads), None, frozenset(dims), frozenset(widths),
-                    declared=False)
-
-
-def _scaled_widths(config: Any) -> set[int]:
-    """Attention widths a config scales by ``width_multiplier``: MobileViTV2Encoder builds
-    each attention at ``make_divisible(base_attn_unit_dims[i] * width_multiplier, 8)``
-    (modeling_mobilevitv2.py), rounding to the nearest multiple of 8, at least 8, one
-    step up when that loses over 10%."""
-    multiplier = _get(config, "width_multiplier")
-    if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool):
-        return set()
-    found = set()
-    for base in _ints(_get(config, "base_attn_unit_dims")):
-        value = base * multiplier
-        rounded = max(8, int(value + 4) // 8 * 8)
-        found.add(rounded + 8 if rounded < 0.9 * value else rounded)
-    return found
-
-
 def _expected(path: str, config: Any) -> Expected | None:
+    """The layout a (sub-)config declares: its heads, KV heads, head dims and widths. A
+    config with widths but no heads declares no head count (then only heads × head dim must
+    be a width)."""
     heads = {h for key in HEAD_KEYS for h in _ints(_get(config, key))}
-    widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS + DERIVED_WIDTH_KEYS
-              for w in _ints(_get(config, key))} | _scaled_widths(config)
-    if not heads:
-        return _undeclared(path, widths)
+    widths = {w for key in WIDTH_KEYS + LIST_WIDTH_KEYS for w in _ints(_get(config, key))}
+    if not heads and not widths:
+        return None
     depths = _ints(_get(config, "depths"))
     for base in list(widths):
         widths.update(base * 2 ** i for i in range(len(depths)))  # stages that double width
@@ -131,31 +88,13 @@ def _expected(path: str, config: Any) -> Expected | None:
     if _get(config, "multi_query") is True:
         kv = 1
     dims = {d for key in HEAD_DIM_KEYS for d in _ints(_get(config, key))}
-    stage_dims = {d for key in STAGE_HEAD_DIM_KEYS for d in _ints(_get(config, key))}
-    if stage_dims and len(heads) > 1:
-        # Blocks between stages (LeViT's subsampling attention) run width // head dim heads.
-        heads.update(w // d for w in widths for d in stage_dims if w % d == 0)
-    dims |= stage_dims
     nope, rope = _ints(_get(config, "qk_nope_head_dim")), _ints(_get(config, "qk_rope_head_dim"))
     if nope and rope:
         dims.add(nope[0] + rope[0])
     if not dims and len(heads) == 1:
         dims = {w // h for w in widths for h in heads if w % h == 0}
-    ratio = _ints(_get(config, "head_ratio"))
-    if ratio and len(heads) == 1:
-        heads = _softmax_heads(next(iter(heads)), ratio[0])
-    groups = frozenset(_ints(_get(config, "num_groups")))
-    inputs = frozenset(w for key in INPUT_WIDTH_KEYS for w in _ints(_get(config, key)))
-    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths), groups,
-                    inputs)
-
-
-def _softmax_heads(heads: int, ratio: int) -> set[int]:
-    """Softmax heads when 1/``ratio`` of the declared heads attend and the rest are
-    another mixer (ConvBERT's span-based dynamic convolution: its self-attention has
-    ``num_attention_heads // head_ratio`` heads, at least 1, of width ``hidden_size //
-    num_attention_heads``)."""
-    return {max(1, heads // ratio)}
+    return Expected(path, frozenset(heads), kv, frozenset(dims), frozenset(widths),
+                    declared=bool(heads))
 
 
 def _layer_configs(path: str, config: Any) -> list[tuple[str, Any]]:
@@ -268,9 +207,12 @@ def _feature_gate(module: nn.Module) -> bool:
     return holders[0].in_features == holders[0].out_features
 
 
-HEAD_DIM_ATTRS = ("head_dim", "attention_head_size")
-"""Attributes a module sets to its head dim (``attention_head_size``: BERT-style
-self-attention, ``int(hidden_size / num_attention_heads)`` with the heads it was built with)."""
+HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads",
+              "num_attn_heads", "attention_heads")
+KV_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "kv_heads")
+HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "head_size", "dim_head", "d_head")
+WIDTH_ATTRS = ("embed_dim", "hidden_size", "d_model")
+"""Attributes an attention module sets in its constructor to the layout it builds."""
 
 
 def module_name(block: str) -> str:
@@ -279,30 +221,63 @@ def module_name(block: str) -> str:
     return block.split("#")[0]
 
 
-def declared_head_dims(model: nn.Module, names: list[str]) -> dict[str, int]:
-    """The head dim each attention module declares for itself, by module name: one of its
-    :data:`HEAD_DIM_ATTRS`, else the d of the ``d**-0.5`` it scales the scores by (``scale``).
+def _attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` that ``module`` or, failing it, one of its submodules (the
+    first in order that has one) sets to a positive int: an attention module often keeps
+    its heads on the inner module that splits them (``self`` of ``BertAttention``)."""
+    for held in module.modules():
+        for name in names:
+            value = getattr(held, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
 
-    A module may set it in code, not from the config's heads: VideoPrism's
-    ``VideoPrismMultiheadAttentionPoolingHead`` sets ``self.head_dim =
-    config.intermediate_size // config.num_attention_heads`` and splits Q, K and V
-    (``num_attention_heads * head_dim`` wide) into heads of that size; GroupViT's
-    ``GroupViTAssignAttention`` sets ``self.scale = config.hidden_size**-0.5`` and computes
-    ``query @ key.transpose(-2, -1)`` on the whole width, one head of ``hidden_size``;
-    Grounding DINO's text enhancer builds its ``GroundingDinoMultiheadAttention`` with
-    ``config.encoder_attention_heads // 2`` heads, so its ``attention_head_size`` is
-    ``d_model // (encoder_attention_heads // 2)``, twice the config's head dim
-    (modeling_grounding_dino.py)."""
-    found: dict[str, int] = {}
-    for name in names:
-        module = model.get_submodule(name)
-        dim = next((v for v in (getattr(module, a, None) for a in HEAD_DIM_ATTRS)
-                    if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
-        if dim is None:
-            dim = _scaled_dim(getattr(module, "scale", getattr(module, "scaling", None)))
-        if dim:
-            found[name] = dim
-    return found
+
+@dataclass(frozen=True)
+class Declared:
+    """What one attention module's constructor says it builds: each field None where the
+    module sets no such attribute (then the config's numbers are the truth)."""
+
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    width: int | None = None
+    groups: int | None = None
+    """Query heads per KV head (``num_key_value_groups``)."""
+
+
+def declared(module: nn.Module) -> Declared:
+    """The layout ``module`` declares by its attributes: heads, KV heads (or query heads per
+    KV head, ``num_key_value_groups``), head dim (or the d of a ``d**-0.5`` ``scale``) and
+    width. A module's code may set them from other config fields than the heads (a pooling
+    head's ``intermediate_size // num_attention_heads`` head dim), so they are its truth."""
+    heads = _attr(module, HEAD_ATTRS)
+    kv = _attr(module, KV_ATTRS)
+    groups = _attr(module, ("num_key_value_groups",))
+    if kv is None and groups is not None and heads is not None and heads % groups == 0:
+        kv = heads // groups
+    dim = _attr(module, HEAD_DIM_ATTRS)
+    if dim is None:
+        dim = next((d for held in module.modules() if (d := _scaled_dim(
+            getattr(held, "scale", getattr(held, "scaling", None))))), None)
+    width = next((v for n in WIDTH_ATTRS if isinstance(v := getattr(module, n, None), int)
+                  and not isinstance(v, bool) and v > 0), None)
+    return Declared(heads, kv, dim, width, groups)
+
+
+def declared_layouts(model: nn.Module, names: list[str]) -> dict[str, Declared]:
+    """:func:`declared` for each attention module, by name."""
+    return {name: declared(model.get_submodule(name)) for name in names}
+
+
+def owner(block: str, names: list[str]) -> str | None:
+    """The attention module a block belongs to: the one it names, holds, or is held by."""
+    name = module_name(block)
+    for outer in names:
+        if name == outer or name.startswith(f"{outer}.") or outer.startswith(f"{name}.") \
+                or not outer:
+            return outer
+    return None
 
 
 def _scaled_dim(scale: object) -> int | None:
@@ -313,50 +288,44 @@ def _scaled_dim(scale: object) -> int | None:
     return dim if abs(dim**-0.5 - scale) < 1e-9 * scale else None
 
 
-def declared_groups(model: nn.Module, names: list[str]) -> dict[str, int]:
-    """Query heads per KV head that each attention module declares for itself
-    (``num_key_value_groups``), by module name. Some layers set it in code, not in the
-    config (MiMo-V2-Flash's sliding layers have twice the config's KV heads)."""
-    found: dict[str, int] = {}
-    for name in names:
-        groups = getattr(model.get_submodule(name), "num_key_value_groups", None)
-        if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0:
-            found[name] = groups
-    return found
+def _layout_problems(h: Any, kv: Any, d: Any, width: Any, e: Expected,
+                     own: Declared) -> list[str]:
+    problems = []
+    heads = {own.heads} if own.heads else set(e.heads)
+    if not own.heads and own.head_dim:  # heads over a width, at the declared head dim
+        heads |= {w // own.head_dim for w in ({own.width} if own.width else e.widths)
+                  if w % own.head_dim == 0}
+    if heads and h not in heads:
+        problems.append(f"heads {h} (declared {sorted(heads)})")
+    by_groups = h // own.groups if own.groups and isinstance(h, int) else None
+    want_kv = own.kv_heads or by_groups or e.kv_heads or own.heads or h
+    if kv != want_kv:
+        problems.append(f"kv heads {kv} (declared {want_kv})")
+    dims = {own.head_dim} if own.head_dim else e.head_dims
+    if dims and d not in dims:
+        problems.append(f"head dim {d} (declared {sorted(dims)})")
+    widths = {own.width} if own.width else e.widths
+    if not dims and isinstance(h, int) and isinstance(d, int) and widths \
+            and h * d not in widths | e.widths:
+        problems.append(f"heads x head dim {h}x{d} is no declared width")
+    if widths and width not in widths:
+        problems.append(f"width {width} (declared {sorted(widths)})")
+    return problems
 
 
 def block_problems(block: dict[str, Any], layouts: list[Expected],
-                   groups: int | None = None, head_dim: int | None = None) -> list[str]:
+                   own: Declared | None = None) -> list[str]:
     """Why ``block`` (a JSON report block) fits none of the config's layouts; [] if it fits.
 
-    ``groups``, the query heads per KV head its module declares, also fits its KV heads;
-    ``head_dim``, the head dim its module declares, also fits its head dim, and then the
-    heads it runs over a config width.
+    Only the block's figures are read (heads, KV heads, head dim, width), never its labels.
+    Each field its module declares (``own``) must equal that; the others must fit one layout
+    of the config tree.
     """
     h, kv, d, width = (block.get(k) for k in ("num_heads", "num_kv_heads", "head_dim", "d_model"))
+    own = own or Declared()
     best: list[str] | None = None
-    channel = block.get("score_form") == "channel"
-    own = head_dim is not None and d == head_dim
-    for declared in layouts:
-        # channel attention: the groups are the heads, each C / groups channels wide
-        e = Expected(declared.source, declared.groups, None, frozenset(), declared.widths) \
-            if channel and declared.groups else declared
-        problems = []
-        spans = own and isinstance(h, int) and isinstance(d, int) and h * d in e.widths
-        if h not in e.heads and not spans:
-            problems.append(f"heads {h} (config {sorted(e.heads)})")
-        want_kv = e.kv_heads if e.kv_heads is not None else h
-        declared = groups is not None and isinstance(kv, int) and kv * groups == h
-        if kv != want_kv and not declared and not (block.get("kind") == "cross" and kv == h):
-            problems.append(f"kv heads {kv} (config {want_kv})")
-        if e.head_dims and d not in e.head_dims and not own:
-            problems.append(f"head dim {d} (config {sorted(e.head_dims)})")
-        if not e.head_dims and not own and isinstance(h, int) and isinstance(d, int) \
-                and h * d not in e.widths:
-            problems.append(f"heads x head dim {h}x{d} is no config width")
-        projected_in = width in e.inputs and block.get("d_out") in e.widths
-        if width not in e.widths and e.widths and not projected_in:
-            problems.append(f"width {width} (config {sorted(e.widths)})")
+    for e in layouts or [Expected("", frozenset(), None, frozenset(), frozenset())]:
+        problems = _layout_problems(h, kv, d, width, e, own)
         if not problems:
             return []
         if best is None or len(problems) < len(best):

@@ -11,6 +11,12 @@ HEADS = 4
 KV_HEADS = 2
 """KV heads where the default config groups its queries (fewer KV heads than heads)."""
 HEAD_DIM = 16
+FREE_HEAD_DIM = 24
+"""The head dim a config gets wherever it declares one: 4 heads of 24 over a width of 64,
+so a reader that assumes head dim = width / heads (16) is caught."""
+FREE_HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head",
+                      "dim_head")
+"""Head-dim fields set to FREE_HEAD_DIM (``rotary_dim`` stays a part of the head)."""
 FFN = 128
 LAYERS = 2
 POSITIONS = 128
@@ -50,6 +56,9 @@ FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_
             "n_inner", "decoder_intermediate_size", "encoder_intermediate_size")
 SMALL_FFN_KEYS = ("moe_intermediate_size", "shared_expert_intermediate_size",
                   "expert_intermediate_size")
+OUTPUT_WIDTH_KEYS = ("out_hidden_size", "projector_hidden_size")
+"""Widths a tower writes into the next model (a vision tower's merger into the text width):
+they must meet the shrunk text width, or image features do not fit the text's slots."""
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_target_positions",
                  "context_length")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -138,7 +147,7 @@ def _shrink_variants(config: dict[str, Any]) -> None:
             config[key + PER_LAYER] = [min(v, HEADS) if _is_int(v) else v for v in values]
 
 
-def _shrink_attention(config: dict[str, Any]) -> None:
+def _shrink_attention(config: dict[str, Any], free_head_dim: bool = False) -> None:
     if any(isinstance(config.get(k), list) for k in HEAD_KEYS):
         return  # heads per stage (Swin-style): widths must stay multiples of each
     heads = next((config[k] for k in HEAD_KEYS if _is_int(config.get(k))), None)
@@ -153,6 +162,11 @@ def _shrink_attention(config: dict[str, Any]) -> None:
     for key in HEAD_DIM_KEYS:
         if _is_int(config.get(key)) and config[key] > HEAD_DIM:
             config[key] = HEAD_DIM
+    latent = _is_int(config.get("qk_rope_head_dim"))  # head_dim may name the rotary part
+    if free_head_dim and heads is not None and not latent:
+        for key in FREE_HEAD_DIM_KEYS:
+            if key in config and (config[key] is None or _is_int(config[key])):
+                config[key] = FREE_HEAD_DIM
     for key in WIDTH_KEYS:
         if _is_int(config.get(key)) and config[key] > WIDTH:
             config[key] = WIDTH
@@ -168,7 +182,8 @@ def _shrink_attention(config: dict[str, Any]) -> None:
 
 
 def _shrink_sizes(config: dict[str, Any]) -> None:
-    for keys, size in ((FFN_KEYS, FFN), (SMALL_FFN_KEYS, FFN // 4),
+    for keys, size in (((*FFN_KEYS, "mlp_dim"), FFN), (SMALL_FFN_KEYS, FFN // 4),
+                       (OUTPUT_WIDTH_KEYS, WIDTH),
                        (POSITION_KEYS, POSITIONS), (EXPERT_KEYS, EXPERTS),
                        (TOP_K_KEYS, EXPERTS_PER_TOKEN), (("image_size", "crop_size"), IMAGE),
                        (("num_frames", "frames_per_clip"), FRAMES),
@@ -196,17 +211,18 @@ def _shrink_state_space(config: dict[str, Any]) -> None:
         config[dim] = max(1, width * config[expand] // config[heads])
 
 
-def shrink(config: dict[str, Any], layers: int = LAYERS) -> dict[str, Any]:
+def shrink(config: dict[str, Any], layers: int = LAYERS, free_head_dim: bool = False
+           ) -> dict[str, Any]:
     """``config`` (a config's ``to_dict()``) with every (nested) config made tiny, in place,
-    ``layers`` deep."""
+    ``layers`` deep; with ``free_head_dim``, every declared head dim is FREE_HEAD_DIM."""
     _shrink_depth(config, layers)
-    _shrink_attention(config)
+    _shrink_attention(config, free_head_dim)
     _shrink_variants(config)
     _shrink_sizes(config)
     _shrink_state_space(config)
     for value in config.values():
         if isinstance(value, dict) and value:
-            shrink(value, layers)
+            shrink(value, layers, free_head_dim)
     return config
 
 
@@ -239,13 +255,14 @@ def shrink_vocab(config: dict[str, Any], floor: int = MIN_VOCAB) -> None:
     _set_vocab(config, int(math.ceil(max(floor, needed) / 64) * 64), needed)
 
 
-def tiny_config(model_type: str, layers: int = LAYERS) -> dict[str, Any]:
+def tiny_config(model_type: str, layers: int = LAYERS, free_head_dim: bool = False
+                ) -> dict[str, Any]:
     """The tiny config.json content of ``model_type``: its class's defaults, shrunk to
-    ``layers`` layers."""
+    ``layers`` layers (see :func:`shrink` for ``free_head_dim``)."""
     from transformers import CONFIG_MAPPING
 
     defaults: dict[str, Any] = CONFIG_MAPPING[model_type]().to_dict()
-    data = shrink(defaults, layers)
+    data = shrink(defaults, layers, free_head_dim)
     shrink_vocab(data)
     for key in ("transformers_version", "architectures", "_name_or_path", "auto_map"):
         data.pop(key, None)

@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,27 +77,29 @@ def run_cli(config: Path, out: Path, log: Path, extra: tuple[str, ...] = ()
 
 @dataclass
 class Reference:
-    """What the real module and torch's flop counter say."""
+    """What the real module, its conventional inputs and torch's flop counter say."""
 
     params: int | None = None
     flops: int | None = None
     attention: list[str] = field(default_factory=list)
-    groups: dict[str, int] = field(default_factory=dict)
-    """Query heads per KV head each attention module declares, by name."""
-    head_dims: dict[str, int] = field(default_factory=dict)
-    """The head dim each attention module declares, by name."""
+    declared: dict[str, Any] = field(default_factory=dict)
+    """What each attention module declares (heads, KV heads, head dim, width), by name."""
+    roles: dict[str, Any] = field(default_factory=dict)
+    """Each attention module's parameters by role, where its layers name their roles."""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    """The conventional inputs' specs (zoo_harness.inputs.Spec) by name."""
     config: Any = None
     build_error: str = ""
-    inputs_error: str = ""
-    """mhaudit's own refusal to make example inputs for the built model."""
     forward_error: str = ""
+    """Why the conventional inputs do not run the model (then it is skipped)."""
     attention_named_params: int = 0
-    """Parameters whose names say attention (``attn``, ``qkv``, ``query``, ...): a config
-    may declare heads for a head the base model does not build (PP-OCR's recognition
-    encoder lives in the task head, the base model is the backbone)."""
+    """Parameters whose names say attention (``attn``, ``qkv``, ``query``, ...), for models
+    whose attention classes are not called attention."""
 
 
 ATTENTION_PARAM_WORDS = ("attn", "attention", "qkv", "query", "q_proj", "to_q")
+
+
 def _eager_experts(model: Any) -> None:
     """Route experts by loops, so FlopCounterMode sees every routed token's matmuls."""
     setter = getattr(model, "set_experts_implementation", None)
@@ -122,109 +124,171 @@ def _cpu_sdpa_formulas() -> dict[Any, Any]:
 
 
 def reference(config: Path) -> Reference:
-    """Build the same model on CPU (real weights), count its parameters and forward FLOPs.
+    """Build the same model on CPU (real weights) by transformers' own means, count its
+    parameters and, on its conventional inputs, its forward FLOPs.
 
-    Built and run under mhaudit's seed, as its CPU build for a real forward is: where the
-    weights or the forward's draws decide a shape (a routing, a predicted duration), the
-    reference and the audit see the same one."""
+    Built under mhaudit's seed, as its CPU build for a real forward is: where the weights
+    decide a shape (a routing), the reference and the audit see the same one."""
     from mhaudit.trace.real import seeded
 
-    with seeded():  # mhaudit's CPU build: where values decide a shape, the same values
+    with seeded():
         return _reference(config)
+
+
+def _build(config_path: Path) -> Any:
+    """The model of a config.json as transformers builds it: the config class's fields, then
+    ``AutoModel.from_config``."""
+    import transformers
+
+    data = json.loads(config_path.read_text())
+    fields = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
+    config = transformers.AutoConfig.for_model(data["model_type"], **fields)
+    return transformers.AutoModel.from_config(config)
 
 
 def _reference(config: Path) -> Reference:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from mhaudit.errors import LoadError
-    from mhaudit.load.hfconfig import load_hf_config
-    from zoo_harness.expect import attention_modules, declared_groups, declared_head_dims
+    from zoo_harness.expect import attention_modules, declared_layouts
+    from zoo_harness.inputs import NoConvention, conventional_inputs, make
+    from zoo_harness.roles import query_width, roles
 
     ref = Reference()
     try:
-        model, args, kwargs = load_hf_config(config, BATCH, SEQ)
-    except LoadError as exc:
-        if exc.__cause__ is None:  # mhaudit refused (no inputs it can make), not the model
-            ref.inputs_error = _exception_line(exc)
-        else:
-            ref.build_error = _exception_line(exc.__cause__)
-        return ref
+        model = _build(config).eval()
     except Exception as exc:
         ref.build_error = _exception_line(exc)
         return ref
     ref.config = getattr(model, "config", None)
     ref.params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     ref.attention = attention_modules(model)
-    ref.groups = declared_groups(model, ref.attention)
-    ref.head_dims = declared_head_dims(model, ref.attention)
+    ref.declared = declared_layouts(model, ref.attention)
     ref.attention_named_params = sum(
         any(word in name.lower() for word in ATTENTION_PARAM_WORDS)
         for name, _ in model.named_parameters())
-    _eager_experts(model)
-    counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas())
+    for name, own in ref.declared.items():  # the width Q's layer reads, where it names one
+        width = query_width(model.get_submodule(name))
+        if width is not None:
+            ref.declared[name] = replace(own, width=width)
+    ref.roles = {n: r for n in ref.attention
+                 if (r := roles(model.get_submodule(n), ref.declared.get(n)))}
     try:
-        with torch.no_grad(), counter:
-            model(*args, **kwargs)
-        ref.flops = int(counter.get_total_flops())
-    except Exception as exc:
-        ref.forward_error = _exception_line(exc)
+        candidates = conventional_inputs(model)
+    except NoConvention as exc:
+        ref.forward_error = str(exc)
+        return ref
+    _eager_experts(model)
+    for specs in candidates:
+        counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas())
+        try:
+            with torch.no_grad(), counter:
+                model(**make(specs))
+        except Exception as exc:
+            ref.forward_error = ref.forward_error or _exception_line(exc)
+            continue
+        ref.inputs, ref.flops, ref.forward_error = specs, int(counter.get_total_flops()), ""
+        break
     return ref
 
 
-def compare(report: dict[str, Any], ref: Reference) -> tuple[list[str], dict[str, Any]]:
-    """The failed checks of a report against the reference, and the figures compared."""
-    from zoo_harness.expect import block_problems, expected_layouts, module_name
+def _block_checks(blocks: list[dict[str, Any]], ref: Reference) -> list[str]:
+    """Each block's layout against its module's declarations and the config, and its
+    W_Q, W_K, W_V, W_O against its module's own layers where they name their roles."""
+    from zoo_harness.expect import block_problems, expected_layouts, owner
+    from zoo_harness.roles import role_problems
 
-    blocks = report.get("blocks") or []
     layouts = expected_layouts(ref.config) if ref.config is not None else []
+    owners = [owner(str(b.get("name")), ref.attention) for b in blocks]
     failed: list[str] = []
-    for block in blocks:
-        name = module_name(str(block.get("name")))
-        problems = block_problems(block, layouts, ref.groups.get(name), ref.head_dims.get(name))
+    for block, name in zip(blocks, owners, strict=True):
+        own = ref.declared.get(name) if name is not None else None
+        problems = block_problems(block, layouts, own)
+        module_roles = ref.roles.get(name) if name is not None else None
+        if module_roles is not None and owners.count(name) == 1:
+            params = block.get("params") or {}
+            problems += role_problems({r: int(params.get(r) or 0) for r in "qkvo"},
+                                      module_roles)
         if problems:
             failed.append(f"layout {block.get('name')!r}: {'; '.join(problems)}")
+    return failed
+
+
+def compare(report: dict[str, Any], ref: Reference, flops: int | None = None
+            ) -> tuple[list[str], dict[str, Any]]:
+    """The failed checks of a report against the reference, and the figures compared.
+    ``flops``: the matmul + conv FLOPs mhaudit reports on the conventional inputs."""
+    from zoo_harness.expect import owner
+
+    blocks = report.get("blocks") or []
+    failed = _block_checks(blocks, ref)
     params = report.get("model", {}).get("params_total")
     if params != ref.params:
         failed.append(f"params {params} (module {ref.params})")
-    families = report.get("totals", {}).get("flops_by_family") or {}
-    flops = int(families.get("matmul", 0)) + int(families.get("conv", 0))
-    if ref.flops is not None and abs(flops - ref.flops) > FLOP_TOLERANCE * max(ref.flops, 1):
+    if flops is not None and ref.flops is not None \
+            and abs(flops - ref.flops) > FLOP_TOLERANCE * max(ref.flops, 1):
         failed.append(f"matmul+conv FLOPs {flops} (FlopCounterMode {ref.flops})")
     if len(blocks) < len(ref.attention):
         failed.append(f"{len(blocks)} blocks for {len(ref.attention)} attention modules")
+    checked = sum(1 for b in blocks if owner(str(b.get("name")), ref.attention) in ref.roles)
     figures = {"blocks": len(blocks), "attention_modules": len(ref.attention),
                "params": params, "params_module": ref.params, "flops": flops,
-               "flops_counter": ref.flops}
+               "flops_counter": ref.flops, "blocks_role_checked": checked}
     return failed, figures
 
 
-def classify(name: str, code: int, report: dict[str, Any] | None, line: str,
-             ref: Reference) -> Result:
-    """Exact, wrong, missed, exit 3, exit 4 or skipped, from the run and the reference."""
-    if code == 4:
-        return Result(name, "exit 4", line)
+def matmul_conv(report: dict[str, Any] | None) -> int | None:
+    """A report's matmul + conv FLOPs (what FlopCounterMode counts), None without one."""
+    if report is None:
+        return None
+    families = report.get("totals", {}).get("flops_by_family") or {}
+    return int(families.get("matmul", 0)) + int(families.get("conv", 0))
+
+
+@dataclass
+class Runs:
+    """mhaudit's two audits: the config.json with its own inputs, the model file with the
+    conventional ones."""
+
+    code: int
+    report: dict[str, Any] | None
+    line: str
+    code_conventional: int = 0
+    report_conventional: dict[str, Any] | None = None
+    line_conventional: str = ""
+
+
+def _declares_heads(ref: Reference) -> bool:
+    from zoo_harness.expect import expected_layouts
+
+    return ref.config is not None and any(e.declared for e in expected_layouts(ref.config))
+
+
+def classify(name: str, runs: Runs, ref: Reference) -> Result:
+    """Exact, wrong, missed, exit 3, exit 4 or skipped, from the runs and the reference.
+
+    Skipped depends on the reference alone: transformers cannot build the model, or its
+    conventional inputs do not run it. Every other failure is mhaudit's, its own inputs'
+    included."""
+    if 4 in (runs.code, runs.code_conventional):
+        return Result(name, "exit 4", runs.line if runs.code == 4 else runs.line_conventional)
     if ref.build_error:
         return Result(name, "skipped", f"transformers cannot build it: {ref.build_error}")
-    if code == 3 or report is None:
-        if ref.forward_error:
-            return Result(name, "skipped", f"no forward: {ref.forward_error}")
-        return Result(name, "exit 3" if code == 3 else "wrong", line or f"exit {code}")
-    failed, figures = compare(report, ref)
-    expects = ref.attention or (expected_layout_count(ref) and ref.attention_named_params)
-    if not report.get("blocks") and expects:
+    if ref.forward_error:
+        return Result(name, "skipped", f"no forward on conventional inputs: {ref.forward_error}")
+    if runs.code == 3 or runs.report is None:
+        return Result(name, "exit 3" if runs.code == 3 else "wrong",
+                      runs.line or f"exit {runs.code}")
+    if runs.code_conventional == 3 or runs.report_conventional is None:
+        line = runs.line_conventional or f"exit {runs.code_conventional}"
+        return Result(name, "exit 3", f"on conventional inputs: {line}")
+    failed, figures = compare(runs.report, ref, matmul_conv(runs.report_conventional))
+    expects = ref.attention or (_declares_heads(ref) and ref.attention_named_params)
+    if not runs.report.get("blocks") and expects:
         return Result(name, "missed", "; ".join(failed) or "no attention blocks", figures)
     if failed:
         return Result(name, "wrong", "; ".join(failed), figures)
-    note = f"no forward for the flop check: {ref.forward_error}" if ref.forward_error else ""
-    return Result(name, "exact", note, figures)
-
-
-def expected_layout_count(ref: Reference) -> int:
-    from zoo_harness.expect import expected_layouts
-
-    found = expected_layouts(ref.config) if ref.config is not None else []
-    return sum(e.declared for e in found)
+    return Result(name, "exact", "", figures)
 
 
 def preload() -> None:
@@ -241,24 +305,93 @@ def preload() -> None:
     _ = transformers.AutoConfig, transformers.AutoModel, transformers.PreTrainedModel
 
 
+def _runs(data: dict[str, Any]) -> bool | None:
+    """Whether transformers builds the model of config ``data`` and runs it on one of its
+    conventional input sets; None when it cannot build it at all."""
+    import torch
+    import transformers
+
+    from zoo_harness.inputs import conventional_inputs, make
+
+    fields = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
+    try:
+        config = transformers.AutoConfig.for_model(data["model_type"], **fields)
+        model = transformers.AutoModel.from_config(config).eval()
+        candidates = conventional_inputs(model)
+    except Exception:  # NoConvention included
+        return None
+    for specs in candidates:
+        try:
+            with torch.no_grad():
+                model(**make(specs))
+            return True
+        except Exception:
+            continue
+    return False
+
+
+def _free_towers(name: str) -> tuple[dict[str, Any], list[str]]:
+    """The tiny config with a free head dim in every sub-config whose own model transformers
+    runs with it; a sub-config (a vision tower) whose model transformers does not run on
+    its own with a free head dim (it fails, or needs inputs no convention makes) keeps
+    head dim = width / heads, and is named: a free head dim no forward has run is no
+    config transformers supports."""
+    from zoo_harness.tiny import tiny_config
+
+    free, plain = tiny_config(name, free_head_dim=True), tiny_config(name)
+    kept = []
+    for key, sub in free.items():
+        if isinstance(sub, dict) and "model_type" in sub and sub != plain.get(key) \
+                and _runs(sub) is not True:
+            free[key] = plain[key]
+            kept.append(key)
+    return free, kept
+
+
+def _prepare(name: str, folder: Path) -> tuple[Path, Reference, str]:
+    """The tiny config with a free head dim (FREE_HEAD_DIM wherever the config declares a
+    head dim; see :func:`_free_towers`), or, where transformers cannot build or run that,
+    head dim = width / heads; its reference; and a note of where the second was needed."""
+    from zoo_harness.tiny import tiny_config
+
+    path = folder / "config.json"
+    free, kept = _free_towers(name)
+    plain = tiny_config(name)
+    for data in (free, plain):
+        path.write_text(json.dumps(data, indent=1, default=str))
+        ref = reference(path)
+        if data is free and free != plain and (ref.build_error or ref.forward_error):
+            continue
+        if data is plain and free != plain:
+            return path, ref, "head dim = width / heads (the model needs it)"
+        note = f"head dim = width / heads in {', '.join(kept)}" if kept else ""
+        return path, ref, note
+    return path, ref, ""
+
+
 def run_one(name: str) -> Result:
     """Everything for one model type; never raises."""
     import torch
 
-    from zoo_harness.tiny import tiny_config
+    from zoo_harness.inputs import model_file
 
     start = time.monotonic()
     torch.set_num_threads(1)
-    try:
-        data = tiny_config(name)
-    except Exception as exc:
-        return Result(name, "skipped", f"config class: {_exception_line(exc)}")
-    with tempfile.TemporaryDirectory(prefix="zoo-") as folder:
-        path = Path(folder) / "config.json"
-        path.write_text(json.dumps(data, indent=1, default=str))
-        code, report, line = run_cli(path, Path(folder) / "report.json",
-                                     Path(folder) / "stderr.log")
-        ref = reference(path)
-    result = classify(name, code, report, line, ref)
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        folder = Path(tmp)
+        try:
+            path, ref, note = _prepare(name, folder)
+        except Exception as exc:
+            return Result(name, "skipped", f"config class: {_exception_line(exc)}")
+        code, report, line = run_cli(path, folder / "report.json", folder / "stderr.log")
+        runs = Runs(code, report, line)
+        if ref.inputs and not ref.build_error and not ref.forward_error:
+            source = folder / "model.py"
+            source.write_text(model_file(ref.inputs))
+            runs.code_conventional, runs.report_conventional, runs.line_conventional = \
+                run_cli(source, folder / "report-conventional.json", folder / "stderr2.log")
+    result = classify(name, runs, ref)
+    if note and result.status != "skipped":
+        result.checks["note"] = note
     result.seconds = round(time.monotonic() - start, 1)
     return result

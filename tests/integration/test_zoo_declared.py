@@ -16,14 +16,14 @@ import pytest
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from zoo_harness.expect import declared_head_dims, module_name
+from zoo_harness.expect import Declared, declared, module_name
 from zoo_harness.sweep import run_all
 from zoo_harness.worker import Reference, compare, preload, run_one
 
 
 def _block(name: str, heads: int, head_dim: int) -> dict[str, object]:
     return {"name": name, "num_heads": heads, "num_kv_heads": heads, "head_dim": head_dim,
-            "d_model": 64, "kind": "cross"}
+            "d_model": 64}
 
 
 def test_attention_head_size_is_a_declared_head_dim() -> None:
@@ -35,13 +35,8 @@ def test_attention_head_size_is_a_declared_head_dim() -> None:
             self.attention_head_size = 64 // 2
             self.query = nn.Linear(64, 64)
 
-    class Plain(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.query = nn.Linear(64, 64)
-
-    model = nn.ModuleDict({"enhancer": HalfHeads(), "other": Plain()})
-    assert declared_head_dims(model, ["enhancer", "other"]) == {"enhancer": 32}
+    assert declared(HalfHeads()).head_dim == 32
+    assert declared(nn.Linear(64, 64)) == Declared()
 
 
 def test_every_block_of_a_module_is_checked_against_what_it_declares() -> None:
@@ -51,12 +46,14 @@ def test_every_block_of_a_module_is_checked_against_what_it_declares() -> None:
     assert module_name("encoder.attn") == "encoder.attn"
     # The config: 4 heads of 64 / 4 = 16; the module declares 2 heads of 32.
     ref = Reference(params=0, config=PretrainedConfig(d_model=64, encoder_attention_heads=4),
-                    attention=["attn"], head_dims={"attn": 32})
+                    attention=["attn"], declared={"attn": Declared(heads=2, head_dim=32)})
     report = {"blocks": [_block("attn", 2, 32), _block("attn#2", 2, 32)],
               "model": {"params_total": 0}}
     assert compare(report, ref)[0] == []
     wrong = {**report, "blocks": [_block("attn", 2, 32), _block("attn#2", 4, 8)]}
-    assert compare(wrong, ref)[0] == ["layout 'attn#2': config: head dim 8 (config [16])"]
+    assert compare(wrong, ref)[0] == [
+        "layout 'attn#2': config: heads 4 (declared [2]); config: kv heads 4 (declared 2); "
+        "config: head dim 8 (declared [32])"]
     undeclared = Reference(params=0, config=ref.config, attention=["attn"])
     assert len(compare(report, undeclared)[0]) == 2  # without the module's word, 2 ≠ 4
 

@@ -114,9 +114,12 @@ def test_block_problems_name_the_field_that_differs() -> None:
             "d_model": 64, "kind": "self"}
     assert block_problems(good, [layout]) == []
     wrong = {**good, "num_kv_heads": 4}
-    assert block_problems(wrong, [layout]) == ["config: kv heads 4 (config 2)"]
+    assert block_problems(wrong, [layout]) == ["config: kv heads 4 (declared 2)"]
     assert block_problems({**good, "head_dim": 8}, [layout]) == \
-        ["config: head dim 8 (config [16])"]
+        ["config: head dim 8 (declared [16])"]
+    # The labels are never read: a block called cross still needs the declared KV heads.
+    assert block_problems({**wrong, "kind": "cross"}, [layout]) == \
+        ["config: kv heads 4 (declared 2)"]
 
 
 def test_shrink_renumbers_per_layer_overrides_and_keeps_state_space_heads_whole() -> None:
@@ -139,19 +142,8 @@ def test_shrink_reaches_prefixed_variants_per_layer_lists_and_dim_head() -> None
 
 def _layouts(model_type: str, **fields: object) -> list[Expected]:
     from transformers import CONFIG_MAPPING
-    from zoo_harness.expect import expected_layouts
 
     return expected_layouts(CONFIG_MAPPING[model_type](**fields))
-
-
-def test_expectation_reads_softmax_heads_bottleneck_widths_and_variants() -> None:
-    (convbert,) = _layouts("convbert", hidden_size=64, num_attention_heads=4, head_ratio=2)
-    assert (convbert.heads, convbert.head_dims) == ({2}, {16})  # half the heads convolve
-    (mobile,) = _layouts("mobilebert", hidden_size=64, num_attention_heads=4,
-                         intra_bottleneck_size=128, true_hidden_size=128)
-    assert 128 in mobile.widths and 32 in mobile.head_dims  # attention on the bottleneck
-    inkling = _layouts("inkling_text", swa_num_attention_heads=8, swa_head_dim=32)
-    assert any(e.heads == {8} and e.head_dims == {32} for e in inkling)
 
 
 def test_expectation_reads_each_layer_of_a_heterogeneous_config() -> None:
@@ -187,87 +179,6 @@ def test_linear_attention_layers_are_not_softmax_attention_modules() -> None:
         assert attention_modules(Model()) == ["layers.1"]
 
 
-def test_kv_heads_may_follow_the_groups_the_module_declares() -> None:
-    layout = Expected("", frozenset({4}), 2, frozenset({16}), frozenset({64}))
-    block = {"name": "layers.1.self_attn", "num_heads": 4, "num_kv_heads": 4,
-             "head_dim": 16, "d_model": 64, "kind": "self"}
-    assert block_problems(block, [layout]) == ["config: kv heads 4 (config 2)"]
-    assert block_problems(block, [layout], groups=1) == []  # the module: 1 query per KV head
-    assert block_problems(block, [layout], groups=2) == ["config: kv heads 4 (config 2)"]
-
-
-def test_a_config_without_heads_allows_one_head_or_heads_of_64_and_expects_no_attention(
-) -> None:
-    from transformers import PretrainedConfig
-
-    config = PretrainedConfig(hidden_size=128)
-    (layout,) = expected_layouts(config)
-    assert not layout.declared
-    one = {"name": "a", "num_heads": 1, "num_kv_heads": 1, "head_dim": 128, "d_model": 128,
-           "kind": "self"}
-    assert block_problems(one, [layout]) == []
-    assert block_problems({**one, "num_heads": 2, "num_kv_heads": 2, "head_dim": 64},
-                          [layout]) == []  # 128 // 64 heads of 64
-    assert block_problems({**one, "num_heads": 4, "num_kv_heads": 4, "head_dim": 32},
-                          [layout]) == ["config: heads 4 (config [1, 2])",
-                                        "config: head dim 32 (config [64, 128])"]
-
-
-def test_stage_key_dims_are_head_dims_and_stage_widths_over_them_are_heads() -> None:
-    from transformers import PretrainedConfig
-
-    config = PretrainedConfig(hidden_sizes=[64, 128], num_attention_heads=[2, 4],
-                              key_dim=[16, 16])
-    (layout,) = expected_layouts(config)
-    assert 16 in layout.head_dims
-    block = {"name": "a", "num_heads": 8, "num_kv_heads": 8, "head_dim": 16, "d_model": 64,
-             "kind": "self"}
-    assert block_problems(block, [layout]) == []  # 128 // 16 heads between stages
-
-
-def test_deformable_attention_is_no_attention_module_and_encoder_width_counts() -> None:
-    from torch import nn
-    from transformers import PretrainedConfig
-
-    class MultiscaleDeformableAttention(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.attention_weights = nn.Linear(8, 4)
-
-    class SelfAttention(MultiscaleDeformableAttention):
-        pass
-
-    model = nn.ModuleDict({"cross": MultiscaleDeformableAttention(), "self": SelfAttention()})
-    assert attention_modules(model) == ["self"]
-    config = PretrainedConfig(d_model=64, encoder_hidden_dim=256, encoder_attention_heads=4)
-    (layout,) = expected_layouts(config)
-    assert {64, 256} <= layout.widths and 64 in layout.head_dims
-
-
-def test_channel_attention_heads_are_the_configs_groups() -> None:
-    from transformers import PretrainedConfig
-
-    config = PretrainedConfig(embed_dim=[64, 128], num_heads=[2, 4], num_groups=[4, 8])
-    (layout,) = expected_layouts(config)
-    block = {"name": "a", "num_heads": 8, "num_kv_heads": 8, "head_dim": 16, "d_model": 128,
-             "kind": "self", "score_form": "channel"}
-    assert block_problems(block, [layout]) == []  # 8 groups of 128 / 8 channels
-    assert block_problems({**block, "score_form": "softmax"}, [layout]) != []
-    # num_heads says 2 heads of 64; channel attention never runs them.
-    assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2, "head_dim": 64},
-                          [layout]) == ["config: heads 2 (config [4, 8])"]
-
-
-def test_widths_scaled_by_a_width_multiplier_are_config_widths() -> None:
-    from transformers import PretrainedConfig
-
-    # make_divisible(128·0.75, 8) = 96 and (192·0.75, 8) = 144; 20·0.5 = 10 rounds to 8,
-    # which loses over 10% (8 < 9): one step up, 16.
-    config = PretrainedConfig(width_multiplier=0.75, base_attn_unit_dims=[128, 192])
-    (layout,) = expected_layouts(config)
-    assert layout.widths == {96, 144}
-    (small,) = expected_layouts(PretrainedConfig(width_multiplier=0.5, base_attn_unit_dims=[20]))
-    assert small.widths == {16}
 def test_a_square_linear_gate_is_no_attention_module() -> None:
     from torch import nn
 
@@ -300,30 +211,31 @@ def test_tsmixer_gates_are_no_attention_but_its_self_attention_is() -> None:
     assert [n.rsplit(".", 1)[-1] for n in names] == ["self_attn_layer"]
 
 
-def test_head_dim_may_follow_the_one_the_module_declares() -> None:
+def test_fields_a_module_declares_are_its_truth() -> None:
     from torch import nn
-    from zoo_harness.expect import declared_head_dims
+    from zoo_harness.expect import declared
 
-    class PoolingHead(nn.Module):  # head dim from intermediate_size // heads, as VideoPrism's
+    class PoolingHead(nn.Module):  # head dim from intermediate_size // heads
         def __init__(self) -> None:
             super().__init__()
-            self.head_dim = 128 // 4
+            self.num_heads, self.head_dim = 4, 128 // 4
             self.q_proj = nn.Linear(64, 128)
 
-    assert declared_head_dims(nn.ModuleDict({"head": PoolingHead()}), ["head"]) == {"head": 32}
+    own = declared(PoolingHead())
+    assert (own.heads, own.kv_heads, own.head_dim, own.width) == (4, None, 32, None)
     layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}))
-    block = {"name": "head", "num_heads": 4, "num_kv_heads": 4, "head_dim": 32,
-             "d_model": 64, "kind": "cross"}
-    assert block_problems(block, [layout]) == ["config: head dim 32 (config [16])"]
-    assert block_problems(block, [layout], head_dim=32) == []
-    assert block_problems(block, [layout], head_dim=8) == ["config: head dim 32 (config [16])"]
+    block = {"name": "head", "num_heads": 4, "num_kv_heads": 4, "head_dim": 32, "d_model": 64}
+    assert block_problems(block, [layout]) == ["config: head dim 32 (declared [16])"]
+    assert block_problems(block, [layout], own) == []
+    assert block_problems({**block, "head_dim": 16}, [layout], own) == \
+        ["config: head dim 16 (declared [32])"]
 
 
 def test_the_scale_a_module_declares_gives_its_head_dim_and_heads() -> None:
     from torch import nn
-    from zoo_harness.expect import declared_head_dims
+    from zoo_harness.expect import declared
 
-    class AssignAttention(nn.Module):  # one head over the width, as GroupViT's assignment
+    class AssignAttention(nn.Module):  # one head over the width, scaled by 64**-0.5
         def __init__(self) -> None:
             super().__init__()
             self.scale = 64**-0.5
@@ -334,21 +246,29 @@ def test_the_scale_a_module_declares_gives_its_head_dim_and_heads() -> None:
             super().__init__()
             self.scale = 0.3
 
-    model = nn.ModuleDict({"assign": AssignAttention(), "other": Scaled()})
-    assert declared_head_dims(model, ["assign", "other"]) == {"assign": 64}
+    assert declared(AssignAttention()).head_dim == 64
+    assert declared(Scaled()).head_dim is None
     layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}))
     block = {"name": "assign", "num_heads": 1, "num_kv_heads": 1, "head_dim": 64,
-             "d_model": 64, "kind": "cross"}
-    assert block_problems(block, [layout], head_dim=64) == []  # 1 head of 64 spans 64
-    assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2}, [layout],
-                          head_dim=64) == ["config: heads 2 (config [4])"]
+             "d_model": 64}
+    own = declared(AssignAttention())
+    assert block_problems(block, [layout], own) == []  # 64 / 64 = 1 head
+    assert block_problems({**block, "num_heads": 2, "num_kv_heads": 2}, [layout], own) == \
+        ["config: heads 2 (declared [1, 4])"]
 
 
-def test_a_block_may_read_the_input_width_when_it_writes_a_config_width() -> None:
-    # FunAsrNano's layer 0: Q, K, V read input_size = 80 mels · 7 frames = 560, O writes 64.
-    layout = Expected("", frozenset({4}), None, frozenset({16}), frozenset({64}),
-                      inputs=frozenset({560}))
-    block = {"num_heads": 4, "num_kv_heads": 4, "head_dim": 16, "d_model": 560, "d_out": 64}
-    assert block_problems(block, [layout]) == []
-    assert block_problems({**block, "d_out": 560}, [layout]) == ["config: width 560 (config [64])"]
-    assert block_problems({**block, "d_model": 80}, [layout]) == ["config: width 80 (config [64])"]
+def test_kv_heads_follow_the_groups_a_module_declares() -> None:
+    from torch import nn
+    from zoo_harness.expect import declared
+
+    class Grouped(nn.Module):
+        def __init__(self, groups: int) -> None:
+            super().__init__()
+            self.num_heads, self.num_key_value_groups = 4, groups
+
+    layout = Expected("", frozenset({4}), 2, frozenset({16}), frozenset({64}))
+    block = {"name": "attn", "num_heads": 4, "num_kv_heads": 4, "head_dim": 16, "d_model": 64}
+    assert block_problems(block, [layout]) == ["config: kv heads 4 (declared 2)"]
+    assert block_problems(block, [layout], declared(Grouped(1))) == []  # 4 / 1 KV heads
+    assert block_problems(block, [layout], declared(Grouped(2))) == \
+        ["config: kv heads 4 (declared 2)"]

@@ -1,0 +1,182 @@
+"""The reference's own inputs, by transformers' conventions, and the model file that feeds
+them to mhaudit.
+
+Nothing here reads mhaudit: the inputs follow the model's ``main_input_name`` and the
+required arguments of its ``forward``, at the sizes its config declares, as transformers'
+processors and feature extractors shape them. A model these inputs cannot run is one
+transformers cannot run from its tiny config; a model they run and mhaudit cannot audit is
+mhaudit's failure.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from zoo_harness.expect import sub_configs
+
+BATCH = 1
+SEQ = 16
+AUDIO_SAMPLES = 320 * SEQ + 80
+"""Raw audio samples: wav2vec2-style feature encoders stride 320 samples per frame."""
+FRAMES_PER_TOKEN = 2
+"""Whisper-style encoders halve their mel frames with a stride-2 convolution."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One input tensor: its shape, and the ids' bound for integer inputs (0 for floats)."""
+
+    shape: tuple[int, ...]
+    high: int = 0
+
+
+class NoConvention(Exception):
+    """An input the conventions do not cover (the model cannot be run from them)."""
+
+
+def _first(config: Any, *keys: str) -> Any:
+    """The first of ``keys`` set anywhere in the config tree, the root first."""
+    for _, sub in sub_configs(config):
+        for key in keys:
+            value = getattr(sub, key, None)
+            if value is not None and not isinstance(value, bool):
+                return value
+    return None
+
+
+def _side(value: Any) -> int:
+    return int(value[0]) if isinstance(value, (list, tuple)) else int(value)
+
+
+IMAGE = 64
+"""Image side where the config names none (a convolutional backbone takes any size)."""
+
+
+def _ids(config: Any) -> list[Spec]:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None) or _first(config, "vocab_size")
+    if not isinstance(vocab, int):
+        raise NoConvention("no vocab_size for token ids")
+    return [Spec((BATCH, SEQ), vocab)]
+
+
+def _pixels(config: Any) -> list[Spec]:
+    """(B, C, H, W) at the config's image size; a video model's (B, T, C, H, W) after it."""
+    size = _first(config, "image_size", "img_size")
+    channels = int(_first(config, "num_channels", "in_channels", "in_chans") or 3)
+    side = _side(size) if size is not None else IMAGE
+    found = [Spec((BATCH, channels, side, side))]
+    frames = _first(config, "num_frames", "frames_per_clip")
+    if isinstance(frames, int):
+        found.append(Spec((BATCH, frames, channels, side, side)))
+    return found
+
+
+def _features(config: Any) -> list[Spec]:
+    """Audio features: Whisper's (B, mel bins, 2 · encoder positions) where the config
+    names both, else (B, frames, features) and (B, features, frames) at the feature width
+    the config names."""
+    mels, positions = _first(config, "num_mel_bins"), _first(config, "max_source_positions")
+    if isinstance(mels, int) and isinstance(positions, int):
+        return [Spec((BATCH, mels, FRAMES_PER_TOKEN * positions))]
+    per_channel = _first(config, "input_feat_per_channel")
+    if isinstance(per_channel, int):
+        channels = int(_first(config, "input_channels") or 1)
+        return [Spec((BATCH, 4 * SEQ, per_channel * channels))]
+    size = _first(config, "feature_size", "feature_projection_input_dim", "input_feat_size",
+                  "num_mel_bins")
+    if isinstance(size, int):
+        return [Spec((BATCH, 4 * SEQ, size)), Spec((BATCH, size, 4 * SEQ))]
+    raise NoConvention("no feature size for input_features")
+
+
+def _audio(config: Any) -> list[Spec]:
+    return [Spec((BATCH, AUDIO_SAMPLES))]
+
+
+BY_NAME = {"input_ids": _ids, "decoder_input_ids": _ids, "pixel_values": _pixels,
+           "input_features": _features, "input_values": _audio}
+"""transformers' input names and how each one's processor shapes it (alternatives in
+order)."""
+
+
+def _sets(names: list[str], config: Any) -> list[dict[str, Spec]]:
+    """Every combination of the names' alternatives, the first alternatives first."""
+    sets: list[dict[str, Spec]] = [{}]
+    for name in names:
+        sets = [{**done, name: spec} for done in sets for spec in BY_NAME[name](config)]
+    return sets
+
+
+def conventional_inputs(model: Any) -> list[dict[str, Spec]]:
+    """Input sets to try, in order: the model's main input with every required forward
+    argument (and decoder ids for an encoder-decoder), then those with every other input
+    of :data:`BY_NAME` the forward takes and the config can shape (a two-tower model needs
+    its text and its pixels).
+
+    Raises :class:`NoConvention` for a required argument the conventions do not cover."""
+    config = model.config
+    main = getattr(model, "main_input_name", "input_ids")
+    params = inspect.signature(model.forward).parameters
+    names = [main] + [n for n, p in params.items() if n != main and p.default is p.empty
+                      and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params \
+            and main != "decoder_input_ids":
+        names.append("decoder_input_ids")
+    names = list(dict.fromkeys(names))
+    for name in names:
+        if name not in BY_NAME:
+            raise NoConvention(f"no convention for the required input {name!r}")
+    more = list(names)
+    for name in BY_NAME:
+        if name in params and name not in more:
+            try:
+                BY_NAME[name](config)
+            except NoConvention:
+                continue
+            more.append(name)
+    return _sets(names, config) + (_sets(more, config) if more != names else [])
+
+
+def make(specs: dict[str, Spec], seed: int = 0) -> dict[str, Any]:
+    """The tensors of ``specs`` from one seeded generator (the same in every process)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return {name: torch.randint(0, s.high, s.shape, generator=gen) if s.high
+            else torch.randn(s.shape, generator=gen) for name, s in specs.items()}
+
+
+MODEL_FILE = '''"""A transformers architecture from its tiny config, with conventional inputs."""
+import json
+from pathlib import Path
+
+import torch
+import transformers
+
+HERE = Path(__file__).resolve().parent
+
+
+def build_model():
+    data = json.loads((HERE / "config.json").read_text())
+    fields = {{k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}}
+    config = transformers.AutoConfig.for_model(data["model_type"], **fields)
+    return transformers.AutoModel.from_config(config)
+
+
+def example_inputs():
+    gen = torch.Generator().manual_seed(0)
+    specs = {specs}
+    return {{name: torch.randint(0, high, shape, generator=gen) if high
+             else torch.randn(shape, generator=gen) for name, (shape, high) in specs.items()}}
+'''
+
+
+def model_file(specs: dict[str, Spec]) -> str:
+    """A model file for ``mhaudit report``: the tiny config's model and ``specs``' tensors,
+    drawn as :func:`make` draws them."""
+    literal = json.dumps({name: [list(s.shape), s.high] for name, s in specs.items()})
+    return MODEL_FILE.format(specs=literal)
