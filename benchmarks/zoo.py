@@ -33,18 +33,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo_harness import fold_worker, timm_zoo
 from zoo_harness.sweep import load_results, mixed_order, model_types, record
 from zoo_harness.table import RAN_BY, headline, render
+from zoo_harness.tiny import FREE_HEAD_DIM
 from zoo_harness.worker import SEQ, STATUSES, preload, run_one
 
 PREAMBLE = (
     "Every transformers model type with a base model, built by `python benchmarks/zoo.py` "
-    "from a tiny config derived from its config class (width 64, 4 heads of 16, 2 KV heads "
-    "where the default groups queries, 2 layers, small vocabulary, 64-pixel images, short "
-    f"audio), audited at {SEQ} tokens with `mhaudit report CONFIG --format json`. *exact*: "
-    "every block fits the config's heads, KV heads, head dim and width, the parameters equal "
-    "the module's, matmul + conv FLOPs equal FlopCounterMode's on a real CPU forward (within "
-    "1%), and there are at least as many blocks as attention modules. *missed*: no blocks "
-    "where the config declares attention. *skipped*: transformers itself cannot build or run "
-    "the model from the tiny config. *timeout*: no answer within the per-architecture limit."
+    "from a tiny config derived from its config class (width 64, 4 heads, 2 KV heads where "
+    "the default groups queries, 2 layers, small vocabulary, 64-pixel images, short audio; "
+    f"every declared head dim set to {FREE_HEAD_DIM}, unequal to width / heads, except in "
+    "a tower transformers does not run with it, which the row names). mhaudit audits it "
+    f"twice: `mhaudit report CONFIG --format json` at {SEQ} tokens with its own inputs, and "
+    "a model file with the reference's inputs. The reference reads nothing of mhaudit: "
+    "transformers builds the model (`AutoModel.from_config`) and runs it on inputs made by "
+    "transformers' conventions (the model's `main_input_name` and required forward "
+    "arguments at the config's sizes). *exact*: every block's heads, KV heads, head dim "
+    "and width equal what its module declares (its attributes, its Q layer's input width) "
+    "or, where it declares none, fit the config; each block's W_Q, W_K, W_V and W_O equal "
+    "its module's own layers where their names say their roles (fused layers against the "
+    "roles they join); the parameters equal the module's; matmul + conv FLOPs on the "
+    "reference's inputs equal FlopCounterMode's on the real forward (within 1%); and every "
+    "attention module that forward runs is a block. *exit 3*: mhaudit gave up, on its own "
+    "inputs or the reference's: a failure, whatever the cause. *missed*: no blocks where "
+    "the model has attention. *skipped*: transformers cannot build the model from the tiny "
+    "config or run it on the conventional inputs; this depends on the reference alone. "
+    "*timeout*: no answer within the per-architecture limit."
 )
 FOLD_PREAMBLE = (
     "Every transformers model type with a base model, from the same tiny configs as the zoo "

@@ -221,11 +221,18 @@ def module_name(block: str) -> str:
     return block.split("#")[0]
 
 
+def _attention_parts(module: nn.Module) -> list[nn.Module]:
+    """The module and the attention modules inside it (``self`` of ``BertAttention``),
+    outermost first; other parts (a rotary table, a key indexer) declare their own sizes."""
+    return [m for m in module.modules() if m is module or any(
+        word in type(m).__name__ for word in ("Attention", "Attn"))]
+
+
 def _attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
-    """The first of ``names`` that ``module`` or, failing it, one of its submodules (the
-    first in order that has one) sets to a positive int: an attention module often keeps
-    its heads on the inner module that splits them (``self`` of ``BertAttention``)."""
-    for held in module.modules():
+    """The first of ``names`` that ``module`` or, failing it, an attention module inside it
+    sets to a positive int: an attention module often keeps its heads on the inner module
+    that splits them."""
+    for held in _attention_parts(module):
         for name in names:
             value = getattr(held, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -257,8 +264,9 @@ def declared(module: nn.Module) -> Declared:
     if kv is None and groups is not None and heads is not None and heads % groups == 0:
         kv = heads // groups
     dim = _attr(module, HEAD_DIM_ATTRS)
-    if dim is None:
-        dim = next((d for held in module.modules() if (d := _scaled_dim(
+    if dim is None and heads is None:  # one head scaled by its width (CvT scales 3 heads
+        # of 64 by 192**-0.5: with heads declared, a scale is no head dim)
+        dim = next((d for held in _attention_parts(module) if (d := _scaled_dim(
             getattr(held, "scale", getattr(held, "scaling", None))))), None)
     width = next((v for n in WIDTH_ATTRS if isinstance(v := getattr(module, n, None), int)
                   and not isinstance(v, bool) and v > 0), None)

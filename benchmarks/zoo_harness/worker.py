@@ -406,5 +406,6 @@ def run_one(name: str) -> Result:
     result = classify(name, runs, ref)
     if note and result.status != "skipped":
         result.checks["note"] = note
+        result.reason = "; ".join(part for part in (result.reason, note) if part)
     result.seconds = round(time.monotonic() - start, 1)
     return result
