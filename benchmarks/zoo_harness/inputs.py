@@ -31,6 +31,8 @@ class Spec:
 
     shape: tuple[int, ...]
     high: int = 0
+    values: tuple[int, ...] = ()
+    """The integers of a tensor whose values are fixed (a patch grid), row-major."""
 
 
 class NoConvention(Exception):
@@ -51,8 +53,10 @@ def _side(value: Any) -> int:
     return int(value[0]) if isinstance(value, (list, tuple)) else int(value)
 
 
-IMAGE = 64
-"""Image side where the config names none (a convolutional backbone takes any size)."""
+IMAGE = 224
+"""Image side where the config names none: image processors' usual default."""
+FRAMES = 8
+"""Frames of a video where the config names none."""
 
 
 def _ids(config: Any) -> list[Spec]:
@@ -75,6 +79,43 @@ def _pixels(config: Any) -> list[Spec]:
     return found
 
 
+def _video(config: Any) -> list[Spec]:
+    """(B, T, C, H, W) at the config's frames and image size."""
+    (image, *_) = _pixels(config)
+    frames = _first(config, "num_frames", "frames_per_clip")
+    return [Spec((BATCH, frames if isinstance(frames, int) else FRAMES, *image.shape[1:]))]
+
+
+def _grid(config: Any) -> tuple[int, int, int]:
+    """(t, h, w) of one image as a packed-patch processor cuts it: one temporal patch and
+    2 × 2 merged groups of patches."""
+    merge = int(_first(config, "spatial_merge_size") or 1)
+    return 1, 2 * merge, 2 * merge
+
+
+def _patches(config: Any) -> list[Spec]:
+    """Packed patches (t·h·w rows of C·T·P² values), as Qwen2-VL-style processors flatten
+    an image for a tower that also takes its ``grid_thw``."""
+    t, h, w = _grid(config)
+    patch = _side(_first(config, "patch_size") or 14)
+    channels = int(_first(config, "in_channels", "num_channels", "in_chans") or 3)
+    temporal = int(_first(config, "temporal_patch_size") or 1)
+    return [Spec((t * h * w, channels * temporal * patch * patch))]
+
+
+def _grid_thw(config: Any) -> list[Spec]:
+    return [Spec((1, 3), values=_grid(config))]
+
+
+def _series(config: Any) -> list[Spec]:
+    """Past values of a time series: (B, context length, channels)."""
+    length = _first(config, "context_length")
+    if not isinstance(length, int):
+        raise NoConvention("no context_length for past_values")
+    channels = int(_first(config, "num_input_channels") or 1)
+    return [Spec((BATCH, length, channels)), Spec((BATCH, length))]
+
+
 def _features(config: Any) -> list[Spec]:
     """Audio features: Whisper's (B, mel bins, 2 · encoder positions) where the config
     names both, else (B, frames, features) and (B, features, frames) at the feature width
@@ -94,11 +135,20 @@ def _features(config: Any) -> list[Spec]:
 
 
 def _audio(config: Any) -> list[Spec]:
-    return [Spec((BATCH, AUDIO_SAMPLES))]
+    """Raw audio, (B, samples) then (B, channels, samples); a spectrogram model's
+    (B, frames, mel bins) where the config names both."""
+    found = [Spec((BATCH, AUDIO_SAMPLES)), Spec((BATCH, 1, AUDIO_SAMPLES))]
+    mels, frames = _first(config, "num_mel_bins"), _first(config, "max_length")
+    if isinstance(mels, int) and isinstance(frames, int):
+        found.insert(0, Spec((BATCH, frames, mels)))
+    return found
 
 
 BY_NAME = {"input_ids": _ids, "decoder_input_ids": _ids, "pixel_values": _pixels,
-           "input_features": _features, "input_values": _audio}
+           "input_features": _features, "input_values": _audio, "past_values": _series,
+           "pixel_values_videos": _video, "grid_thw": _grid_thw}
+PACKED = ("hidden_states", "pixel_values")
+"""Names of the packed patches a tower takes beside its ``grid_thw``."""
 """transformers' input names and how each one's processor shapes it (alternatives in
 order)."""
 
@@ -119,10 +169,16 @@ def conventional_inputs(model: Any) -> list[dict[str, Spec]]:
 
     Raises :class:`NoConvention` for a required argument the conventions do not cover."""
     config = model.config
-    main = getattr(model, "main_input_name", "input_ids")
     params = inspect.signature(model.forward).parameters
-    names = [main] + [n for n, p in params.items() if n != main and p.default is p.empty
-                      and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [n for n, p in params.items() if p.default is p.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    main = getattr(model, "main_input_name", "input_ids")
+    if main not in params and required:  # a tower that keeps its base class's main name
+        main = required[0]
+    names = [main] + [n for n in required if n != main]
+    if "grid_thw" in names:
+        return [{name: (_grid_thw(config) if name == "grid_thw" else _patches(config))[0]
+                 for name in names if name in PACKED or name == "grid_thw"}]
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params \
             and main != "decoder_input_ids":
         names.append("decoder_input_ids")
@@ -146,7 +202,8 @@ def make(specs: dict[str, Spec], seed: int = 0) -> dict[str, Any]:
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    return {name: torch.randint(0, s.high, s.shape, generator=gen) if s.high
+    return {name: torch.tensor(s.values).reshape(s.shape) if s.values
+            else torch.randint(0, s.high, s.shape, generator=gen) if s.high
             else torch.randn(s.shape, generator=gen) for name, s in specs.items()}
 
 
@@ -170,13 +227,16 @@ def build_model():
 def example_inputs():
     gen = torch.Generator().manual_seed(0)
     specs = {specs}
-    return {{name: torch.randint(0, high, shape, generator=gen) if high
-             else torch.randn(shape, generator=gen) for name, (shape, high) in specs.items()}}
+    return {{name: torch.tensor(values).reshape(shape) if values
+             else torch.randint(0, high, shape, generator=gen) if high
+             else torch.randn(shape, generator=gen)
+             for name, (shape, high, values) in specs.items()}}
 '''
 
 
 def model_file(specs: dict[str, Spec]) -> str:
     """A model file for ``mhaudit report``: the tiny config's model and ``specs``' tensors,
     drawn as :func:`make` draws them."""
-    literal = json.dumps({name: [list(s.shape), s.high] for name, s in specs.items()})
+    literal = json.dumps({name: [list(s.shape), s.high, list(s.values)]
+                          for name, s in specs.items()})
     return MODEL_FILE.format(specs=literal)

@@ -98,13 +98,15 @@ def test_conventional_inputs_follow_the_main_input_and_the_required_arguments() 
 
 
 def test_the_model_file_draws_the_references_tensors(tmp_path: Path) -> None:
-    specs = {"input_ids": Spec((1, 16), 100), "pixel_values": Spec((1, 3, 8, 8))}
+    specs = {"input_ids": Spec((1, 16), 100), "pixel_values": Spec((1, 3, 8, 8)),
+             "grid_thw": Spec((1, 3), values=(1, 4, 4))}
     (tmp_path / "model.py").write_text(model_file(specs))
     namespace: dict[str, Any] = {"__file__": str(tmp_path / "model.py")}
     exec(compile((tmp_path / "model.py").read_text(), "model.py", "exec"), namespace)
     got, want = namespace["example_inputs"](), make(specs)
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want)
+    assert want["grid_thw"].tolist() == [[1, 4, 4]]  # a fixed grid, not a draw
 
 
 def test_tiny_configs_declare_a_head_dim_unequal_to_width_over_heads() -> None:
