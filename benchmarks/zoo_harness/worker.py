@@ -96,6 +96,9 @@ class Reference:
     build_error: str = ""
     forward_error: str = ""
     """Why the conventional inputs do not run the model (then it is skipped)."""
+    model: Any = None
+    """The built model, for what a block's own module declares when it is inside no
+    attention module (a pointer head's single bilinear score)."""
     attention_named_params: int = 0
     """Parameters whose names say attention (``attn``, ``qkv``, ``query``, ...), for models
     whose attention classes are not called attention."""
@@ -164,7 +167,7 @@ def _reference(config: Path) -> Reference:
     except Exception as exc:
         ref.build_error = _exception_line(exc)
         return ref
-    ref.config = getattr(model, "config", None)
+    ref.config, ref.model = getattr(model, "config", None), model
     ref.params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     ref.attention = attention_modules(model)
     ref.declared = declared_layouts(model, ref.attention)
@@ -202,6 +205,20 @@ def _reference(config: Path) -> Reference:
     return ref
 
 
+def _own(block: dict[str, Any], ref: Reference) -> Any:
+    """What the module a block names declares, for a block inside no attention module."""
+    from zoo_harness.expect import declared, module_name
+    from zoo_harness.roles import query_width
+
+    try:
+        module = ref.model.get_submodule(module_name(str(block.get("name"))))
+    except (AttributeError, TypeError):
+        return None
+    own = declared(module)
+    width = query_width(module)
+    return replace(own, width=width) if width is not None else own
+
+
 def _block_checks(blocks: list[dict[str, Any]], ref: Reference) -> list[str]:
     """Each block's layout against its module's declarations and the config, and its
     W_Q, W_K, W_V, W_O against its module's own layers where they name their roles."""
@@ -212,7 +229,7 @@ def _block_checks(blocks: list[dict[str, Any]], ref: Reference) -> list[str]:
     owners = [owner(str(b.get("name")), ref.attention) for b in blocks]
     failed: list[str] = []
     for block, name in zip(blocks, owners, strict=True):
-        own = ref.declared.get(name) if name is not None else None
+        own = ref.declared.get(name) if name is not None else _own(block, ref)
         problems = block_problems(block, layouts, own)
         module_roles = ref.roles.get(name) if name is not None else None
         if module_roles is not None and owners.count(name) == 1:
