@@ -79,6 +79,7 @@ def build_report(
         data_dependent=traced.data_dependent,
         unread_cores=expand_unread(unread, plans),
         declared_mismatch=declared,
+        inputs_left_out=loaded.inputs_left_out,
     )
     flags = tuple(f for b in blocks for f in b.findings)
     extras = {"folded_layers": describe(plans)} if plans else {}

@@ -70,6 +70,17 @@ class UnreadCore:
 
 
 @dataclass(frozen=True)
+class LeftOutInput:
+    """An input of another modality than the text that mhaudit made from a config and left
+    out, because the forward did not run on it (the text's path was audited without it)."""
+
+    name: str
+    """The forward argument left out (``pixel_values``, ``image_sizes``, ...)."""
+    why: str
+    """The forward's error on the inputs with it, in one line."""
+
+
+@dataclass(frozen=True)
 class DeclaredMismatch:
     """An attribute of a block's module that declares a layout the block does not have."""
 
@@ -109,6 +120,9 @@ class Coverage:
     declared_mismatch: tuple[DeclaredMismatch, ...] = ()
     """Attributes of the blocks' modules (``num_heads``, ``head_dim``, ``embed_dim``, the
     config they hold) whose values disagree with the detected layout."""
+    inputs_left_out: tuple[LeftOutInput, ...] = ()
+    """Inputs made from a config that the forward did not run on, left out so that the
+    text's path could be audited: the towers they feed are not in the report."""
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                  "detected": m.detected} for m in report.coverage.declared_mismatch],
         },
     }
+    if report.coverage.inputs_left_out:
+        data["coverage"]["inputs_left_out"] = [
+            {"input": i.name, "why": i.why} for i in report.coverage.inputs_left_out]
     if report.coverage.untraced_towers:
         data["coverage"]["untraced_towers"] = list(report.coverage.untraced_towers)
     if report.coverage.data_dependent is not None:

@@ -12,9 +12,10 @@ from torch import nn
 from mhaudit.contain.contain import contained
 from mhaudit.contain.files import check_input_file, parse_json, read_input_text
 from mhaudit.contain.offline import hub_offline, set_offline_env
+from mhaudit.data import LeftOutInput
 from mhaudit.errors import LoadError, first_line, install_hint
 from mhaudit.load.configtree import read
-from mhaudit.load.inputs import Shapes, config_inputs
+from mhaudit.load.inputs import Shapes, fitted_inputs
 
 SIZE_FIELDS = (
     "hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
@@ -121,13 +122,14 @@ def _build(transformers: Any, data: dict[str, Any], config: Any) -> nn.Module:
 def load_hf_config(
     path: Path, batch_size: int, seq_len: int, *, device: str | None = None,
     input_shape: tuple[int, ...] | None = None, input_shapes: Shapes = (),
-) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any], tuple[LeftOutInput, ...]]:
     """Build the model of a transformers config file and its example inputs.
 
-    Returns ``(model, args, kwargs)``: no positional args, and keyword inputs for the
-    model's modality (:func:`~mhaudit.load.inputs.config_inputs`: token ids, audio
+    Returns ``(model, args, kwargs, left_out)``: no positional args, keyword inputs for
+    the model's modality (:func:`~mhaudit.load.inputs.fitted_inputs`: token ids, audio
     features, raw audio or pixels at the config's sizes, plus decoder ids for
-    encoder-decoders). ``input_shape`` reshapes the main input; ``input_shapes`` sets
+    encoder-decoders), and the inputs of another modality left out because the forward
+    did not run on them. ``input_shape`` reshapes the main input; ``input_shapes`` sets
     inputs by name. Tensors follow the default device; pass ``device="meta"`` to build
     without allocating.
     """
@@ -166,7 +168,7 @@ def load_hf_config(
             main = getattr(model, "main_input_name", "input_ids")
             first = main if isinstance(main, str) else str(next(iter(main)))
             shapes = ((first, input_shape),) if input_shape is not None else ()
-            kwargs = config_inputs(main, config, batch_size, seq_len, model=model,
-                                   shapes=(*shapes, *input_shapes))
+            kwargs, left_out = fitted_inputs(main, config, batch_size, seq_len, model=model,
+                                             shapes=(*shapes, *input_shapes))
         model.eval()
-    return model, (), kwargs
+    return model, (), kwargs, left_out

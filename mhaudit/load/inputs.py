@@ -9,11 +9,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhaudit.data import LeftOutInput
 from mhaudit.errors import LoadError
 from mhaudit.load.audio import documented_waveform
 from mhaudit.load.configtree import find_size, modality_config
 from mhaudit.load.docshapes import BATCH_DIMS, DocInput, Unresolved, documented_inputs, resolve_dim
-from mhaudit.load.fit import fit_audio
+from mhaudit.load.fit import fit_inputs
 from mhaudit.load.modalities import (
     FRAMES,
     IMAGE_SIZES,
@@ -185,13 +186,23 @@ def _no_inputs_error(name: str, dims: list[str]) -> LoadError:
 
 def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: int, *,
                   model: nn.Module | None = None, shapes: Shapes = ()) -> dict[str, Any]:
-    """Keyword inputs for a model built from ``config`` whose main input is ``main``.
+    """Keyword inputs for a model built from ``config`` whose main input is ``main``
+    (:func:`fitted_inputs`' inputs, without the list of those left out)."""
+    return fitted_inputs(main, config, batch, seq_len, model=model, shapes=shapes)[0]
+
+
+def fitted_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: int, *,
+                  model: nn.Module | None = None, shapes: Shapes = ()
+                  ) -> tuple[dict[str, Any], tuple[LeftOutInput, ...]]:
+    """Keyword inputs for a model built from ``config`` whose main input is ``main``, and
+    the inputs of another modality left out because the forward did not run on them.
 
     Text, audio features, raw audio, pixels and video at the config's sizes, and any
     other input the forward needs as its docstring shapes it; a text model that also has
     a vision config gets pixels too, with its image, audio and video tokens placed in the
-    text; an encoder-decoder gets decoder token ids. ``shapes`` (the user's) come first
-    and are never made.
+    text; an encoder-decoder gets decoder token ids. Where the forward does not run on
+    them, they are fitted (:func:`~mhaudit.load.fit.fit_inputs`). ``shapes`` (the user's)
+    come first and are never made.
     """
     req = Request(model, config, batch, seq_len)
     mains = [main] if isinstance(main, str) else [str(m) for m in main]
@@ -208,13 +219,14 @@ def config_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
         except NoSize as exc:
             raise _no_inputs_error(exc.name, exc.dims) from None
     fixed = frozenset(name for name, _ in shapes)
+    text = dict(made)  # what the forward requires, before any other modality's inputs
     _multimodal(req, mains, made, fixed)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" not in made:
         limit = getattr(config, "max_target_positions", None)
         n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 else seq_len
         made["decoder_input_ids"] = torch.zeros(batch, n, dtype=torch.long)  # (B, n)
-    fit_audio(req, mains[0], made, fixed)
-    return made
+        text["decoder_input_ids"] = made["decoder_input_ids"]
+    return made, fit_inputs(req, made, text, fixed)
 
 
 def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any],

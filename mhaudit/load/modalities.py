@@ -74,10 +74,27 @@ def text(req: Request) -> dict[str, Any]:
 
 
 def pixels(req: Request) -> dict[str, Any]:
+    """An image at the config's size, every pixel 1: towers that stack images drop the
+    all-zero ones as padding."""
     vision = modality_config(req.config, ("vision", "image"))
     height, width = image_size(vision)
     channels = int(read(vision, "num_channels") or 3)
-    return {"pixel_values": torch.zeros(req.batch, channels, height, width)}  # (B, C, H, W)
+    return {"pixel_values": torch.ones(req.batch, channels, height, width)}  # (B, C, H, W)
+
+
+def named_pixels(req: Request, name: str) -> dict[str, Any]:
+    """Pixels for an input named ``<prefix>_pixel_values`` at the size of the config named
+    after the prefix (``high_res_vision_config`` for ``high_res_pixel_values``), else of
+    the vision config; :class:`NoSize` for a name that does not end in ``pixel_values``."""
+    prefix = name.removesuffix("pixel_values").rstrip("_")
+    if not name.endswith("pixel_values"):
+        raise NoSize(name, [])
+    vision = modality_config(req.config, (f"{prefix}_vision", prefix) if prefix else ())
+    if vision is req.config:
+        vision = modality_config(req.config, ("vision", "image"))
+    height, width = image_size(vision)
+    channels = int(read(vision, "num_channels") or 3)
+    return {name: torch.ones(req.batch, channels, height, width)}  # (B, C, H, W)
 
 
 def video(req: Request, default_frames: int | None = None) -> dict[str, Any]:
@@ -91,7 +108,7 @@ def video(req: Request, default_frames: int | None = None) -> dict[str, Any]:
         raise NoSize("pixel_values_videos", [str(req.batch), "FRAMES", str(channels),
                                              str(height), str(width)])
     # (B, frames, C, H, W)
-    return {"pixel_values_videos": torch.zeros(req.batch, frames, channels, height, width)}
+    return {"pixel_values_videos": torch.ones(req.batch, frames, channels, height, width)}
 
 
 def _front_end_width(model: nn.Module | None) -> int | None:

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from mhaudit.fake.mode import mark_known
-from mhaudit.load.audio import Candidate, candidates
+from mhaudit.load.audio import Candidate
 from mhaudit.load.configtree import read
 from mhaudit.load.docshapes import DocInput, documented_inputs
-from mhaudit.load.modalities import NoSize, Request
+from mhaudit.load.modalities import NoSize, Request, named_pixels
 from mhaudit.load.rows import (
     count_tokens,
     cpu_value,
@@ -25,7 +25,7 @@ from mhaudit.load.rows import (
     tower,
     tower_rows,
 )
-from mhaudit.load.vision import TOWER_MAKERS, grid_patches, patch_grids
+from mhaudit.load.vision import TOWER_MAKERS, grid_patches, layouts, patch_grids
 
 
 @dataclass(frozen=True)
@@ -145,10 +145,11 @@ def _masks(req: Request, method: Callable[..., Any] | None, name: str, candidate
             trial[mask] = torch.ones(candidate.tensor.shape[0], frames, dtype=torch.long)
 
 
-def _extras(method: Callable[..., Any] | None, params: Mapping[str, Any],
+def _extras(req: Request, method: Callable[..., Any] | None, params: Mapping[str, Any],
             trial: dict[str, Any], make_doc: MakeDoc) -> None:
     """The other inputs the feature method requires and the forward takes, as the feature
-    method's docstring shapes them (a raw-audio padding mask beside the features)."""
+    method's docstring shapes them (a raw-audio padding mask beside the features); pixels
+    it does not document (``high_res_pixel_values``) as :func:`named_pixels` makes them."""
     docs = documented_inputs(method) if method is not None else {}
     for arg, doc in docs.items():
         if arg in trial or arg not in params or not doc.dims or not _required(method, arg):
@@ -157,6 +158,11 @@ def _extras(method: Callable[..., Any] | None, params: Mapping[str, Any],
             trial.update(make_doc(doc))
         except NoSize:
             continue
+    required = inspect.signature(method).parameters if method is not None else {}
+    for arg in required:  # undocumented pixels beside pixels: at their own config's size
+        if arg not in trial and arg in params and _required(method, arg) and \
+                arg.endswith("pixel_values"):
+            trial.update(named_pixels(req, arg))
 
 
 def _with_tokens(ids: torch.Tensor, token: int, count: int) -> torch.Tensor:
@@ -199,7 +205,7 @@ def _fed(req: Request, modality: Modality, name: str, token: int, params: Mappin
             base.update(TOWER_MAKERS[name](req))
         except NoSize:
             return 0, made
-    tries = [Candidate(base[name], 1)] if name in fixed else candidates(req, name, base[name])
+    tries = [Candidate(base[name], 1)] if name in fixed else layouts(req, name, base[name])
     packed = _packed(req, method, name, params, fixed)
     if packed:  # patches packed beside the grid that places them: the one layout
         base.update(packed)
@@ -210,7 +216,7 @@ def _fed(req: Request, modality: Modality, name: str, token: int, params: Mappin
         if method is not None:
             trial.update({k: v for k, v in patch_grids(req, method, candidate.tensor,
                                                        trial).items() if k in params})
-        _extras(method, params, trial, make_doc)
+        _extras(req, method, params, trial, make_doc)
         count = _trial_count(req, modality, name, token, trial)
         if count and count % made["input_ids"].shape[0] == 0:
             return count, trial

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhaudit.errors import first_line
 from mhaudit.fake.mode import FakeMode, mark_known
 from mhaudit.fake.run import fake_inputs, fake_state
 
@@ -19,7 +20,6 @@ CPU_COPY_LIMIT = 1 << 28
 """Most parameter elements of a meta model copied to the CPU (uninitialised) to count the
 tokens of a feature method that the meta device cannot run (one with a data-dependent
 shape, such as a mask applied by indexing)."""
-
 
 
 def _rows(result: Any) -> int:
@@ -107,9 +107,15 @@ def kept_twins() -> Iterator[None]:
 
 
 def _twin(model: nn.Module) -> nn.Module:
+    """A CPU copy of a meta model, initialised by its own ``init_weights()`` where it has
+    one: buffers computed at construction (position ids) are garbage after ``to_empty``."""
     twin = _TWINS.get(id(model))
     if twin is None:
         twin = copy.deepcopy(model).to_empty(device="cpu")
+        init = getattr(twin, "init_weights", None)
+        if callable(init):
+            with contextlib.suppress(Exception), torch.no_grad():  # model code
+                init()
         if _KEEPING:
             _TWINS[id(model)] = twin
     return twin
@@ -146,39 +152,51 @@ def _on_fake(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows) 
 
 
 def cpu_value(name: str, value: Any) -> Any:
-    """A CPU tensor filled as the loader fills ``name`` (masks keep all), for a meta one."""
+    """A CPU tensor filled as the loader fills ``name`` (masks keep all, pixels are 1: an
+    all-zero image is padding), for a meta one."""
     if not isinstance(value, torch.Tensor) or value.device.type != "meta":
         return value
-    keep = name.endswith("_mask") and value.dtype != torch.bool
+    keep = (name.endswith("_mask") and value.dtype != torch.bool) or \
+        ("pixel_values" in name and value.is_floating_point())
     fill = torch.ones if keep else torch.zeros
     return fill(value.shape, dtype=value.dtype, device="cpu")
 
 
-def _rows_of(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows = _rows) -> int:
+def _rows_of(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows = _rows,
+             errors: list[str] | None = None) -> int:
     """Rows of ``pick(model)`` on ``made``, else on fake tensors with the integer inputs'
-    values, else on a CPU copy; 0 where none runs."""
+    values, else on a CPU copy; 0 where none runs. ``errors`` gains each failure's line."""
     method = pick(model)
     if method is None:
         return 0
-    try:
-        return _call(method, made, rows)
-    except Exception:  # model code: the meta device cannot run a data-dependent step
-        pass
-    try:
-        return _on_fake(model, pick, made, rows)
-    except Exception:  # model code that reads values of a float input, or a kernel
-        pass
-    try:
-        return _on_cpu(model, pick, made, rows)
-    except Exception:  # model code that needs more than these inputs
-        return 0
+    for attempt in (_on_meta, _on_fake, _on_cpu):
+        try:
+            return attempt(model, pick, made, rows)
+        except Exception as exc:  # model code: a data-dependent step on meta, a float
+            if errors is not None:  # input's values read under fake tensors, a kernel
+                errors.append(first_line(exc, 160))
+    return 0
+
+
+def _on_meta(model: nn.Module, pick: Pick, made: Mapping[str, Any], rows: Rows) -> int:
+    method = pick(model)
+    return 0 if method is None else _call(method, made, rows)
 
 
 def runs(model: nn.Module, made: Mapping[str, Any]) -> bool:
     """Whether the model's forward runs on ``made`` (on the meta device, else on a CPU copy
     of a meta model small enough to copy)."""
+    return not run_failure(model, made)
+
+
+def run_failure(model: nn.Module, made: Mapping[str, Any]) -> str:
+    """Why the model's forward does not run on ``made`` (the last attempt's error line, as
+    :func:`runs` tries them); empty where it runs."""
+    errors: list[str] = []
     with kept_twins():
-        return bool(_rows_of(model, lambda m: m.forward, made, lambda _: 1))
+        if _rows_of(model, lambda m: m.forward, made, lambda _: 1, errors):
+            return ""
+    return errors[-1] if errors else "the forward did not run"
 
 
 def count_tokens(model: nn.Module, name: str, made: Mapping[str, Any],

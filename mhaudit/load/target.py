@@ -20,6 +20,7 @@ from torch import nn
 
 from mhaudit.contain.contain import contained, preserved_state
 from mhaudit.contain.files import check_input_file
+from mhaudit.data import LeftOutInput
 from mhaudit.errors import LoadError, type_name
 from mhaudit.load.device import parse_device
 from mhaudit.load.inputs import Shapes, with_shapes
@@ -41,6 +42,8 @@ class LoadedModel:
     not build on meta); empty otherwise."""
     note: str = ""
     """Why it was built there, for the report's ``model``."""
+    inputs_left_out: tuple[LeftOutInput, ...] = ()
+    """Inputs made from a config and left out because the forward did not run on them."""
 
 
 @contextlib.contextmanager
@@ -350,6 +353,6 @@ def _load_hf_config(
     check_input_file(path, "config")  # a FIFO, a device or a huge file: exit 2
     with quiet_stdout(), device_context(device):
         stage("building")
-        model, args, kwargs = load_hf_config(path, batch_size, seq_len,
-                                             input_shape=input_shape, input_shapes=input_shapes)
-    return LoadedModel(model, args, kwargs, target, True)
+        model, args, kwargs, left_out = load_hf_config(
+            path, batch_size, seq_len, input_shape=input_shape, input_shapes=input_shapes)
+    return LoadedModel(model, args, kwargs, target, True, inputs_left_out=left_out)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from mhaudit.fake.mode import mark_known
+from mhaudit.load.audio import Candidate, candidates
 from mhaudit.load.configtree import find_size, modality_config
 from mhaudit.load.docshapes import DocInput, documented_inputs
-from mhaudit.load.modalities import MAKERS, NoSize, Request, video
+from mhaudit.load.modalities import FRAMES, MAKERS, NoSize, Request, video
 
 PATCH_WIDTHS = ("patch_embed_hidden_size",)
 """Config names of one flattened patch's width (``patch height · width · channels``)."""
@@ -60,27 +61,49 @@ def _described(method: Callable[..., Any], name: str) -> str:
     return found["body"] if found else ""
 
 
+SIZE_WORDS = ("(h, w)", "(height, width)", "height and width")
+"""Words of a per-image input's docstring that call its two columns an image's height and
+width (in pixels where it does not say patches)."""
+
+
+def _grid_kind(doc: DocInput, text: str) -> str:
+    """``"patch"`` for a ``(images, 2)`` input that holds each image's height and width in
+    patches, ``"pixel"`` for one that holds them in pixels (the image processor's
+    ``image_sizes``), ``""`` for anything else."""
+    if doc.dims[-1:] != ("2",) or len(doc.dims) != 2:
+        return ""
+    if "patch" in text:
+        return "patch" if "int" in doc.type_name.lower() else ""
+    return "pixel" if "size" in text and any(w in text for w in SIZE_WORDS) else ""
+
+
 def patch_grids(req: Request, method: Callable[..., Any], pixels: torch.Tensor,
                 made: Mapping[str, Any]) -> dict[str, Any]:
-    """The required integer inputs of a feature method that its docstring shapes
-    ``(num_images, 2)`` and calls heights and widths in patches (NaViT-packed towers read
-    each image's patch grid from them): the pixel input's height and width over the
-    config's patch side, on the CPU so that their values are there to read."""
+    """The required inputs of a feature method that its docstring shapes ``(images, 2)``
+    and calls each image's height and width: in patches (NaViT-packed towers read each
+    image's patch grid from them), the pixel input's height and width over the config's
+    patch side; in pixels (the image processor's ``image_sizes``, by which a tiling tower
+    cuts each image), the pixel input's height and width. One row per image of the pixel
+    input's batch, on the CPU so that their values are there to read."""
+    if pixels.dim() not in (4, 5):
+        return {}
     vision = modality_config(req.config, ("vision", "image"))
     side = find_size(vision, ("patch_size",))
-    if side is None or pixels.dim() != 4:
-        return {}
-    grid = (int(pixels.shape[-2]) // side, int(pixels.shape[-1]) // side)
+    size = (int(pixels.shape[-2]), int(pixels.shape[-1]))
+    rows = {"pixel": size, "patch": (size[0] // side, size[1] // side) if side else None}
     out: dict[str, Any] = {}
     params = inspect.signature(method).parameters
     for name, doc in documented_inputs(method).items():
         param = params.get(name)
         if param is None or param.default is not inspect.Parameter.empty or name in made:
             continue
-        text = _described(method, name).lower()
-        if "int" in doc.type_name.lower() and doc.dims[-1:] == ("2",) and "patch" in text:
-            out[name] = torch.tensor([grid] * pixels.shape[0], dtype=torch.int32,
-                                     device="cpu")  # (images, 2): (rows, columns)
+        kind = _grid_kind(doc, _described(method, name).lower())
+        row = rows.get(kind)
+        if row is None:
+            continue
+        grid = torch.tensor([row] * pixels.shape[0], device="cpu",  # (images, 2)
+                            dtype=torch.int32 if kind == "patch" else torch.long)
+        out[name] = grid if kind == "patch" else mark_known(grid)
     return out
 
 
@@ -176,6 +199,35 @@ def grid_patches(req: Request, method: Callable[..., Any], values: str) -> dict[
     if grid is None or values not in names:
         return {}
     return _packed(req, method, docs, values, grid, names)
+
+
+IMAGE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
+"""Images (or tiles) on the images axis of pixels, in the order tried: a tiling tower cuts
+each image into as many tiles as its size and the config's grid give, and reads the
+first that many of the axis."""
+
+
+def pixel_candidates(req: Request, tensor: torch.Tensor) -> Iterator[Candidate]:
+    """Pixels ``(B, C, H, W)`` as made, then with a frames axis at the config's frame count
+    (a video tower's ``(B, frames, C, H, W)``), then with an images axis of one image
+    (``(B, images, C, H, W)``, as processors stack each sample's images or tiles), then
+    with :data:`IMAGE_COUNTS` images; other ranks only as made."""
+    yield Candidate(tensor, 1)
+    if tensor.dim() != 4:
+        return
+    frames = find_size(modality_config(req.config, ("vision", "video")), FRAMES) or \
+        find_size(req.config, FRAMES)
+    for count in dict.fromkeys(c for c in (frames, *IMAGE_COUNTS) if c):
+        # (B, count, C, H, W): the same image on each frame, image or tile of the axis
+        yield Candidate(tensor.unsqueeze(1).expand(-1, count, -1, -1, -1).contiguous(), 1)
+
+
+def layouts(req: Request, name: str, tensor: torch.Tensor) -> Iterator[Candidate]:
+    """The layouts to try for the input ``name``: pixels' (:func:`pixel_candidates`) for
+    an input of pixels, else audio's (:func:`~mhaudit.load.audio.candidates`)."""
+    if "pixel_values" in name:
+        return pixel_candidates(req, tensor)
+    return candidates(req, name, tensor)
 
 
 INPUT_MAKERS: dict[str, Callable[[Request], dict[str, Any]]] = {

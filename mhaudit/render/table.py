@@ -173,6 +173,10 @@ def total_lines(report: Report) -> list[str]:
         lines.append(f"ops that can be attention but are in no block: "
                      f"{len(coverage.unread_cores)} ({', '.join(ops[:6])}"
                      f"{' and more' if len(ops) > 6 else ''}; see coverage.unread_cores)")
+    if coverage.inputs_left_out:
+        left = [f"{i.name} ({i.why})" for i in coverage.inputs_left_out]
+        lines.append(f"inputs left out, the forward did not run on them (their towers not "
+                     f"audited): {plain('; '.join(left))}")
     if coverage.declared_mismatch:
         said = [f"{plain(m.module) or '(root)'}.{m.attribute} {m.declared} (detected "
                 f"{m.detected})" for m in coverage.declared_mismatch]

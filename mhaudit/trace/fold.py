@@ -117,8 +117,12 @@ def _sequences(module: nn.Module) -> Iterator[tuple[str, tuple[Any, ...] | list[
 
 
 def _entry(entries: Any, index: int) -> Any:
+    """Entry ``index`` as a hashable key part: a plain list as a tuple (a config's list of
+    ``[height, width]`` pairs), anything else not plain as its type."""
     value = entries[index]
-    return value if _plain(value) else repr(type(value))
+    if not _plain(value):
+        return repr(type(value))
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _int_attributes(module: nn.Module, prefix: str = "") -> dict[str, int]:

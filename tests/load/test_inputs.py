@@ -199,7 +199,7 @@ SENTINELS: dict[str, dict[str, Any]] = {
 def test_sentinel_sizes_the_model_accepts_are_not_refused(tmp_path: Path, name: str) -> None:
     from mhaudit.load.hfconfig import load_hf_config
 
-    model, _, kwargs = load_hf_config(Path(_write(tmp_path, name, SENTINELS[name])), 1, 8,
+    model, _, kwargs, _ = load_hf_config(Path(_write(tmp_path, name, SENTINELS[name])), 1, 8,
                                       device="meta")
     assert kwargs["input_ids"].shape == (1, 8)
     assert all(p.numel() for p in model.parameters())
@@ -241,6 +241,6 @@ def test_audio_width_in_a_nested_encoder_config(tmp_path: Path) -> None:
                                "num_attention_heads": 4, "intermediate_size": 64,
                                "num_mel_bins": 80, "subsampling_conv_channels": 8,
                                "subsampling_factor": 8}}
-    _, _, kwargs = load_hf_config(Path(_write(tmp_path, "parakeet", data)), 1, 16,
+    _, _, kwargs, _ = load_hf_config(Path(_write(tmp_path, "parakeet", data)), 1, 16,
                                   device="meta")
     assert kwargs["input_features"].shape == (1, 16 * 8, 80)  # (B, frames, mel bins)
