@@ -1,4 +1,5 @@
-"""A forward that needs an input the loader cannot make: one line naming it and the fix."""
+"""A forward that needs an input left out: one line naming it and the fix; from a config,
+the loader makes it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 from torch import nn
 
 from mhaudit.cli import main as cli
-from mhaudit.errors import MAX_LINE_CHARS, TraceError
+from mhaudit.errors import TraceError
 from mhaudit.trace import trace
 
 tf = pytest.importorskip("transformers")
@@ -26,20 +27,27 @@ VISION = {"model_type": "clip_vision_model", "hidden_size": 32, "num_hidden_laye
 
 def _llava_next() -> Any:
     """LLaVA-NeXT tiles each image by its size (``image_sizes``, from the image processor):
-    a config alone does not give the sizes, so the loader leaves the input out."""
+    the loader gives one (height, width) row per image, the pixels' own."""
     return tf.LlavaNextConfig(text_config=TEXT, vision_config=VISION, image_token_index=60,
                               image_grid_pinpoints=[[16, 16]])
 
 
-def test_a_config_whose_forward_needs_image_sizes_names_it(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_a_config_whose_forward_needs_image_sizes_gets_them(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(_llava_next().to_dict()), encoding="utf-8")
-    result = CliRunner().invoke(cli, ["report", str(path)])
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.exit_code == 3, result.stderr
-    assert len(lines) == 1 and len(lines[0]) <= MAX_LINE_CHARS, result.stderr
-    assert "forward() needs image_sizes, which the inputs leave out" in lines[0]
-    assert "Write a model file with build_model() and an example_inputs()" in lines[0]
+    result = CliRunner().invoke(cli, ["report", str(path), "-n", "16", "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    # one 16×16 image of 8×8 patches: 2 tiles (base and the one 16×16 grid tile), and as
+    # the next test counts, 4 + 4 + 2 = 10 image tokens before the 16 of text
+    assert report["model"]["inputs"] == {
+        "input_ids": {"shape": [1, 10 + 16], "dtype": "int64"},
+        "pixel_values": {"shape": [1, 2, 3, 16, 16], "dtype": "float32"},
+        "image_sizes": {"shape": [1, 2], "dtype": "int64"}}
+    assert "inputs_left_out" not in report["coverage"]
+    assert {b["name"] for b in report["blocks"]} == {
+        "vision_tower.encoder.layers.0.self_attn", "language_model.layers.0.self_attn"}
 
 
 def test_the_same_model_traces_once_the_input_is_given() -> None:

@@ -279,3 +279,24 @@ def test_each_global_layer_reads_the_full_context_in_decode_when_folded() -> Non
     read = [b.kv_read_bytes for b in report.decode.blocks]
     assert read == [per_token * (1024 if t == "full_attention" else config.sliding_window)
                     for t in config.layer_types]
+
+
+class _Tiles:
+    """A config object holding a list of ``[height, width]`` pairs as long as the stack."""
+
+    def __init__(self, length: int) -> None:
+        self.aspect_ratios = [[1, i + 1] for i in range(length)]
+
+
+class _TiledLayer(nn.Module):
+    def __init__(self, tiles: _Tiles) -> None:
+        super().__init__()
+        self.config = tiles
+        self.proj = nn.Linear(8, 8)
+
+
+def test_a_per_layer_list_of_pairs_is_a_setting_not_a_crash() -> None:
+    tiles = _Tiles(4)
+    stack = nn.ModuleList([_TiledLayer(tiles) for _ in range(4)])
+    # each layer reads its own [1, i + 1] pair: four settings, too many to fold (4 · 2 > 4)
+    assert find_lists(stack) == []
