@@ -6,7 +6,7 @@ with the inputs left out named."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any
 
@@ -82,14 +82,22 @@ def _added(req: Request, made: dict[str, Any]) -> bool:
     return False
 
 
+Remake = Callable[[frozenset[str]], dict[str, Any]]
+"""Makes the inputs again without the modalities whose inputs it is given."""
+
+LEFT_OUT_FIRST = ("pixel_values_videos", "input_features", "input_values", "pixel_values")
+"""The modalities left out one at a time, in this order, before all of them."""
+
+
 def fit_inputs(req: Request, made: dict[str, Any], text: Mapping[str, Any],
-               fixed: frozenset[str]) -> tuple[LeftOutInput, ...]:
+               fixed: frozenset[str], remake: Remake | None = None) -> tuple[LeftOutInput, ...]:
     """Fit ``made`` in place to a forward that does not run on it: each audio or pixel input
     in another layout (:data:`FITTED`), else one more input the forward takes; where none
-    runs, ``text`` (the inputs the forward requires, made before any other modality's),
-    where that runs, and the inputs it leaves out, each with the forward's error. Nothing
-    changes where the forward runs, or where only the user's inputs (``fixed``) differ from
-    ``text``. Returns the inputs left out."""
+    runs, the inputs without one modality (``remake``, :data:`LEFT_OUT_FIRST`), else
+    ``text`` (the inputs the forward requires, made before any other modality's), where
+    that runs; the inputs left out come back, each with the forward's error. Nothing
+    changes where the forward runs, or where the user's inputs (``fixed``) would be left
+    out."""
     model = req.model
     fitted = [n for n in FITTED if isinstance(made.get(n), torch.Tensor) and n not in fixed]
     extra = [n for n in made if n not in text or made[n] is not text[n]]
@@ -100,10 +108,19 @@ def fit_inputs(req: Request, made: dict[str, Any], text: Mapping[str, Any],
     if not why or any(_refit(req, name, made, fixed) for name in fitted) or \
             _added(req, made):
         return ()
-    left_out = [n for n in extra if n not in text and n not in fixed]
-    if not left_out or fixed & set(extra) or not runs(model, text):
-        return ()
-    made.clear()
-    made.update(text)
-    return tuple(LeftOutInput(name, why) for name in left_out)
+    for inputs in _fallbacks(made, text, remake):
+        left_out = [n for n in made if n not in inputs]
+        if left_out and not fixed & set(left_out) and runs(model, inputs):
+            made.clear()
+            made.update(inputs)
+            return tuple(LeftOutInput(name, why) for name in left_out)
+    return ()
 
+
+def _fallbacks(made: Mapping[str, Any], text: Mapping[str, Any],
+               remake: Remake | None) -> Iterator[Mapping[str, Any]]:
+    """The inputs without one modality at a time, then the text alone."""
+    if remake is not None:
+        yield from (remake(frozenset({name})) for name in LEFT_OUT_FIRST
+                    if name in made and name not in text)
+    yield text

@@ -219,26 +219,41 @@ def fitted_inputs(main: str | Sequence[str], config: Any, batch: int, seq_len: i
         except NoSize as exc:
             raise _no_inputs_error(exc.name, exc.dims) from None
     fixed = frozenset(name for name, _ in shapes)
-    text = dict(made)  # what the forward requires, before any other modality's inputs
-    _multimodal(req, mains, made, fixed)
-    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" not in made:
-        limit = getattr(config, "max_target_positions", None)
-        n = min(seq_len, limit) if isinstance(limit, int) and limit > 0 else seq_len
-        made["decoder_input_ids"] = torch.zeros(batch, n, dtype=torch.long)  # (B, n)
-        text["decoder_input_ids"] = made["decoder_input_ids"]
-    return made, fit_inputs(req, made, text, fixed)
+    decoder = _decoder_ids(req, made)
+    required = dict(made)
+    text = {**required, **decoder}  # what the forward requires, before other modalities'
+
+    def without(skip: frozenset[str]) -> dict[str, Any]:
+        """The inputs made again without the modalities whose input ``skip`` names."""
+        again = dict(required)
+        _multimodal(req, mains, again, fixed, skip)
+        return {**again, **decoder}
+
+    every = without(frozenset())
+    return every, fit_inputs(req, every, text, fixed, without)
+
+
+def _decoder_ids(req: Request, made: dict[str, Any]) -> dict[str, Any]:
+    """Decoder token ids for an encoder-decoder (at most its target positions) that
+    ``made`` lacks."""
+    if not getattr(req.config, "is_encoder_decoder", False) or "decoder_input_ids" in made:
+        return {}
+    limit = getattr(req.config, "max_target_positions", None)
+    n = min(req.seq_len, limit) if isinstance(limit, int) and limit > 0 else req.seq_len
+    return {"decoder_input_ids": torch.zeros(req.batch, n, dtype=torch.long)}  # (B, n)
 
 
 def _multimodal(req: Request, mains: Sequence[str], made: dict[str, Any],
-                fixed: frozenset[str]) -> None:
-    """Pixels beside the text of a text-and-vision model, tokens for every modality."""
+                fixed: frozenset[str], skip: frozenset[str] = frozenset()) -> None:
+    """Pixels beside the text of a text-and-vision model, tokens for every modality but
+    those whose input ``skip`` names."""
     params = _signature(req.model)
     has_vision = modality_config(req.config, ("vision", "image")) is not req.config
-    takes_pixels = params is None or "pixel_values" in params
+    takes_pixels = (params is None or "pixel_values" in params) and "pixel_values" not in skip
     if "input_ids" in mains and has_vision and takes_pixels and "pixel_values" not in made:
         made.update(pixels(req))
     has_text = modality_config(req.config, ("text",)) is not req.config
     if has_text and params is not None and "input_ids" in params and "input_ids" not in made:
         made.update(text(req))  # an image-first model whose text tower reads the image
     if req.model is not None:
-        place_tokens(req, made, params or {}, lambda doc: _from_doc(req, doc), fixed)
+        place_tokens(req, made, params or {}, lambda doc: _from_doc(req, doc), fixed, skip)

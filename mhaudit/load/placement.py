@@ -240,7 +240,8 @@ def _no_doc(doc: DocInput) -> dict[str, Any]:
 
 
 def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any],
-                 make_doc: MakeDoc = _no_doc, fixed: frozenset[str] = frozenset()) -> None:
+                 make_doc: MakeDoc = _no_doc, fixed: frozenset[str] = frozenset(),
+                 skip: frozenset[str] = frozenset()) -> None:
     """Put the placeholder tokens of every modality the model takes before the text of
     ``made["input_ids"]``, as many as its feature method returns rows, in place; where the
     forward marks their positions by a mask, the mask too, and where it takes each
@@ -250,7 +251,7 @@ def place_tokens(req: Request, made: dict[str, Any], params: Mapping[str, Any],
     if req.model is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return
     with kept_twins():
-        blocks, kinds, masks = _placeholders(req, made, params, make_doc, fixed)
+        blocks, kinds, masks = _placeholders(req, made, params, make_doc, fixed, skip)
     if blocks:  # on the CPU: the placeholders' values are known, and the model reads them
         ids = cpu_value("input_ids", ids)
         made["input_ids"] = mark_known(torch.cat([*blocks, ids], dim=1))  # (B, tokens + n)
@@ -267,9 +268,9 @@ Placed = tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[str, int, int]
 
 
 def _placeholders(req: Request, made: dict[str, Any], params: Mapping[str, Any],
-                  make_doc: MakeDoc, fixed: frozenset[str]) -> Placed:
-    """A block of placeholder tokens per modality whose tower runs; ``made`` gains the
-    inputs each block's tower was fed."""
+                  make_doc: MakeDoc, fixed: frozenset[str], skip: frozenset[str]) -> Placed:
+    """A block of placeholder tokens per modality whose tower runs and whose input ``skip``
+    does not name; ``made`` gains the inputs each block's tower was fed."""
     assert req.model is not None
     ids = made["input_ids"]
     blocks: list[torch.Tensor] = []
@@ -277,7 +278,7 @@ def _placeholders(req: Request, made: dict[str, Any], params: Mapping[str, Any],
     masks: list[tuple[str, int, int]] = []
     declared = {m.method: _declared(req.config, m.tokens) for m in MODALITIES}
     for rank, modality in enumerate(MODALITIES):
-        name = next((n for n in modality.inputs if n in params), None)
+        name = next((n for n in modality.inputs if n in params and n not in skip), None)
         readable = name is not None and (
             feature_method(req.model, modality.method) is not None
             or (modality.tower_rows and tower(req.model, name) is not None))

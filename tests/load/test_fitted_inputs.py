@@ -191,6 +191,38 @@ def test_the_text_alone_where_the_image_inputs_do_not_run_and_why(device: str) -
     assert left_out == (LeftOutInput("pixel_values", "ValueError: no image path today"),)
 
 
+class SpanReader(nn.Module):
+    """Images and clips beside the text; the forward takes video tokens only inside
+    start and end markers (a processor's convention no config gives)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches = nn.Conv2d(3, 8, 8, 8)
+
+    def get_image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.patches(pixel_values).flatten(2).transpose(1, 2)  # (B, 4, 8)
+
+    def get_video_features(self, pixel_values_videos: torch.Tensor) -> torch.Tensor:
+        return self.get_image_features(pixel_values_videos.flatten(0, 1))  # (B·T, 4, 8)
+
+    def forward(self, input_ids: Any, pixel_values: Any = None,
+                pixel_values_videos: Any = None) -> Any:
+        if pixel_values_videos is not None:
+            raise ValueError("video tokens outside a video span")
+        return input_ids
+
+
+def test_one_modality_is_left_out_where_the_others_run() -> None:
+    config = Config(image_token_id=5, video_token_id=6, vision_config=Config(image_size=16))
+    kwargs, left_out = fitted_inputs("input_ids", config, 1, 6, model=SpanReader())
+    # the image's (16 / 8)² = 4 tokens stay; the clip and its tokens go
+    assert shapes_of(kwargs) == {"input_ids": (1, 4 + 6), "pixel_values": (1, 3, 16, 16)}
+    assert left_out == (LeftOutInput("pixel_values_videos",
+                                     "ValueError: video tokens outside a video span"),)
+
+
 def test_the_users_inputs_are_never_left_out() -> None:
     config = Config(image_token_id=5, vision_config=Config(image_size=16))
     kwargs, left_out = fitted_inputs("input_ids", config, 1, 6, model=Broken(),
