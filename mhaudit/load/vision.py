@@ -127,6 +127,12 @@ def _patch_shape(doc: DocInput | None, channels: int, frames: int,
 _FLOAT = DocInput("", "torch.Tensor", (), optional=False)
 """An undocumented input, read as a float tensor."""
 
+TEMPORAL_PATCHES = ("temporal_patch_size", "patch_temporal")
+"""Config names of the frames one packed patch spans."""
+
+SPATIAL_MERGES = ("spatial_merge_size", "merge_size")
+"""Config names of the patches per side a packed tower merges into one row."""
+
 MERGE_WORDS = ("merge", "downsampl")
 """Words of a per-image input's docstring that call it the spatial merge (downsampling)
 ratio, which a packed tower reads beside its grid (the config's ``spatial_merge_size``)."""
@@ -170,9 +176,9 @@ def _packed(req: Request, method: Callable[..., Any], docs: Mapping[str, DocInpu
     side = find_size(vision, ("patch_size",))
     if side is None:
         return {}
-    frames = find_size(vision, ("temporal_patch_size",)) or 1
+    frames = find_size(vision, TEMPORAL_PATCHES) or 1
     channels = find_size(vision, ("in_channels", "num_channels", "in_chans")) or 3
-    merge = find_size(vision, ("spatial_merge_size",)) or 1
+    merge = find_size(vision, SPATIAL_MERGES) or 1
     rows = merge * -(-PACKED_SIDE // merge)  # patches per side, a multiple of the merge
     patch = _patch_shape(docs.get(values), channels, frames, side)
     made = {

@@ -35,10 +35,15 @@ class PackedTower(nn.Module):
         return patches
 
 
-@pytest.mark.parametrize("merge", [1, 2, 3])
-def test_a_packed_tower_gets_patches_and_their_grid(merge: int) -> None:
-    config = SimpleNamespace(patch_size=2, temporal_patch_size=2, in_channels=3,
-                             spatial_merge_size=merge)
+@pytest.mark.parametrize(("merge", "names"), [
+    (1, ("temporal_patch_size", "spatial_merge_size")),
+    (2, ("temporal_patch_size", "spatial_merge_size")),
+    (3, ("temporal_patch_size", "spatial_merge_size")),
+    (2, ("patch_temporal", "merge_size")),  # the other names configs use
+])
+def test_a_packed_tower_gets_patches_and_their_grid(merge: int, names: tuple[str, str]
+                                                    ) -> None:
+    config = SimpleNamespace(patch_size=2, in_channels=3, **{names[0]: 2, names[1]: merge})
     model = PackedTower(3, 2, 2)
     made = config_inputs("hidden_states", config, 2, 16, model=model)
     rows = merge * -(-PACKED_SIDE // merge)  # merge 1, 2: 4 patches a side; 3: 6
