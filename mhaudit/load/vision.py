@@ -226,6 +226,7 @@ def pixel_candidates(req: Request, tensor: torch.Tensor) -> Iterator[Candidate]:
     for count in dict.fromkeys(c for c in (frames, *IMAGE_COUNTS) if c):
         # (B, count, C, H, W): the same image on each frame, image or tile of the axis
         yield Candidate(tensor.unsqueeze(1).expand(-1, count, -1, -1, -1).contiguous(), 1)
+    yield Candidate(tensor.flatten(1), 1)  # (patches, C·p·p): packed patches as flat rows
 
 
 def layouts(req: Request, name: str, tensor: torch.Tensor) -> Iterator[Candidate]:

@@ -135,3 +135,33 @@ def test_a_qwen2_vl_config_gets_packed_pixels_their_grid_and_its_tokens(tmp_path
     text_blocks = [b for b in report.blocks if "language_model" in b.name]
     assert [b.layout.seq_len_q for b in text_blocks] == [136, 136]
     assert {b.name.split(".")[1] for b in report.blocks} == {"visual", "language_model"}
+
+
+class FlatRows(nn.Module):
+    """A packed tower documented as reading images ``(B, C, H, W)`` whose patch embedding
+    is a linear layer over flat ``C · p · p`` rows."""
+
+    main_input_name = "pixel_values"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(3 * 2 * 2, 8)
+
+    def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        """
+        Args:
+            pixel_values (`torch.Tensor` of shape `(batch_size, num_channels, image_size, image_size)`):
+                The patches.
+            grid_thw (`torch.LongTensor` of shape `(num_images_or_videos, 3)`):
+                The temporal, height and width of feature shape of each image.
+        """  # noqa: E501
+        return self.embed(pixel_values)  # (patches, 8)
+
+
+def test_packed_patches_become_flat_rows_where_the_tower_reads_them_so() -> None:
+    config = SimpleNamespace(patch_size=2, num_channels=3)
+    with torch.device("meta"):
+        made = config_inputs("pixel_values", config, 1, 16, model=FlatRows())
+    # one image of 4 × 4 patches, each 3 channels · 2 · 2 pixels in one row
+    assert tuple(made["pixel_values"].shape) == (PACKED_SIDE * PACKED_SIDE, 3 * 2 * 2)
+    assert made["grid_thw"].tolist() == [[1, PACKED_SIDE, PACKED_SIDE]]
