@@ -11,6 +11,7 @@ from mhaudit.data import Layout, Projection
 from mhaudit.detect.chunked import merge_chunks
 from mhaudit.detect.cores import Core
 from mhaudit.detect.forms import find_all_cores, over_channels
+from mhaudit.detect.kv_transforms import with_kv_transforms
 from mhaudit.detect.patterns.explicit import call_facts
 from mhaudit.detect.patterns.kv_cache import (
     cached_elements_per_position,
@@ -51,7 +52,7 @@ def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
     groups: dict[object, list[_Draft]] = defaultdict(list)
     for found in merge_chunks(find_all_cores(traced.graph, params), params):
         sources = {
-            role: _widest_first(walker.sources(getattr(found, role), axis))
+            role: tuple(sorted(walker.sources(getattr(found, role), axis), key=lambda s: -s.width))
             for role, axis in zip(_ROLES, found.axes, strict=True)
         }
         core = over_channels(found, sources)
@@ -65,6 +66,8 @@ def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
     sizes = {n.name: numel(n) for n in traced.graph.nodes if n.op == "placeholder"}
     layouts = with_score_maps(layouts, [[d.core for d in ds] for ds in groups.values()],
                               params, sizes)
+    layouts = with_kv_transforms(layouts, [[(d.core, d.sources) for d in ds]
+                                           for ds in groups.values()], walker.projection)
     kept = [(lay, drafts) for lay, drafts in zip(layouts, groups.values(), strict=True)
             if _readable(lay)]
     if read is not None:
@@ -127,10 +130,6 @@ def _readable(layout: Layout) -> bool:
     for a data-dependent shape, reads as 0): the others are not reported as blocks."""
     return min(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
                layout.d_model, layout.seq_len_q, layout.seq_len_kv, layout.batch_size) >= 1
-
-
-def _widest_first(sources: tuple[Source, ...]) -> tuple[Source, ...]:
-    return tuple(sorted(sources, key=lambda s: -s.width))
 
 
 def _heads(parts: tuple[Source, ...], head_dim: int) -> int:

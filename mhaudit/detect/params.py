@@ -120,7 +120,7 @@ def count(layout: Layout) -> ParamBreakdown:
     textbook = textbook_params(d, sum(actual.bias))
     deviations = _deviations(actual, d) + _notes(layout)
     explained = textbook + sum(x.params for x in deviations)
-    total = sum(measured) + layout.score_map_params
+    total = sum(measured) + layout.score_map_params + layout.kv_transform_params
     if total != explained:
         deviations.append(
             Deviation(
@@ -144,6 +144,7 @@ def count(layout: Layout) -> ParamBreakdown:
         deviations=tuple(deviations),
         score_bias=layout.score_bias_params,
         score_map=layout.score_map_params,
+        kv_transform=layout.kv_transform_params,
     )
 
 
@@ -222,6 +223,13 @@ def _notes(layout: Layout) -> list[Deviation]:
         notes.append(f"one attention over windows of {layout.windowed} tokens: the same "
                      "projections run once per window and are counted once")
     result = [Deviation(note, 0) for note in notes]
+    if layout.kv_transform_params:
+        result.append(Deviation(
+            f"K/V transforms over positions: learned maps after the K/V projections turn the "
+            f"projected positions into the {layout.seq_len_kv} keys (a compressor of blocks of "
+            "positions, an n→k map), "
+            f"outside W_Q/W_K/W_V/W_O: adds {layout.kv_transform_params:,}",
+            layout.kv_transform_params))
     if layout.head_mixing:
         mixed = layout.score_map_params
         result.insert(1 if layout.sinks else 0, Deviation(
