@@ -13,6 +13,7 @@ from mhaudit.data import AttentionBlock, ExpertLayer, Totals
 from mhaudit.fake.run import run_dtype
 from mhaudit.flops.graph import GraphFlops, tensor_outputs
 from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction
+from mhaudit.load.packed import packed_count
 from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
@@ -30,7 +31,7 @@ def model_totals(
     at the model's own dtypes otherwise (fp8), and then scaled by element size, as the
     graph's tensor-lifetime estimate is, which stands in when there is no such peak.
     """
-    params_total = sum(p.numel() for p in model.parameters())
+    params_total = sum(p.numel() for p in model.parameters()) + packed_count(model)
     param_bytes = params_total * dtype_bytes(dtype)
     weights = node_weights(traced, plans)
     excluded = set(traced.params) | set(traced.buffers)

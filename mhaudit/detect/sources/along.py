@@ -81,10 +81,10 @@ def blocked_source(
         inputs = list(tensor_inputs(node))
         if len(inputs) != 1:
             return None
-        axes = _back(node, inputs[0], axes)
-        if axes is None:
+        moved = _back(node, inputs[0], axes)
+        if moved is None:
             return None
-        node = inputs[0]
+        node, axes = inputs[0], moved
     return None
 
 
