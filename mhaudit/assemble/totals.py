@@ -86,14 +86,17 @@ def _inactive_params(model: nn.Module, experts: Sequence[ExpertLayer]) -> int:
 
 
 def attention_params_of(blocks: Sequence[AttentionBlock]) -> int:
-    """Block parameters with weights shared between blocks counted once."""
+    """Block parameters with weights shared between blocks counted once: Q, K, V and O,
+    and the maps on their way (K/V transforms, absorbed per-head maps), which each block
+    already counts once."""
     seen: dict[tuple[str, str, int], int] = {}
     for block in blocks:
         for role in ("q", "k", "v", "o"):
             proj = getattr(block.layout, role)
             if proj is not None:
                 seen[(proj.weight, role, proj.out_features)] = proj.params
-    return sum(seen.values())
+    maps = sum(b.layout.kv_transform_params + b.layout.absorbed_params for b in blocks)
+    return sum(seen.values()) + maps
 
 
 def output_bytes(traced: TracedGraph) -> int:

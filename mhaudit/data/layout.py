@@ -196,6 +196,12 @@ class Layout:
     and its total. A map several blocks read counts in the first one."""
     kv_transform_flops: tuple[int, int] = (0, 0)
     """FLOPs of those maps on K and on V at the audited shape (2 per multiply-add)."""
+    absorbed_params: int = 0
+    """Elements of per-head maps folded into the query path or applied to the context before
+    O (latent attention's absorbed W_UK and W_UV, one matrix per head), outside W_Q and W_O;
+    counted in ``ParamBreakdown.absorbed`` and its total."""
+    absorbed_flops: tuple[int, int] = (0, 0)
+    """FLOPs of those maps on the query path and on the context (2 per multiply-add)."""
     kv_rows: int = 0
     """Token rows the K and V projections run on when a map over positions after them
     shortens the keys (b·n before the map); 0 when they run on the b·n_kv keys."""
@@ -240,12 +246,16 @@ class ParamBreakdown:
     kv_transform: int = 0
     """Parameters of the maps over positions K and V pass through
     (``Layout.kv_transform_params``), part of ``total``."""
+    absorbed: int = 0
+    """Parameters of the per-head maps absorbed into the query path and the context
+    (``Layout.absorbed_params``), part of ``total``."""
 
     @property
     def total(self) -> int:
         """q + k + v + o (each weight plus bias) + the score map's learned maps + the
-        K/V transforms over positions."""
-        return self.q + self.k + self.v + self.o + self.score_map + self.kv_transform
+        K/V transforms over positions + the absorbed per-head maps."""
+        return (self.q + self.k + self.v + self.o + self.score_map + self.kv_transform
+                + self.absorbed)
 
     @property
     def delta(self) -> int:

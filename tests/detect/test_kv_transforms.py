@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.zoo_kv_transforms import BlockHeads, CompressedKeys
+from fixtures.zoo_kv_transforms import AbsorbedLatent, BlockHeads, CompressedKeys
 from torch.utils.flop_counter import FlopCounterMode
 
 from mhaudit.cost.block import block_flops
@@ -69,3 +69,26 @@ def test_per_head_linears_of_unprojected_heads_stay_the_projections() -> None:
     assert layout.seq_len_kv == 8
     assert layout.kv_transform_params == 0 and layout.kv_rows == 0
     assert layout.k is not None and layout.k.params == DK * DK + DK
+
+
+def test_absorbed_latent_attention_runs_h_heads_over_the_latent() -> None:
+    model = AbsorbedLatent(D, H, rank=16, nope=8, rope=4, v_head=8).eval()
+    layout = _layout(model, 6)
+    # 4 heads over one latent key (16 wide) beside one shared rope key (4): d_k = 20;
+    # the heads axis comes after the positions in 'bsht', and the queries are the 6 s.
+    assert (layout.kind, layout.num_heads, layout.num_kv_heads, layout.head_dim,
+            layout.seq_len_q, layout.seq_len_kv, layout.causal) == ("self", H, 1, 20, 6, 6, True)
+    params = count(layout)
+    # Q: wq 32·4·(8 + 4) = 1,536; K: wkv_a 32·(16 + 4) = 640 (V reads K's latent); O: wo
+    # 4·8·32 = 1,024; W_UK and W_UV, per-head slices of wkv_b: 4·8·16 each, 1,024 in all.
+    assert (params.q, params.k, params.v, params.o) == (1536, 640, 0, 1024)
+    assert params.absorbed == 1024 == model.wkv_b.weight.numel()
+    assert params.total == sum(p.numel() for p in model.parameters()) - model.kv_norm.weight.numel()
+    assert any("absorbed per-head maps" in d.reason for d in params.deviations)
+
+
+def test_absorbed_latent_block_flops_match_a_real_forward() -> None:
+    model = AbsorbedLatent(D, H, rank=16, nope=8, rope=4, v_head=8).eval()
+    cost = block_flops(_layout(model, 6))
+    # Every matmul of the forward is the block's (FlopCounterMode has no softmax).
+    assert cost.total - cost.softmax == _counted(model, 6)

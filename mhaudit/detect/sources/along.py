@@ -7,7 +7,7 @@ from collections.abc import Callable
 from torch import fx
 
 from mhaudit.detect.sources.features import axis_groups, backward_axis
-from mhaudit.detect.sources.projections import ProjectionOp
+from mhaudit.detect.sources.projections import ProjectionOp, per_head
 from mhaudit.trace.graphs import innermost_module, shape, tensor_inputs
 from mhaudit.trace.ops import REGROUP_OPS, RESHAPE_OPS, op_name
 
@@ -46,13 +46,15 @@ def position_map(
     transform, not the K/V projection), the test a projection below it must pass to be
     the feature projection it reads; None when ``proj`` maps features alone.
 
-    Two kinds: a map along the sequence (:func:`along_sequence`, Linformer's n→k), and a
+    Three kinds: a map along the sequence (:func:`along_sequence`, Linformer's n→k), a
     map of blocks of positions flattened with their features (:func:`blocked_source`: a
-    compressor of each block of ``l`` positions, ``Linear(l·d_k, d_k)``).
+    compressor of each block of ``l`` positions, ``Linear(l·d_k, d_k)``), and a per-head
+    map of another projection's heads (:func:`head_map_source`: latent attention's W_UK
+    absorbed into the query).
     """
     if along_sequence(proj, axis):
         return lambda features: maps_positions_of(proj, features)
-    below = blocked_source(proj, projection)
+    below = blocked_source(proj, projection) or head_map_source(proj, projection)
     if below is None:
         return None
     return lambda features: features.node is below.node
@@ -85,6 +87,25 @@ def blocked_source(
         if moved is None:
             return None
         node, axes = inputs[0], moved
+    return None
+
+
+def head_map_source(
+    proj: ProjectionOp, projection: Callable[[fx.Node], ProjectionOp | None]
+) -> ProjectionOp | None:
+    """The projection whose heads ``proj`` maps one matrix per head (:func:`per_head`),
+    reached back from its input through views, splits and copies, in the same block."""
+    if not per_head(proj):
+        return None
+    node = proj.activation
+    for _ in range(_MAX_REGROUPS):
+        below = projection(node)
+        if below is not None:
+            return below if _inside(proj, below) else None
+        inputs = list(tensor_inputs(node))
+        if op_name(node) not in REGROUP_OPS or len(inputs) != 1:
+            return None
+        node = inputs[0]
     return None
 
 
