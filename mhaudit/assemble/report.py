@@ -25,6 +25,7 @@ from mhaudit.data.schema import FLEX_CONVENTION
 from mhaudit.flops.graph import graph_flops
 from mhaudit.flops.moe import routed_experts
 from mhaudit.load.describe import describe_inputs
+from mhaudit.load.packed import packed_note
 from mhaudit.load.target import LoadedModel
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, describe
@@ -66,7 +67,7 @@ def build_report(
         param_bytes=totals.params_total * dtype_bytes(dtype),
         inputs_inferred=loaded.inputs_inferred,
         location=location,
-        note=loaded.note,
+        note="; ".join(n for n in (loaded.note, packed_note(model)) if n),
     )
     used = used_parameters(model, traced, plans)
     untraced = untraced_modules(model, used)

@@ -13,6 +13,7 @@ from mhaudit.data import AttentionBlock, ExpertLayer, Totals
 from mhaudit.fake.run import run_dtype
 from mhaudit.flops.graph import GraphFlops, tensor_outputs
 from mhaudit.flops.moe import expert_tensor_numel, inactive_fraction
+from mhaudit.load.packed import packed_count
 from mhaudit.memory.lifetimes import peak_activation_bytes
 from mhaudit.trace.export import TracedGraph
 from mhaudit.trace.fold import FoldedList, node_weight
@@ -30,7 +31,7 @@ def model_totals(
     at the model's own dtypes otherwise (fp8), and then scaled by element size, as the
     graph's tensor-lifetime estimate is, which stands in when there is no such peak.
     """
-    params_total = sum(p.numel() for p in model.parameters())
+    params_total = sum(p.numel() for p in model.parameters()) + packed_count(model)
     param_bytes = params_total * dtype_bytes(dtype)
     weights = node_weights(traced, plans)
     excluded = set(traced.params) | set(traced.buffers)
@@ -85,14 +86,17 @@ def _inactive_params(model: nn.Module, experts: Sequence[ExpertLayer]) -> int:
 
 
 def attention_params_of(blocks: Sequence[AttentionBlock]) -> int:
-    """Block parameters with weights shared between blocks counted once."""
+    """Block parameters with weights shared between blocks counted once: Q, K, V and O,
+    and the maps on their way (K/V transforms, absorbed per-head maps), which each block
+    already counts once."""
     seen: dict[tuple[str, str, int], int] = {}
     for block in blocks:
         for role in ("q", "k", "v", "o"):
             proj = getattr(block.layout, role)
             if proj is not None:
                 seen[(proj.weight, role, proj.out_features)] = proj.params
-    return sum(seen.values())
+    maps = sum(b.layout.kv_transform_params + b.layout.absorbed_params for b in blocks)
+    return sum(seen.values()) + maps
 
 
 def output_bytes(traced: TracedGraph) -> int:

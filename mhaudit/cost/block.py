@@ -142,10 +142,13 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     """Forward FLOPs of one block, part by part (2 per multiply-add, dense, bias adds excluded).
 
     Projections: 2·rows·in_features·out_features from each Projection (rows b·n_q for
-    Q and O, b·n_kv for K and V); 0 when a projection is absent; V counts 0 when
-    ``kv_shared`` (K's output is reused). Core: scores 2·b·h·n_q·n_kv·d_k, softmax
-    3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT: exp, sum, divide), context
-    2·b·h·n_q·n_kv·d_v, all h query heads (GQA shares K/V, not work). Masking, scaling
+    Q and O, b·n_kv for K and V, or ``kv_rows`` when a map over positions after them
+    makes the keys, whose FLOPs ``kv_transform_flops`` K and V add; Q and O add those
+    of their absorbed per-head maps, ``absorbed_flops``); 0 when a projection
+    is absent; V's projection counts 0 when ``kv_shared`` (K's output is reused). Core:
+    scores 2·b·h·n_q·n_kv·d_k, softmax 3·b·h·n_q·n_kv (SOFTMAX_FLOPS_PER_ELEMENT: exp,
+    sum, divide), context 2·b·h·n_q·n_kv·d_v, all h query heads (GQA shares K/V, not
+    work). Masking, scaling
     and dropout are ignored, so ``total`` is the dense figure: an upper bound for a
     causal block. A block whose scores are not a softmax over n_q×n_kv (``score_form``),
     or a band over overlapping chunks (``window_chunk``), costs its core by its own
@@ -163,10 +166,12 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     # Joint attention: each role's projection holds every stream's weights side by side,
     # and each token goes through its own stream's only (exact when the streams are as wide).
     streams = max(layout.streams, 1)
-    q_proj = projection_flops(layout.q, b * n_q) // streams
-    k_proj = projection_flops(layout.k, b * n_kv) // streams
-    v_proj = 0 if layout.kv_shared else projection_flops(layout.v, b * n_kv) // streams
-    o_proj = projection_flops(layout.o, b * n_q) // streams
+    (q_map, o_map), (k_map, v_map) = layout.absorbed_flops, layout.kv_transform_flops
+    kv_rows = layout.kv_rows or b * n_kv  # K/V projected before a map over positions
+    q_proj = projection_flops(layout.q, b * n_q) // streams + q_map
+    k_proj = projection_flops(layout.k, kv_rows) // streams + k_map
+    v_proj = (0 if layout.kv_shared else projection_flops(layout.v, kv_rows) // streams) + v_map
+    o_proj = projection_flops(layout.o, b * n_q) // streams + o_map
     core = core_cost(layout)
     scores, softmax, context = core.scores, core.softmax, core.context
     score_map = b * h * n_q * n_kv * layout.learned_map_ops

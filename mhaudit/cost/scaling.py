@@ -11,9 +11,26 @@ from mhaudit.data import AttentionBlock, Layout, ScalingPoint
 
 
 def at_length(layout: Layout, seq_len: int) -> Layout:
-    """The layout at ``seq_len`` queries; self-attention keys follow, cross keys stay."""
+    """The layout at ``seq_len`` queries; self-attention keys follow, cross keys stay.
+
+    Keys made by a map over positions (``kv_rows``) keep their share of the positions
+    (a compressor of blocks of l positions: n/l keys); the projections below the map, the
+    map itself and the per-head maps of the queries and the context run over the whole
+    sequence, so their rows and FLOPs scale with it.
+    """
     kv = seq_len if layout.kind == "self" else layout.seq_len_kv
-    return replace(layout, seq_len_q=seq_len, seq_len_kv=kv)
+    n = layout.seq_len_q
+    if not n:
+        return replace(layout, seq_len_q=seq_len, seq_len_kv=kv)
+    if layout.kv_rows and layout.kind == "self":
+        kv = max(1, layout.seq_len_kv * seq_len // n)
+
+    def scaled(flops: tuple[int, int]) -> tuple[int, int]:
+        return flops[0] * seq_len // n, flops[1] * seq_len // n
+
+    return replace(layout, seq_len_q=seq_len, seq_len_kv=kv, kv_rows=layout.kv_rows * seq_len // n,
+                   kv_transform_flops=scaled(layout.kv_transform_flops),
+                   absorbed_flops=scaled(layout.absorbed_flops))
 
 
 def score_element_bytes(block: AttentionBlock, element_bytes: int) -> int:

@@ -189,6 +189,22 @@ class Layout:
     learned_map_ops: int = 0
     """FLOPs per score (b·h·n_q·n_kv of them) of those learned maps: 2·h for an h×h
     matrix across the heads, 2·(c_in/g)·k·k·c_out/h for a k×k convolution over the map."""
+    kv_transform_params: int = 0
+    """Elements of the learned maps over positions that K and V pass through between
+    their projections and the core (a compressor of each block of l positions,
+    ``Linear(l·d_k, d_k)``; Linformer's n→k map); counted in ``ParamBreakdown.kv_transform``
+    and its total. A map several blocks read counts in the first one."""
+    kv_transform_flops: tuple[int, int] = (0, 0)
+    """FLOPs of those maps on K and on V at the audited shape (2 per multiply-add)."""
+    absorbed_params: int = 0
+    """Elements of per-head maps folded into the query path or applied to the context before
+    O (latent attention's absorbed W_UK and W_UV, one matrix per head), outside W_Q and W_O;
+    counted in ``ParamBreakdown.absorbed`` and its total."""
+    absorbed_flops: tuple[int, int] = (0, 0)
+    """FLOPs of those maps on the query path and on the context (2 per multiply-add)."""
+    kv_rows: int = 0
+    """Token rows the K and V projections run on when a map over positions after them
+    shortens the keys (b·n before the map); 0 when they run on the b·n_kv keys."""
 
 
 @dataclass(frozen=True)
@@ -227,11 +243,19 @@ class ParamBreakdown:
     score_map: int = 0
     """Parameters of the learned maps of the score map (``Layout.score_map_params``),
     part of ``total``."""
+    kv_transform: int = 0
+    """Parameters of the maps over positions K and V pass through
+    (``Layout.kv_transform_params``), part of ``total``."""
+    absorbed: int = 0
+    """Parameters of the per-head maps absorbed into the query path and the context
+    (``Layout.absorbed_params``), part of ``total``."""
 
     @property
     def total(self) -> int:
-        """q + k + v + o (each weight plus bias) + the score map's learned maps."""
-        return self.q + self.k + self.v + self.o + self.score_map
+        """q + k + v + o (each weight plus bias) + the score map's learned maps + the
+        K/V transforms over positions + the absorbed per-head maps."""
+        return (self.q + self.k + self.v + self.o + self.score_map + self.kv_transform
+                + self.absorbed)
 
     @property
     def delta(self) -> int:

@@ -125,6 +125,8 @@ def _params_to_dict(par: ParamBreakdown) -> dict[str, Any]:
         "deviations": [{"reason": d.reason, "params": d.params} for d in par.deviations],
         "score_bias": par.score_bias,
         **({"score_map": par.score_map} if par.score_map else {}),
+        **({"kv_transform": par.kv_transform} if par.kv_transform else {}),
+        **({"absorbed": par.absorbed} if par.absorbed else {}),
     }
 
 

@@ -11,6 +11,7 @@ from mhaudit.data import Layout, Projection
 from mhaudit.detect.chunked import merge_chunks
 from mhaudit.detect.cores import Core
 from mhaudit.detect.forms import find_all_cores, over_channels
+from mhaudit.detect.kv_transforms import with_kv_transforms
 from mhaudit.detect.patterns.explicit import call_facts
 from mhaudit.detect.patterns.kv_cache import (
     cached_elements_per_position,
@@ -22,6 +23,7 @@ from mhaudit.detect.patterns.scores import score_dtype
 from mhaudit.detect.patterns.streams import stream_outputs
 from mhaudit.detect.patterns.windows import chunk_count
 from mhaudit.detect.score_maps import with_score_maps
+from mhaudit.detect.sources.joined import reads_apart, role_sources
 from mhaudit.detect.sources.projections import ProjectionOp, canonical_input, find_output_projection
 from mhaudit.detect.sources.sequence import derived_copy, one_sequence
 from mhaudit.detect.sources.shared_output import context_slice
@@ -51,7 +53,7 @@ def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
     groups: dict[object, list[_Draft]] = defaultdict(list)
     for found in merge_chunks(find_all_cores(traced.graph, params), params):
         sources = {
-            role: _widest_first(walker.sources(getattr(found, role), axis))
+            role: role_sources(walker, found, role, axis)
             for role, axis in zip(_ROLES, found.axes, strict=True)
         }
         core = over_channels(found, sources)
@@ -65,6 +67,8 @@ def detect(traced: TracedGraph, model: nn.Module, read: list[Core] | None = None
     sizes = {n.name: numel(n) for n in traced.graph.nodes if n.op == "placeholder"}
     layouts = with_score_maps(layouts, [[d.core for d in ds] for ds in groups.values()],
                               params, sizes)
+    layouts = with_kv_transforms(layouts, [[(d.core, d.sources, d.o) for d in ds]
+                                           for ds in groups.values()], walker.projection)
     kept = [(lay, drafts) for lay, drafts in zip(layouts, groups.values(), strict=True)
             if _readable(lay)]
     if read is not None:
@@ -127,10 +131,6 @@ def _readable(layout: Layout) -> bool:
     for a data-dependent shape, reads as 0): the others are not reported as blocks."""
     return min(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.v_head_dim,
                layout.d_model, layout.seq_len_q, layout.seq_len_kv, layout.batch_size) >= 1
-
-
-def _widest_first(sources: tuple[Source, ...]) -> tuple[Source, ...]:
-    return tuple(sorted(sources, key=lambda s: -s.width))
 
 
 def _heads(parts: tuple[Source, ...], head_dim: int) -> int:
@@ -284,15 +284,13 @@ def _attribute(
     for claims in _claims(drafts).values():
         op = claims[0][1].projection
         assert op is not None
-        keys: set[object] = set()
-        repeats: list[bool] = []
-        for _, _, key in claims:
-            repeats.append(key is not None and key in keys)
-            keys.add(key)
-        used = sum(src.width for (_, src, _), rep in zip(claims, repeats, strict=True) if not rep)
-        overlapping = used > op.out_width
+        repeats = [key is not None and key in {c[2] for c in claims[:index]}
+                   for index, (_, _, key) in enumerate(claims)]
+        overlapping = sum(src.width for (_, src, _), rep in zip(claims, repeats, strict=True)
+                          if not rep) > op.out_width
         for index, ((role, src, key), repeat) in enumerate(zip(claims, repeats, strict=True)):
-            shared = repeat or (overlapping and index > 0)
+            shared = repeat or (overlapping and index > 0
+                                and not reads_apart(src, [c[1] for c in claims[:index]]))
             if shared and key is None:
                 shared_roles.add(role)
             weight = 0 if shared else op.weight_numel * src.width // op.out_width

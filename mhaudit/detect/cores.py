@@ -9,8 +9,10 @@ from torch import fx
 
 from mhaudit.detect.flex import flex_core
 from mhaudit.detect.operands import (
+    Product,
     context_value,
     is_activation_matmul,
+    joined_products,
     matmul_operands,
     scores_operands,
     summed_rows,
@@ -21,6 +23,7 @@ from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
 from mhaudit.detect.patterns.masks import looks_causal
 from mhaudit.detect.patterns.normalised import key_axis
 from mhaudit.detect.patterns.padding import head_dims
+from mhaudit.detect.query_axis import query_positions
 from mhaudit.trace.flex import FLEX_OP
 from mhaudit.trace.graphs import arg, numel, shape, tensor_inputs, val
 from mhaudit.trace.ops import (
@@ -94,6 +97,9 @@ class Core:
     parts: tuple[fx.Node, ...] = ()
     """Each chunk's K and V when the core is merged from chunks over its keys
     (:mod:`~mhaudit.detect.chunked`); empty otherwise."""
+    joined: tuple[Product, ...] = ()
+    """Other products added to the scores with their own share of the head dim (Q, K, d_k,
+    axes; ``head_dim`` counts them): QKᵀ = q₁k₁ᵀ + q₂k₂ᵀ; empty for one product."""
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
@@ -173,6 +179,9 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     if context is None or probs is None:
         return None
     q, k, d_k, qk_axes = scores_operands(scores)
+    joined = joined_products(scores, masks, params)
+    masks = [m for m in masks if m not in joined]
+    d_k += sum(j[2] for j in joined.values())
     v, d_v, v_axis = context_value(context, probs)
     if q is None or k is None or v is None:
         return None
@@ -180,6 +189,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
     if keyed and band is None:  # two scores products side by side are read only for a band
         return None
     n_q, n_kv = (band.queries, band.queries) if band else (dims[-2], dims[-1] - sinks)
+    n_q = query_positions(scores, q, params) or n_q  # 'bshc,btc->bsht': s, not h
     keys = key_axis(softmax, probs, context, matmul_operands(context))
     keys = len(dims) - 1 if keys is None or band or sinks else keys
     if keys == len(dims) - 2:  # K·Qᵀ: the queries are the columns, Pᵀ meets V
@@ -205,6 +215,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         band=band.chunk if band else None,
         form="softmax" if dim % len(dims) == keys else "query_softmax",
         tied_rows=summed_rows(scores),
+        joined=tuple(joined.values()),
     )
 
 

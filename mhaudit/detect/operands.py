@@ -8,7 +8,7 @@ from torch import fx
 
 from mhaudit.trace.einsum import EinsumError, expand_einsum
 from mhaudit.trace.graphs import param_root, shape, val
-from mhaudit.trace.ops import MATMUL_OPS, op_name
+from mhaudit.trace.ops import FEATURE_HOLD_OPS, MATMUL_OPS, op_name
 
 
 def is_activation_matmul(node: fx.Node, params: dict[str, str]) -> bool:
@@ -47,6 +47,49 @@ def scores_operands(
         axes = [_last_of(inputs[i], contracted) for i in (1 - k_index, k_index)]
         return operands[1 - k_index], operands[k_index], d_k, (axes[0], axes[1])
     return operands[0], operands[1], shape(operands[0])[-1], (-1, -2)
+
+
+Product = tuple[fx.Node, fx.Node, int, tuple[int, int]]
+"""Q, K, d_k and their head-dim axes of one scores product."""
+
+
+def joined_products(scores: fx.Node, others: list[fx.Node], params: dict[str, str]
+                    ) -> dict[fx.Node, Product]:
+    """Products added to ``scores`` that score the same (query, key) pairs with another
+    share of the head dim: QKᵀ written as q₁k₁ᵀ + q₂k₂ᵀ (latent attention in its absorbed
+    form scores the latent and the rope key apart and adds them). Each is an activation
+    matmul of the scores' shape (and, for einsums, the same output subscripts) whose Q
+    and K hold none of the scores' Q and K features (:func:`_kept`), by its node."""
+    found: dict[fx.Node, Product] = {}
+    for other in others:
+        if not is_activation_matmul(other, params) or shape(other) != shape(scores):
+            continue
+        if op_name(other) != op_name(scores) or (
+                op_name(other) == "einsum" and _einsum_sizes(other)[2] != _einsum_sizes(scores)[2]):
+            continue
+        q, k, d_k, axes = scores_operands(other)
+        q_1, k_1, _, _ = scores_operands(scores)
+        if q is None or k is None or q_1 is None or k_1 is None or not d_k:
+            continue
+        if not (_kept(q) & _kept(q_1)) and not (_kept(k) & _kept(k_1)):
+            found[other] = (q, k, d_k, axes)
+    return found
+
+
+def _kept(node: fx.Node) -> set[fx.Node]:
+    """``node`` and the tensors it holds every feature of, back through :data:`FEATURE_HOLD_OPS`:
+    two operands that reach one such tensor read the same features (Transformer-XL's
+    content and position terms both read q, with two biases), not two shares of them."""
+    seen: set[fx.Node] = set()
+    pending = [node]
+    while pending and len(seen) < 64:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if op_name(current) in FEATURE_HOLD_OPS:
+            pending.extend(i for i in current.all_input_nodes if val(i) is not None)
+    return seen
 
 
 def summed_rows(scores: fx.Node) -> int:

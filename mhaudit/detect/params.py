@@ -120,7 +120,8 @@ def count(layout: Layout) -> ParamBreakdown:
     textbook = textbook_params(d, sum(actual.bias))
     deviations = _deviations(actual, d) + _notes(layout)
     explained = textbook + sum(x.params for x in deviations)
-    total = sum(measured) + layout.score_map_params
+    total = (sum(measured) + layout.score_map_params + layout.kv_transform_params
+             + layout.absorbed_params)
     if total != explained:
         deviations.append(
             Deviation(
@@ -144,6 +145,8 @@ def count(layout: Layout) -> ParamBreakdown:
         deviations=tuple(deviations),
         score_bias=layout.score_bias_params,
         score_map=layout.score_map_params,
+        kv_transform=layout.kv_transform_params,
+        absorbed=layout.absorbed_params,
     )
 
 
@@ -177,7 +180,10 @@ def _deviations(actual: _Shape, d: int) -> list[Deviation]:
                   "K and V read one shared projection"))
     steps.append((replace(steps[-1][0], o_extra=actual.o_extra),
                   f"the output projection also reads {actual.o_extra:,} features besides the "
-                  f"h·d_v = {h * actual.d_v:,} of the heads"))
+                  f"h·d_v = {h * actual.d_v:,} of the heads" if actual.o_extra > 0 else
+                  f"the output projection reads {h * actual.d_v + actual.o_extra:,} features, "
+                  f"not the h·d_v = {h * actual.d_v:,} of the heads (a per-head map of the "
+                  "context before it)"))
     missing = "".join(r for r, on in zip("QKVO", actual.has, strict=True) if not on)
     steps.append((replace(steps[-1][0], has=actual.has),
                   f"no {'/'.join(missing)} projection"))
@@ -222,6 +228,18 @@ def _notes(layout: Layout) -> list[Deviation]:
         notes.append(f"one attention over windows of {layout.windowed} tokens: the same "
                      "projections run once per window and are counted once")
     result = [Deviation(note, 0) for note in notes]
+    if layout.absorbed_params:
+        result.append(Deviation(
+            "absorbed per-head maps: one matrix per head folded into the query path or "
+            "applied to the context before O (latent attention's W_UK and W_UV), outside "
+            f"W_Q/W_O: adds {layout.absorbed_params:,}", layout.absorbed_params))
+    if layout.kv_transform_params:
+        result.append(Deviation(
+            f"K/V transforms over positions: learned maps after the K/V projections turn the "
+            f"projected positions into the {layout.seq_len_kv} keys (a compressor of blocks of "
+            "positions, an n→k map), "
+            f"outside W_Q/W_K/W_V/W_O: adds {layout.kv_transform_params:,}",
+            layout.kv_transform_params))
     if layout.head_mixing:
         mixed = layout.score_map_params
         result.insert(1 if layout.sinks else 0, Deviation(

@@ -167,6 +167,13 @@ PLAIN_RESHAPE_OPS = frozenset({"view", "_unsafe_view", "reshape"})
 """Reshapes to any shape (a decomposed linear's view back to tokens)."""
 PERMUTE_OPS = frozenset({"transpose", "swapaxes", "t", "permute", "movedim"})
 """Ops that reorder axes."""
+FEATURE_HOLD_OPS = frozenset({"add", "sub", "mul", "div", "view", "_unsafe_view", "reshape",
+                              "clone", "contiguous", "transpose", "permute", "unsqueeze",
+                              "expand", "to", "_to_copy"})
+"""Ops whose output holds every feature of each input (a bias added, a view)."""
+REGROUP_OPS = RESHAPE_OPS | PERMUTE_OPS | SPLIT_OPS | frozenset(
+    {"clone", "contiguous", "alias", "to", "_to_copy", "unbind", "getitem", "select", "slice"})
+"""Ops that move, regroup or pick parts of a tensor's axes without computing anything."""
 REDUCE_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min"})
 """Reductions over axes."""
 FEATURE_KEEP_OPS = EXPAND_OPS | frozenset({"cat", "stack", "constant_pad_nd", "pad", "copy"})

@@ -37,6 +37,7 @@ from mhaudit.data.tracing import DataDependence
 from mhaudit.fake.counter import ForwardCounter, ForwardStorages
 from mhaudit.fake.mode import FakeMode
 from mhaudit.fake.run import FakeForward, fake_forward
+from mhaudit.load.packed import as_linear, packed_weights
 from mhaudit.trace.flex import eager_flex, flex_facts
 from mhaudit.trace.guards import plain_causal_bias, unbiased_sdpa
 from mhaudit.trace.ops import WHOLE_OPS
@@ -99,6 +100,8 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
         :func:`_fast_path_checks`)."""
         self.paused = 0
         """Above zero while a composite op recorded whole runs its pieces."""
+        self.packed: dict[str, tuple[object, object]] = {}
+        """A packed object's name (quantized weights) to the nodes of its weight and bias."""
 
     def bind(self, tensor: torch.Tensor, node: fx.Node) -> None:
         """``tensor`` is now what ``node`` computes (held weakly: Python frees it as the
@@ -147,6 +150,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,misc]
     def add(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
             ) -> fx.Node:
         """One node for ``func(*args, **kwargs) -> out``; its tensors become its values."""
+        owner = self.stack[-1][0].removeprefix(WRAPPER).lstrip(".") if self.stack else ""
+        owner = owner + "." if owner else ""
+        owned = [nodes for name, nodes in self.packed.items() if name.startswith(owner)]
+        linear = as_linear(func, args, owned) if self.packed else None
+        if linear is not None:  # a packed quantized linear: a linear on its weight and bias
+            func, args = linear
         node = self.graph.call_function(func, tree_map(self.node_of, args),
                                         tree_map(self.node_of, kwargs))
         node.meta["nn_module_stack"] = {
@@ -317,6 +326,16 @@ def _placeholders(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
             node = graph.placeholder(f"{kind}_{name.replace('.', '_')}")
             table[node.name] = name
             recorder.bind(tensor, node)
+    for packed in packed_weights(model):
+        parts = {p: t for p, t in (("weight", packed.weight), ("bias", packed.bias))
+                 if t is not None}
+        nodes = {part: graph.placeholder(f"p_{packed.name.replace('.', '_')}_{part}")
+                 for part in parts}
+        for part, node in nodes.items():
+            params[node.name] = f"{packed.name}.{part}"
+            value = parts[part]
+            recorder.value(node, value.int_repr() if value.is_quantized else value)
+        recorder.packed[packed.name] = (nodes["weight"], nodes.get("bias"))
     leaves, _ = tree_flatten((args, kwargs))
     inputs: list[str] = []
     for index, leaf in enumerate(leaves):

@@ -13,6 +13,7 @@ from mhaudit.cost.devices import canonical_dtype
 from mhaudit.data import Agreement, Report, Unchecked, Verification
 from mhaudit.errors import first_line
 from mhaudit.fake.run import fake_forward, run_dtype
+from mhaudit.load.packed import packed_weights
 from mhaudit.trace.flex import eager_flex
 from mhaudit.verify.decode import decode_check
 from mhaudit.verify.limits import over_limits
@@ -102,6 +103,12 @@ def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
                          FLOPS_TOLERANCE, "FlopCounterMode over a real CPU forward at "
                          f"{report.model.dtype}{routed}, by the rows its router really "
                          "sent each expert")
+    if packed_weights(model):  # fake tensors cannot carry packed objects (no __eq__)
+        return Agreement("matmul + conv flops", ours, _own_flops(model, args, kwargs),
+                         "FlopCounterMode", FLOPS_TOLERANCE, "FlopCounterMode over a real "
+                         "CPU forward at the model's own dtypes: its quantized layers hold "
+                         "packed weights, which fake tensors cannot carry and whose kernels "
+                         "take float32 inputs (2·numel(out)·in for each packed linear)")
     how = "FlopCounterMode over the forward on fake tensors"
     if skipped:
         how += (f"; flex_attention over every score tile, as FlopCounterMode counts it (ours "
@@ -111,6 +118,14 @@ def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
         how += f"{routed}, as dispatched on fake tensors (no real routed forward: {why})"
     return Agreement("matmul + conv flops", ours, _counted_flops(model, args, kwargs, dtype),
                      "FlopCounterMode", FLOPS_TOLERANCE, how)
+
+
+def _own_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+    """FlopCounterMode's total over one real no_grad forward of the model as built."""
+    counter = flop_counter()
+    with torch.no_grad(), counter:
+        model(*args, **kwargs)
+    return int(counter.get_total_flops())
 
 
 def _skipped_tiles(report: Report) -> int:

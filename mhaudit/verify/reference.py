@@ -57,9 +57,22 @@ def grouped_mm(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None,
     return 2 * rows * int(b_shape[-1])
 
 
+def packed_linear(x_shape: Any, packed: Any, *args: Any, out_shape: Any = None,
+                  **kwargs: Any) -> int:
+    """A quantized linear on packed weights (``quantized::linear_dynamic``,
+    ``quantized::linear``), which FlopCounterMode has no formula for: each output element
+    is one row of x times one row of the (out, in) weight, 2·numel(out)·in FLOPs."""
+    elements = 1
+    for size in out_shape:
+        elements *= int(size)
+    return 2 * elements * int(x_shape[-1])
+
+
 FLOP_FORMULAS: dict[Any, Any] = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: cpu_flash,
     torch.ops.aten._grouped_mm: grouped_mm,
+    torch.ops.quantized.linear_dynamic: packed_linear,
+    torch.ops.quantized.linear: packed_linear,
 }
 """Formulas FlopCounterMode is given for the ops a CPU forward runs and it lacks."""
 

@@ -20,7 +20,8 @@ from mhaudit.trace.ops import (
 )
 
 
-def _groups(before: tuple[int, ...], after: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+def axis_groups(before: tuple[int, ...], after: tuple[int, ...]
+                ) -> list[tuple[list[int], list[int]]]:
     """Pair runs of input axes with runs of output axes whose sizes multiply to the same value.
 
     Size-1 axes belong to no run. Returns an empty list when the shapes do not align.
@@ -200,7 +201,7 @@ def _forward_by_shape(step: _Step, axes: frozenset[int]) -> frozenset[int] | Non
     if after == before or (len(after) == len(before) and step.name not in RESHAPE_OPS):
         return axes
     if step.name in RESHAPE_OPS or math.prod(after) == math.prod(before):
-        groups = _groups(before, after)
+        groups = axis_groups(before, after)
         if not groups:
             return None
         return frozenset(o for ins, outs in groups if set(ins) & axes for o in outs)
@@ -369,7 +370,7 @@ def _backward_by_shape(step: _Step, axis: int) -> int | None:
     if after == before or (len(after) == len(before) and step.name not in RESHAPE_OPS):
         return axis
     if math.prod(after) == math.prod(before) and step.name not in REDUCE_OPS:
-        for ins, outs in _groups(before, after):
+        for ins, outs in axis_groups(before, after):
             if axis in outs:
                 return ins[-1]
         return None

@@ -212,6 +212,25 @@ def _einsum_features(node: fx.Node, weight: fx.Node) -> tuple[int, tuple[int, ..
     return width, () if axes == (len(output) - 1,) else axes
 
 
+def per_head(proj: ProjectionOp) -> bool:
+    """An einsum whose weight shares a letter with its activation and its output: one
+    matrix per head of an input already split into heads (latent attention's absorbed
+    W_UK folded into the query, its W_UV applied to the context), not a map of the model's
+    features to heads."""
+    node = proj.matmul
+    operands = node.args[1] if op_name(node) == "einsum" and len(node.args) > 1 else None
+    if not isinstance(operands, (list, tuple)) or len(operands) != 2:
+        return False
+    try:
+        inputs, output, _ = expand_einsum(str(node.args[0]), [shape(o) for o in operands])
+    except EinsumError:
+        return False
+    if len(inputs) != 2 or proj.activation not in operands:
+        return False
+    x_index = list(operands).index(proj.activation)
+    return any(c in inputs[x_index] and c in output for c in inputs[1 - x_index])
+
+
 def _learned_input(name: str, x: fx.Node) -> bool:
     """A projection of a learned parameter (Perceiver's latent queries, a learned query).
 
@@ -224,10 +243,11 @@ def _learned_input(name: str, x: fx.Node) -> bool:
 
 def projections_after(
     output: fx.Node, params: dict[str, str], cache: dict[fx.Node, ProjectionOp | None],
-    follow: Callable[[fx.Node], bool],
+    follow: Callable[[fx.Node], bool], through: Callable[[ProjectionOp], bool] | None = None,
 ) -> Iterator[ProjectionOp]:
     """Projections that read a tensor reached forward from ``output`` through ops that
-    ``follow`` accepts, nearest first (at most 16 ops deep)."""
+    ``follow`` accepts (and projections ``through`` accepts), nearest first (at most 16
+    ops deep)."""
     frontier = [output]
     seen = {output}
     for _ in range(16):
@@ -240,7 +260,10 @@ def projections_after(
                 if user not in cache:
                     cache[user] = as_projection(user, params)
                 proj = cache[user]
-                if proj is not None and proj.activation in seen:
+                if proj is not None and through is not None and through(proj):
+                    nxt.append(proj.node)
+                    seen.add(proj.node)
+                elif proj is not None and proj.activation in seen:
                     yield proj
                 elif follow(user):
                     nxt.append(user)
@@ -256,7 +279,8 @@ def find_output_projection(
     def follow(user: fx.Node) -> bool:
         return op_name(user) in CONTEXT_PASS_OPS or _in_head_layout_add(user) or _token_pool(user)
 
-    return next(projections_after(output, params, cache, follow), None)
+    # A per-head map of the context (absorbed W_UV) is on the way to O, not O.
+    return next((p for p in projections_after(output, params, cache, follow, per_head)), None)
 
 
 def _token_pool(node: fx.Node) -> bool:

@@ -9,7 +9,7 @@ from torch import fx
 
 from mhaudit.detect.operands import is_activation_matmul
 from mhaudit.detect.patterns.score_bias import position_vector
-from mhaudit.detect.sources.along import along_sequence, maps_positions_of
+from mhaudit.detect.sources.along import along_sequence, position_map
 from mhaudit.detect.sources.barriers import is_barrier
 from mhaudit.detect.sources.features import backward_axis, carried, carried_width
 from mhaudit.detect.sources.projections import ProjectionOp, as_projection
@@ -146,6 +146,8 @@ class SourceWalker:
                       self._upstream(proj, 0), span, cuts, group[0][3], tokens)
 
     def _width(self, path: tuple[fx.Node, ...], proj: ProjectionOp) -> int:
+        # Features as they leave ``proj``: counted below any K/V transform on the path.
+        path = path[max((i + 1 for i, n in enumerate(path[:-1]) if self.projection(n)), default=0):]
         carried = carried_width(list(path), proj.feature_axes)
         return carried if carried is not None else _numel_width(path[0], list(path), proj.rows)
 
@@ -255,9 +257,10 @@ class _Walk:
 
     def _compute(self, node: fx.Node, axis: int | None, depth: int) -> tuple[_Part, ...]:
         proj = self.w.projection(node)
-        if proj is not None and along_sequence(proj, axis):
+        below = position_map(proj, axis, self.w.projection) if proj is not None else None
+        if proj is not None and below is not None:
             deeper = self._child(node, proj.activation, axis, depth)
-            if deeper and all(maps_positions_of(proj, p[0]) for p in deeper):
+            if deeper and all(below(p[0]) for p in deeper):
                 return deeper  # the feature projection the positions map reads
         if proj is not None:
             return ((proj, (node,), 0, 0),)
