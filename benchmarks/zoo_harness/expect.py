@@ -171,6 +171,25 @@ def _layer_index(name: str) -> int | None:
     return None
 
 
+def _linear_by_prefix(model: nn.Module) -> dict[str, set[int]]:
+    """Linear-attention layer indices by module prefix: the model's own config's for every
+    module, its text config's for the modules of its decoder (a multimodal model keeps the
+    language model's ``layer_types`` in ``text_config``)."""
+    config = getattr(model, "config", None)
+    found = {"": _linear_layers(config)}
+    text = config.get_text_config() if hasattr(config, "get_text_config") else None
+    getter = getattr(model, "get_decoder", None)
+    try:
+        decoder = getter() if callable(getter) else None
+    except Exception:  # a model whose decoder cannot be named
+        decoder = None
+    if text is not None and text is not config and isinstance(decoder, nn.Module):
+        prefix = next((n for n, m in model.named_modules() if m is decoder and n), None)
+        if prefix is not None:
+            found[prefix + "."] = _linear_layers(text)
+    return found
+
+
 def attention_modules(model: nn.Module) -> list[str]:
     """Outermost modules whose class calls itself attention and that hold parameters.
 
@@ -178,13 +197,14 @@ def attention_modules(model: nn.Module) -> list[str]:
     lightning attention: no softmax over keys) are not softmax attention blocks.
     """
     found: list[str] = []
-    linear = _linear_layers(getattr(model, "config", None))
+    linear = _linear_by_prefix(model)
     for name, module in model.named_modules():
         cls = type(module).__name__
         if ("Attention" not in cls and "Attn" not in cls) or any(
                 word in cls for word in NOT_DOT_PRODUCT) or _feature_gate(module):
             continue
-        if linear and _layer_index(name) in linear:
+        if any(name.startswith(prefix) and _layer_index(name[len(prefix):]) in layers
+               for prefix, layers in linear.items() if layers):
             continue
         if any(name.startswith(f"{outer}.") for outer in found if outer) or "" in found:
             continue
