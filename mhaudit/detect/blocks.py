@@ -27,7 +27,7 @@ from mhaudit.detect.sources.sequence import derived_copy, one_sequence
 from mhaudit.detect.sources.shared_output import context_slice
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
-from mhaudit.trace.graphs import numel, shape, tokens
+from mhaudit.trace.graphs import numel, shape, submodule, tokens
 
 _ROLES = ("q", "k", "v")
 
@@ -383,10 +383,9 @@ def _common_module(paths: list[str]) -> str:
 
 
 def _module_type(model: nn.Module, name: str) -> str:
-    try:
-        return type(model.get_submodule(name)).__name__
-    except AttributeError:
-        return "?"
+    """The class name of the module at ``name`` (a ScriptModule's: the scripted class)."""
+    module = submodule(model, name)
+    return "?" if module is None else getattr(module, "original_name", type(module).__name__)
 
 
 def _unique_names(layouts: list[Layout]) -> list[Layout]:

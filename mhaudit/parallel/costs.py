@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
+from torch.jit import ScriptModule
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.cost.overhead import Reserve, as_reserve, memory_terms
@@ -275,6 +276,10 @@ def plan_costs(
     plan, mode = as_plan(plan), _recompute_mode(checkpointing, training)
     if phase not in PHASES:
         raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
+    if isinstance(model, ScriptModule):
+        raise ConfigError("a TorchScript module cannot be planned over devices (torch.distributed"
+                          " shards nn.Module code, which scripting hides)",
+                          "Audit the module before torch.jit.script.")
     routing = Routing(tuple(experts), capacity_factor) if experts else None
     modules, sp_why = _plan_modules(model, args, kwargs, blocks, plan)
     units = fsdp_units(model, blocks)
