@@ -358,9 +358,14 @@ def _find_context(
 
 
 def _swaps_last_two(node: fx.Node) -> bool:
-    """``node`` is ``x.transpose(-1, -2)`` (or ``-2, -1``) of a rank-≥2 tensor."""
+    """``node`` is ``x.transpose(-1, -2)`` of a rank-≥2 tensor, or a ``permute`` that swaps
+    its last two axes and keeps the others (``x.permute(0, 2, 1)``)."""
+    rank = len(shape(node))
+    if op_name(node) == "permute" and len(node.args) >= 2 and rank >= 2:
+        order = [d % rank for d in node.args[1] if isinstance(d, int)] \
+            if isinstance(node.args[1], (list, tuple)) else []
+        return order == [*range(rank - 2), rank - 1, rank - 2]
     if op_name(node) != "transpose" or len(node.args) < 3:
         return False
-    rank = len(shape(node))
     dims = {d % rank for d in node.args[1:3] if isinstance(d, int)} if rank >= 2 else set()
     return dims == {rank - 1, rank - 2}
