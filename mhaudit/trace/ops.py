@@ -268,10 +268,11 @@ ONES_OPS = frozenset({"ones", "ones_like", "new_ones"})
 SCORE_OPS = frozenset(
     {"mul", "div", "add", "sub", "masked_fill", "where", "to", "_to_copy", "view", "reshape",
      "_unsafe_view", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "max", "min",
-     "tanh", "contiguous", "clone", "_assert_tensor_metadata", "type_as"}
+     "tanh", "contiguous", "clone", "_assert_tensor_metadata", "type_as", "nan_to_num"}
 )
-"""Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping, and a
-floor on masked logits (``torch.max(scores, finfo.min)``)."""
+"""Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping, a
+floor on masked logits (``torch.max(scores, finfo.min)``) and ``nan_to_num`` (which keeps
+every finite score as it is)."""
 PROB_OPS = frozenset(
     {"dropout", "native_dropout", "getitem", "to", "_to_copy", "mul", "masked_fill", "where",
      "view", "reshape", "_unsafe_view", "type_as", "contiguous", "clone", "nan_to_num",

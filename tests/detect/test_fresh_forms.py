@@ -4,7 +4,7 @@ constructor fixes (hand arithmetic) and FLOPs that torch's FlopCounterMode confi
 from __future__ import annotations
 
 import torch
-from fixtures.zoo_forms_fresh import ChannelsFirstBlock
+from fixtures.zoo_forms_fresh import ChannelsFirstBlock, NanToNumScores
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -39,4 +39,17 @@ def test_a_context_with_v_on_the_left_of_the_transposed_probabilities() -> None:
     # scores and context: 2·n·n·c = 2·6·6·16 = 1,152 each; projections 4·2·6·16·16 = 12,288
     assert (f.scores, f.context) == (1152, 1152)
     assert f.q_proj + f.k_proj + f.v_proj + f.o_proj == 12288
+    assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
+
+
+def test_nan_to_num_on_the_scores_is_walked_through_like_any_elementwise_op() -> None:
+    model, x = NanToNumScores(32, 4).eval(), torch.randn(2, 5, 32)
+    block = _one_block(model, x)
+    lay = block.layout
+    assert (lay.num_heads, lay.head_dim, lay.seq_len_q, lay.seq_len_kv) == (4, 8, 5, 5)
+    # the fused qkv: 32·96 + 96 = 3,168 split in three; O: 32·32 + 32 = 1,056
+    assert (block.params.q, block.params.k, block.params.v, block.params.o) == (1056,) * 4
+    f = block.flops
+    # scores and context: 2·b·h·n·n·d_k = 2·2·4·5·5·8 = 3,200 each
+    assert (f.scores, f.context) == (3200, 3200)
     assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
