@@ -34,7 +34,7 @@ def longest_context(module: Any, blocks: Sequence[AttentionBlock] = ()) -> int |
     selfs = [b.name for b in blocks if b.layout.kind == "self"]
     path = selfs[0].split(".") if selfs else []
     for depth in range(len(path), -1, -1):
-        owner = submodule(module, ".".join(path[:depth]))
+        owner = submodule(module, ".".join(path[:depth])) if depth else module
         if owner is None:
             continue
         value = _stated(getattr(owner, "config", None))
