@@ -116,10 +116,11 @@ def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
 
     A pairwise step that sums an index both operands hold is a batched product (torch
     runs ``bmm``): 2 × the product of the index sizes it touches, less any index of one
-    operand alone that nothing later reads (torch sums that away first). A step that sums nothing (an outer
-    or broadcast product: rotary's ``i,j->ij``) is an elementwise multiply, which torch
-    runs as ``mul``, and a single operand is a permutation or a plain sum: both cost 0
-    here, as in torch's count, so the matmul figure ignores those multiplies and adds.
+    operand alone that nothing later reads (torch sums that away first). A step that sums
+    nothing (an outer or broadcast product: rotary's ``i,j->ij``) is an elementwise
+    multiply, which torch runs as ``mul``, and a single operand is a permutation or a plain
+    sum: both cost 0 here, as in torch's count, so the matmul figure ignores those
+    multiplies and adds (a lower bound of the elementwise work).
     Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
     """
     try:
