@@ -258,12 +258,12 @@ def _query_heads(drafts: list[_Draft], head_dim: int) -> int:
 
 
 def _role_heads(drafts: list[_Draft], role: str, head_dim: int) -> int:
-    """Heads of a role over merged cores: cores reading distinct projections add up
-    (per-head modules); cores reading the same projection are pieces of one read."""
+    """Heads of a role over merged cores: cores reading distinct projections, or distinct
+    spans of one (a loop over head slices), add up; others are pieces of one read."""
     by_source: dict[tuple[object, ...], int] = {}
     for draft in drafts:
         parts = draft.sources[role]
-        key = tuple(p.projection.weight if p.projection else p.root for p in parts)
+        key = tuple((p.projection.weight if p.projection else p.root, p.span) for p in parts)
         by_source[key] = max(by_source.get(key, 0), _heads(parts, head_dim))
     return sum(by_source.values())
 

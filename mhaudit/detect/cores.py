@@ -338,7 +338,7 @@ def _find_context(
                     operands = matmul_operands(user)
                     if (operands and operands[0] is node) or (
                             len(operands) == 2 and operands[1] is node
-                            and (_swaps_last_two(node)  # V·Pᵀ: channels-first heads
+                            and (swaps_last_two(node)  # V·Pᵀ: channels-first heads
                                  or op_name(user) == "einsum")):
                         found.append((user, node, mixed, picked))
                         if not widest:
@@ -357,7 +357,7 @@ def _find_context(
     return None, None, False, False
 
 
-def _swaps_last_two(node: fx.Node) -> bool:
+def swaps_last_two(node: fx.Node) -> bool:
     """``node`` is ``x.transpose(-1, -2)`` of a rank-≥2 tensor, or a ``permute`` that swaps
     its last two axes and keeps the others (``x.permute(0, 2, 1)``)."""
     rank = len(shape(node))

@@ -4,7 +4,7 @@ constructor fixes (hand arithmetic) and FLOPs that torch's FlopCounterMode confi
 from __future__ import annotations
 
 import torch
-from fixtures.zoo_forms_fresh import ChannelsFirstBlock, NanToNumScores
+from fixtures.zoo_forms_fresh import ChannelsFirstBlock, NanToNumScores, SoftmaxFeatureMaps
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -52,4 +52,19 @@ def test_nan_to_num_on_the_scores_is_walked_through_like_any_elementwise_op() ->
     f = block.flops
     # scores and context: 2·b·h·n·n·d_k = 2·2·4·5·5·8 = 3,200 each
     assert (f.scores, f.context) == (3200, 3200)
+    assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
+
+
+def test_softmax_feature_maps_over_a_state_are_linear_attention_per_head_slice() -> None:
+    model, x = SoftmaxFeatureMaps(32, 4).eval(), torch.randn(2, 32, 6)
+    block = _one_block(model, x)
+    lay = block.layout
+    # 4 heads of 32/4 = 8 channels each, sliced one by one from each 1×1 conv
+    assert (lay.score_form, lay.num_heads, lay.num_kv_heads, lay.head_dim) == ("linear", 4, 4, 8)
+    assert (lay.v_head_dim, lay.seq_len_q, lay.seq_len_kv) == (8, 6, 6)
+    # each conv: 32·32 + 32 = 1,056 (Q, K, V read all of theirs, 8 channels per head)
+    assert (block.params.q, block.params.k, block.params.v, block.params.o) == (1056,) * 4
+    f = block.flops
+    # the state K_iV_iᵀ and its product with Q_i: 2·b·h·n·d_k·d_v = 2·2·4·6·8·8 = 6,144 each
+    assert f.scores + f.context == 2 * 6144
     assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
