@@ -61,8 +61,9 @@ def over_channels(core: Core, sources: dict[str, tuple[Source, ...]]) -> Core:
 
 
 def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
-    """P·V where P is QKᵀ through elementwise maps, one of them nonlinear, and no softmax
-    (YOSO's (1 − acos(q·k)/π)^τ, sigmoid or ReLU attention); P·V may be an einsum whose
+    """P·V where P is QKᵀ through elementwise maps, one of them nonlinear or a product
+    with an n_q×n_kv matrix of the positions, and no softmax (YOSO's (1 − acos(q·k)/π)^τ,
+    sigmoid or ReLU attention, retention's decay mask D); P·V may be an einsum whose
     first operand is P."""
     operands = matmul_operands(context)
     if op_name(context) not in ("matmul", "bmm", "einsum") or len(operands) != 2:
@@ -83,7 +84,8 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
         if name in KERNEL_MAP_OPS or (not others and name in ("div", "mul", "add", "sub", "rsub",
                                                             "neg", "reciprocal")):
             maps += 1  # one op per score; masks multiplied in are not the map
-        nonlinear = nonlinear or name in KERNEL_MAP_OPS
+        nonlinear = nonlinear or name in KERNEL_MAP_OPS or (name == "mul" and any(
+            shape(o)[-2:] == shape(current)[-2:] and len(shape(o)) >= 2 for o in others))
         current = branch
     else:
         return None

@@ -4,7 +4,13 @@ constructor fixes (hand arithmetic) and FLOPs that torch's FlopCounterMode confi
 from __future__ import annotations
 
 import torch
-from fixtures.zoo_forms_fresh import ChannelsFirstBlock, NanToNumScores, SoftmaxFeatureMaps
+from fixtures.zoo_forms_fresh import (
+    ChannelsFirstBlock,
+    DecayRetention,
+    NanToNumScores,
+    SharedProjectionRelu2,
+    SoftmaxFeatureMaps,
+)
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -68,3 +74,39 @@ def test_softmax_feature_maps_over_a_state_are_linear_attention_per_head_slice()
     # the state K_iV_iᵀ and its product with Q_i: 2·b·h·n·d_k·d_v = 2·2·4·6·8·8 = 6,144 each
     assert f.scores + f.context == 2 * 6144
     assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
+
+
+def test_relu2_scores_of_q_and_k_scaled_from_one_shared_projection() -> None:
+    model, x = SharedProjectionRelu2(32, 8, 48).eval(), torch.randn(2, 6, 32)
+    block = _one_block(model, x)
+    lay = block.layout
+    # one head: d_k = s = 8, d_v = e = 48, over n = 6 tokens
+    assert (lay.score_form, lay.num_heads, lay.head_dim, lay.v_head_dim) == ("kernel", 1, 8, 48)
+    assert (lay.d_model, lay.seq_len_q, lay.seq_len_kv) == (32, 6, 6)
+    # V: 32·48 + 48 = 1,584; O: 48·32 + 32 = 1,568. Q and K share z (32·8 + 8 = 264),
+    # counted once, plus the offsets added after it (2·8 = 16, a bias of each); the per-dim
+    # scales are an elementwise product, no projection weight: 280
+    assert (block.params.v, block.params.o) == (1584, 1568)
+    assert block.params.q + block.params.k == 280
+    # the broadcast einsum sums nothing: torch counts 0 for it, and so does the total
+    report = audit(model, (x,))
+    families = report.totals.flops_by_family
+    assert families["matmul"] + families["conv"] == _counted(model, x)
+
+
+def test_scores_times_a_causal_decay_matrix_are_a_causal_kernel_block() -> None:
+    model, x = DecayRetention(32, 4).eval(), torch.randn(1, 5, 32)
+    block = _one_block(model, x)
+    lay = block.layout
+    # 4 heads of d_k = 32/4 = 8, d_v = 64/4 = 16; D keeps j ≤ i: causal
+    assert (lay.score_form, lay.num_heads, lay.head_dim, lay.v_head_dim) == ("kernel", 4, 8, 16)
+    assert (lay.causal, lay.seq_len_q, lay.seq_len_kv) == (True, 5, 5)
+    # no biases: Q, K 32·32 = 1,024; V 32·64 = 2,048; O (after the per-head GroupNorm) 64·32
+    assert (block.params.q, block.params.k, block.params.v, block.params.o) == (
+        1024, 1024, 2048, 2048)
+    f = block.flops
+    # scores 2·b·h·n·n·d_k = 2·4·5·5·8 = 1,600; context 2·4·5·5·16 = 3,200
+    assert (f.scores, f.context) == (1600, 3200)
+    # torch also counts the gate projection: 2·5·32·64 = 20,480
+    assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context + 20480 == \
+        _counted(model, x)
