@@ -2,7 +2,8 @@
 
 A candidate is an attention call (SDPA, flex_attention) or a normalisation over a product
 of two activations: softmax, log-softmax, logsumexp, or ``exp`` whose output is summed (a
-softmax written by hand). One inside the span of a block's core (from its Q, K, V to its
+softmax written by hand), or summed into the targets of an index (a scatter softmax over a
+graph's edges). One inside the span of a block's core (from its Q, K, V to its
 context) is read; every other is listed in ``coverage.unread_cores``, so that a model with
 attention and no block says why.
 """
@@ -22,6 +23,7 @@ from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
 from mhaudit.trace.ops import (
     LOG_NORMALISE_OPS,
     PROJECTION_OPS,
+    SCATTER_SUM_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     op_name,
@@ -47,6 +49,10 @@ _WHY = {
     "summed": "a softmax over a product of two activations written as a multiply and a "
               "sum (no matmul, as local attention over unfolded keys is), which detection "
               "does not read as scores",
+    "scatter": "a softmax written by hand (exp, then a sum scattered by an index: "
+               "index_add, scatter_add) over a product of two activations, normalised over "
+               "each target's gathered rows (a graph's edges): sparse attention with no "
+               "n_q×n_kv score form to read as a block",
 }
 
 
@@ -66,13 +72,16 @@ def _candidate(node: fx.Node, params: dict[str, str]) -> str | None:
     name = op_name(node)
     if name in CALL_OPS:
         return "call"
+    scattered = name == "exp" and any(op_name(u) in SCATTER_SUM_OPS for u in node.users)
     by_hand = name == "logsumexp" or (
         name == "exp" and any(op_name(u) == "sum" for u in node.users))
-    if name not in NORMALISING_OPS and not by_hand:
+    if name not in NORMALISING_OPS and not by_hand and not scattered:
         return None
     product = _normalised_product(node, params)
     if product is None:
         return None
+    if scattered:
+        return "scatter"
     return "by hand" if by_hand else "summed" if product == "summed" else "softmax"
 
 

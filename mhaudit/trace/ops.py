@@ -299,6 +299,9 @@ POOLED_PASS_OPS = frozenset(
      "contiguous", "clone", "to", "_to_copy", "dropout", "native_dropout", "getitem",
      "_assert_tensor_metadata", "type_as"})
 """Ops a separable core's scores and pooled vector may pass on their way to V."""
+SCATTER_SUM_OPS = frozenset({"index_add", "scatter_add", "scatter_reduce"})
+"""Ops that sum (or reduce) rows into the targets an index names: a softmax normalised
+over each graph node's incoming edges (a scatter softmax)."""
 SIZE_OPS = frozenset({"sym_size", "size", "sym_numel", "sym_stride", "dim"})
 """Ops that read a tensor's metadata, not its values."""
 PROB_RENORM_OPS = frozenset({"add", "div", "detach"})

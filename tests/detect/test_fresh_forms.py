@@ -7,10 +7,12 @@ import torch
 from fixtures.zoo_forms_fresh import (
     ChannelsFirstBlock,
     DecayRetention,
+    EdgeScatterAttention,
     NanToNumScores,
     SharedProjectionRelu2,
     SoftmaxFeatureMaps,
 )
+from fixtures.zoo_negative import GroupNormConvMix, ScatterSoftmaxPool
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -110,3 +112,19 @@ def test_scores_times_a_causal_decay_matrix_are_a_causal_kernel_block() -> None:
     # torch also counts the gate projection: 2·5·32·64 = 20,480
     assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context + 20480 == \
         _counted(model, x)
+
+
+def test_a_scatter_softmax_over_per_edge_products_is_listed_with_why() -> None:
+    edges = torch.tensor([[0, 1, 2, 3, 0], [1, 2, 3, 0, 2]])  # (2, E): source, target
+    report = audit(EdgeScatterAttention(16, 2).eval(), (torch.randn(4, 16), edges))
+    assert report.blocks == ()
+    (unread,) = report.coverage.unread_cores
+    assert (unread.module, unread.op) == ("", "exp")
+    assert "scattered by an index" in unread.why and "graph's edges" in unread.why
+
+
+def test_scatter_pools_and_group_norm_convs_are_neither_blocks_nor_unread() -> None:
+    for model, x in ((ScatterSoftmaxPool(16, 2), torch.randn(6, 16)),
+                     (GroupNormConvMix(16), torch.randn(2, 16, 8))):
+        report = audit(model.eval(), (x,))
+        assert report.blocks == () and report.coverage.unread_cores == ()
