@@ -13,6 +13,7 @@ from fixtures.zoo_forms_fresh import (
     SoftmaxFeatureMaps,
 )
 from fixtures.zoo_negative import GroupNormConvMix, ScatterSoftmaxPool
+from fixtures.zoo_patterns import DifferentialOneSoftmax
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -128,3 +129,16 @@ def test_scatter_pools_and_group_norm_convs_are_neither_blocks_nor_unread() -> N
                      (GroupNormConvMix(16), torch.randn(2, 16, 8))):
         report = audit(model.eval(), (x,))
         assert report.blocks == () and report.coverage.unread_cores == ()
+
+
+def test_differential_attention_scores_and_softmax_count_both_maps() -> None:
+    model, x = DifferentialOneSoftmax().eval(), torch.randn(2, 6, 32)
+    block = _one_block(model, x)
+    lay = block.layout
+    # h = 4 heads, each two maps of d_k = 32/4/2 = 4 against one V head of 2·4 = 8
+    assert (lay.num_heads, lay.head_dim, lay.v_head_dim, lay.score_maps) == (4, 4, 8, 2)
+    f = block.flops
+    # QKᵀ over 2h = 8 maps: 2·b·8·n·n·d_k = 2·2·8·6·6·4 = 4,608; softmax 3 per score over
+    # b·8·n·n = 576 scores: 1,728; PV over h = 4 heads: 2·2·4·6·6·8 = 4,608
+    assert (f.scores, f.softmax, f.context) == (4608, 1728, 4608)
+    assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
