@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.composed import composed_map
 from mhaudit.detect.flex import flex_core
 from mhaudit.detect.operands import (
     context_value,
@@ -97,14 +98,15 @@ class Core:
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
-    """Every attention core in graph order."""
+    """Every attention core in graph order; a softmax map composed with another softmax
+    map (:mod:`~mhaudit.detect.composed`) is none."""
     cores: list[Core] = []
     for node in graph.nodes:
         name = op_name(node)
         if name in SDPA_OPS:
             core = _sdpa_core(node, name)
         elif name in SOFTMAX_OPS:
-            core = _eager_core(node, params)
+            core = None if composed_map(node, params) else _eager_core(node, params)
         elif name == FLEX_OP:
             fields = flex_core(node)
             core = None if fields is None else Core(**fields)

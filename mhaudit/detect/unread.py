@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from torch import fx
 
 from mhaudit.data import UnreadCore
+from mhaudit.detect.composed import composed_map
 from mhaudit.detect.cores import Core
 from mhaudit.detect.operands import is_activation_matmul
 from mhaudit.trace.export import TracedGraph
@@ -49,6 +50,10 @@ _WHY = {
     "summed": "a softmax over a product of two activations written as a multiply and a "
               "sum (no matmul, as local attention over unfolded keys is), which detection "
               "does not read as scores",
+    "composed": "a softmax map multiplied with another softmax map, or with a function of "
+                "one (a pseudo-inverse), instead of with V: one of several maps composed "
+                "into an approximation of attention (Nyström's landmarks), which no single "
+                "block describes",
     "scatter": "a softmax written by hand (exp, then a sum scattered by an index: "
                "index_add, scatter_add) over a product of two activations, normalised over "
                "each target's gathered rows (a graph's edges): sparse attention with no "
@@ -82,6 +87,8 @@ def _candidate(node: fx.Node, params: dict[str, str]) -> str | None:
         return None
     if scattered:
         return "scatter"
+    if name in SOFTMAX_OPS and composed_map(node, params):
+        return "composed"
     return "by hand" if by_hand else "summed" if product == "summed" else "softmax"
 
 

@@ -8,6 +8,7 @@ from fixtures.zoo_forms_fresh import (
     ChannelsFirstBlock,
     DecayRetention,
     EdgeScatterAttention,
+    LandmarkMaps,
     NanToNumScores,
     SharedProjectionRelu2,
     SoftmaxFeatureMaps,
@@ -142,3 +143,12 @@ def test_differential_attention_scores_and_softmax_count_both_maps() -> None:
     # b·8·n·n = 576 scores: 1,728; PV over h = 4 heads: 2·2·4·6·6·8 = 4,608
     assert (f.scores, f.softmax, f.context) == (4608, 1728, 4608)
     assert f.q_proj + f.k_proj + f.v_proj + f.o_proj + f.scores + f.context == _counted(model, x)
+
+
+def test_softmax_maps_composed_with_each_other_are_listed_not_blocks() -> None:
+    report = audit(LandmarkMaps(32, 2, 2).eval(), (torch.randn(1, 8, 32),))
+    # A1 meets pinv(A2), A2 meets functions of itself, A3's context meets A1·pinv(A2)
+    assert report.blocks == ()
+    unread = report.coverage.unread_cores
+    assert [u.op for u in unread] == ["softmax"] * 3
+    assert all("composed into an approximation" in u.why for u in unread)
