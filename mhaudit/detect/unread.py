@@ -54,6 +54,9 @@ _WHY = {
                 "one (a pseudo-inverse), instead of with V: one of several maps composed "
                 "into an approximation of attention (Nyström's landmarks), which no single "
                 "block describes",
+    "joined": "a softmax over the logits of several score products joined side by side "
+              "(cat), whose parts meet V apart (criss-cross attention: a pixel's row and "
+              "its column), which detection does not read as one block",
     "scatter": "a softmax written by hand (exp, then a sum scattered by an index: "
                "index_add, scatter_add) over a product of two activations, normalised over "
                "each target's gathered rows (a graph's edges): sparse attention with no "
@@ -89,6 +92,8 @@ def _candidate(node: fx.Node, params: dict[str, str]) -> str | None:
         return "scatter"
     if name in SOFTMAX_OPS and composed_map(node, params):
         return "composed"
+    if name in SOFTMAX_OPS and _joined(node, params):
+        return "joined"
     return "by hand" if by_hand else "summed" if product == "summed" else "softmax"
 
 
@@ -111,6 +116,21 @@ def _normalised_product(node: fx.Node, params: dict[str, str]) -> str | None:
                 nxt.extend(tensor_inputs(current))
         frontier = nxt
     return None
+
+
+def _joined(node: fx.Node, params: dict[str, str]) -> bool:
+    """The logits ``node`` normalises are a ``cat`` of two or more parts that each come
+    from an activation product (a few views or masks back)."""
+    frontier = list(tensor_inputs(node))
+    for _ in range(PRODUCT_DEPTH):
+        cats = [n for n in frontier if op_name(n) == "cat"]
+        if cats:
+            parts = list(tensor_inputs(cats[0]))
+            return sum(is_activation_matmul(p, params) or _normalised_product(p, params)
+                       == "matmul" for p in parts) >= 2
+        frontier = [i for n in frontier if op_name(n) not in PROJECTION_OPS
+                    and not is_activation_matmul(n, params) for i in tensor_inputs(n)]
+    return False
 
 
 def _summed_product(node: fx.Node, params: dict[str, str]) -> bool:

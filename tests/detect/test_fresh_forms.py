@@ -10,6 +10,7 @@ from fixtures.zoo_forms_fresh import (
     EdgeScatterAttention,
     LandmarkMaps,
     NanToNumScores,
+    RowColumnMaps,
     SharedProjectionRelu2,
     SoftmaxFeatureMaps,
 )
@@ -152,3 +153,10 @@ def test_softmax_maps_composed_with_each_other_are_listed_not_blocks() -> None:
     unread = report.coverage.unread_cores
     assert [u.op for u in unread] == ["softmax"] * 3
     assert all("composed into an approximation" in u.why for u in unread)
+
+
+def test_a_softmax_over_joined_row_and_column_logits_is_listed_with_why() -> None:
+    report = audit(RowColumnMaps(16).eval(), (torch.randn(1, 16, 3, 4),))
+    assert report.blocks == ()
+    (unread,) = report.coverage.unread_cores
+    assert unread.op == "softmax" and "joined side by side" in unread.why
