@@ -184,7 +184,12 @@ def _plan_modules(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
                   blocks: Sequence[AttentionBlock], plan: ParallelPlan
                   ) -> tuple[tuple[TpModule, ...], str | None]:
     """The modules the TP plan splits and, under ``sp``, the embedding, norms and head of
-    the SP plan (:func:`~mhaudit.parallel.seqpar.sp_layout`), with why torch cannot run it."""
+    the SP plan (:func:`~mhaudit.parallel.seqpar.sp_layout`), with why torch cannot run it.
+    A TorchScript module is refused: torch.distributed shards nn.Module code."""
+    if isinstance(model, ScriptModule):
+        raise ConfigError("a TorchScript module cannot be planned over devices (torch.distributed"
+                          " shards nn.Module code, which scripting hides)",
+                          "Audit the module before torch.jit.script.")
     modules = tp_modules(model, blocks)
     if not plan.sp:
         return modules, None
@@ -276,10 +281,6 @@ def plan_costs(
     plan, mode = as_plan(plan), _recompute_mode(checkpointing, training)
     if phase not in PHASES:
         raise ConfigError(f"unknown parallel phase {phase!r}", "Use train or decode.")
-    if isinstance(model, ScriptModule):
-        raise ConfigError("a TorchScript module cannot be planned over devices (torch.distributed"
-                          " shards nn.Module code, which scripting hides)",
-                          "Audit the module before torch.jit.script.")
     routing = Routing(tuple(experts), capacity_factor) if experts else None
     modules, sp_why = _plan_modules(model, args, kwargs, blocks, plan)
     units = fsdp_units(model, blocks)

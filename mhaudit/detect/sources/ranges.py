@@ -95,16 +95,14 @@ def overlap(span: Range, ranges: tuple[Range, ...]) -> int:
 
 
 def read_range(path: tuple[fx.Node, ...], width: int, axis: int = -1) -> Range | None:
-    """The output features of ``path[-1]`` (a projection) that reach ``path[0]``.
+    """The output features of ``path[-1]`` (a projection, its features on ``axis``: the
+    last, or a convolution's channels, 1) that reach ``path[0]``.
 
-    Follows splits, chunks and slices of the last axis until the first op that
-    reshapes it, and a reshape that splits the last axis into factors (ViT's
-    ``(B, N, 3·h·d) -> (B, N, 3, h, d)``) through permutes to the ``unbind`` or
-    ``select`` of its outermost factor (``q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)``);
-    None when the path does not cut the last axis in a way this follows. ``axis`` is the
-    projection's feature axis when it is not the last (a convolution's channels, axis 1):
-    splits, chunks and slices of it are followed the same way, up to the first reshape.
-    """
+    Follows splits, chunks and slices of that axis until the first op that reshapes it,
+    and a reshape that splits the last axis into factors (ViT's ``(B, N, 3·h·d) ->
+    (B, N, 3, h, d)``) through permutes to the ``unbind`` or ``select`` of its outermost
+    factor (``q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)``); None when the path does
+    not cut the axis in a way this follows."""
     lo, hi = 0, width
     pending: list[int] | None = None
     factors: dict[int, tuple[int, int]] | None = None  # dim -> (size, features per step)
@@ -128,7 +126,7 @@ def read_range(path: tuple[fx.Node, ...], width: int, axis: int = -1) -> Range |
             continue
         dims = shape(source)
         last = axis % len(dims) if dims else -1
-        at = -1 if axis == -1 else last  # where a feature size is read on later ops
+        at = -1 if axis == -1 else last  # where later ops' feature sizes are read
         if name in SPLIT_OPS:
             dim = arg(node, 2, "dim", 0)
             if not isinstance(dim, int) or dim % len(dims) != last:
