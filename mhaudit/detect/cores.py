@@ -106,7 +106,8 @@ def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
         if name in SDPA_OPS:
             core = _sdpa_core(node, name)
         elif name in SOFTMAX_OPS:
-            core = None if composed_map(node, params) else _eager_core(node, params)
+            core = _eager_core(node, params)
+            core = None if core is None or composed_map(node, params) else core
         elif name == FLEX_OP:
             fields = flex_core(node)
             core = None if fields is None else Core(**fields)
