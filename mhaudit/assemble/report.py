@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 from torch import nn
@@ -97,11 +96,8 @@ def used_parameters(model: nn.Module, traced: TracedGraph,
         traced.params[node.name] for node in traced.graph.nodes
         if node.op == "placeholder" and node.name in traced.params and node.users
     }
-    used: set[int] = set()
-    for name in expand_names(read, plans):
-        with contextlib.suppress(AttributeError):
-            used.add(id(model.get_parameter(name)))
-    return used
+    by_name = dict(model.named_parameters(remove_duplicate=False))  # ScriptModules too
+    return {id(by_name[name]) for name in expand_names(read, plans) if name in by_name}
 
 
 def untraced_modules(model: nn.Module, used: set[int]) -> tuple[str, ...]:

@@ -111,11 +111,16 @@ def attention_flops(
 
 
 def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
-    """FLOPs of an einsum contracted left to right, pair by pair (torch's default order).
+    """FLOPs of an einsum contracted left to right, pair by pair (torch's default order),
+    as torch's FlopCounterMode counts them.
 
-    Each pairwise step costs 2 × the product of every index size it touches when
-    it sums an index away, else 1 × that product (an elementwise or outer product).
-    A single operand costs its element count when it sums, else 0 (a permutation).
+    A pairwise step that sums an index both operands hold is a batched product (torch
+    runs ``bmm``): 2 × the product of the index sizes it touches, less any index of one
+    operand alone that nothing later reads (torch sums that away first). A step that sums
+    nothing (an outer or broadcast product: rotary's ``i,j->ij``) is an elementwise
+    multiply, which torch runs as ``mul``, and a single operand is a permutation or a plain
+    sum: both cost 0 here, as in torch's count, so the matmul figure ignores those
+    multiplies and adds (a lower bound of the elementwise work).
     Exact for two operands; an upper bound when opt_einsum picks a cheaper order.
     """
     try:
@@ -127,15 +132,14 @@ def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
         return math.prod(sizes[i] for i in indices)
 
     current = set(expanded[0])
-    if len(expanded) == 1:
-        return volume(current) if current - set(out) else 0
     total = 0
     for position, term in enumerate(expanded[1:], start=1):
-        touched = current | set(term)
         later = set(out).union(*expanded[position + 1:])
-        keep = touched & later
-        total += volume(touched) * (2 if touched - keep else 1)
-        current = keep
+        shared = current & set(term)
+        # an index on one side only that nothing later reads is summed first (not counted)
+        touched = {i for i in current | set(term) if i in shared or i in later}
+        total += 2 * volume(touched) if shared - later else 0
+        current = touched & later
     return total
 
 

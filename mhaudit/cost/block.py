@@ -179,11 +179,10 @@ def block_flops(layout: Layout) -> FlopBreakdown:
     if layout.causal is True and layout.score_form == "softmax":
         offset = diagonal_offset(layout)
         projections = q_proj + k_proj + v_proj + o_proj
-        # each kept (query, key) pair is one 1×1 score: 2·d_k + softmax + 2·d_v FLOPs
         pairs = b * h * causal_pairs(n_q, n_kv, offset, layout.window)
-        causal_total = projections + attention_flops(pairs, 1, 1, d_k, d_v) + score_map
+        causal_total = projections + _pairs_core(pairs, layout.score_maps, d_k, d_v) + score_map
         tiles = b * h * causal_tile_pairs(n_q, n_kv, offset, layout.window)
-        tiles_total = projections + attention_flops(tiles, 1, 1, d_k, d_v) + score_map
+        tiles_total = projections + _pairs_core(tiles, layout.score_maps, d_k, d_v) + score_map
     return FlopBreakdown(
         q_proj=q_proj,
         k_proj=k_proj,
@@ -198,6 +197,13 @@ def block_flops(layout: Layout) -> FlopBreakdown:
         visited_fraction=layout.visited_fraction,
         dense_core=dense_core(layout),
     )
+
+
+def _pairs_core(pairs: int, maps: int, d_k: int, d_v: int) -> int:
+    """Core FLOPs over ``pairs`` kept (query, key) pairs, each a 1×1 score in each of the
+    ``maps`` softmax maps (2·d_k + softmax per map) and one 2·d_v product with V."""
+    return attention_flops(pairs * maps, 1, 1, d_k, 0) + attention_flops(
+        pairs, 1, 1, 0, d_v, with_softmax=False)
 
 
 def kv_bytes_per_position(layout: Layout, element_bytes: int) -> int:

@@ -191,9 +191,16 @@ def core_cost(layout: Layout, batch: int | None = None, n_q: int | None = None,
 
     Rows tied into one score map (``tied_rows`` = R) share its softmax and its scores:
     both are the form's over ``batch_size`` sequences divided by R, the score tensor's
-    real (b/R, h, n_q, n_kv); QKᵀ (which sums over the rows) and PV count every row."""
+    real (b/R, h, n_q, n_kv); QKᵀ (which sums over the rows) and PV count every row.
+    Maps combined into each map V meets (``score_maps`` = M, differential attention) each
+    have their own QKᵀ and softmax: M times the form's; PV is counted once (the
+    combining subtract and scale, 2 per score, ignored)."""
     formula = _FORMS.get(layout.score_form, _FORMS["softmax"])
     cost = formula(core_shape(layout, batch, n_q, n_kv))
+    maps = layout.score_maps
+    if maps > 1:
+        cost = replace(cost, scores=cost.scores * maps, softmax=cost.softmax * maps,
+                       score_elements=cost.score_elements * maps)
     tied = max(1, layout.tied_rows)
     if tied == 1:
         return cost

@@ -206,6 +206,19 @@ class Layout:
     """Token rows the K and V projections run on when a map over positions after them
     shortens the keys (b·n before the map); 0 when they run on the b·n_kv keys."""
 
+    @property
+    def score_maps(self) -> int:
+        """Softmax maps per head, each from its own d_k-wide share of Q and K, combined
+        into the one map V meets (differential attention: 2), read from Q and K being
+        that many times h·d_k wide; 1 otherwise."""
+        q, k, h, h_kv, d_k = self.q, self.k, self.num_heads, self.num_kv_heads, self.head_dim
+        if q is None or k is None or not h * d_k or not h_kv * d_k:
+            return 1
+        q_width, k_width = q.out_features // self.streams, k.out_features // self.streams
+        maps = q_width // (h * d_k)
+        exact = q_width == maps * h * d_k and k_width == maps * h_kv * d_k
+        return maps if maps > 1 and exact else 1
+
 
 @dataclass(frozen=True)
 class Deviation:

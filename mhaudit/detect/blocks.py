@@ -29,7 +29,7 @@ from mhaudit.detect.sources.sequence import derived_copy, one_sequence
 from mhaudit.detect.sources.shared_output import context_slice
 from mhaudit.detect.sources.walker import Source, SourceWalker
 from mhaudit.trace.export import TracedGraph
-from mhaudit.trace.graphs import numel, shape, tokens
+from mhaudit.trace.graphs import numel, shape, submodule, tokens
 
 _ROLES = ("q", "k", "v")
 
@@ -258,12 +258,12 @@ def _query_heads(drafts: list[_Draft], head_dim: int) -> int:
 
 
 def _role_heads(drafts: list[_Draft], role: str, head_dim: int) -> int:
-    """Heads of a role over merged cores: cores reading distinct projections add up
-    (per-head modules); cores reading the same projection are pieces of one read."""
+    """Heads of a role over merged cores: cores reading distinct projections, or distinct
+    spans of one (a loop over head slices), add up; others are pieces of one read."""
     by_source: dict[tuple[object, ...], int] = {}
     for draft in drafts:
         parts = draft.sources[role]
-        key = tuple(p.projection.weight if p.projection else p.root for p in parts)
+        key = tuple((p.projection.weight if p.projection else p.root, p.span) for p in parts)
         by_source[key] = max(by_source.get(key, 0), _heads(parts, head_dim))
     return sum(by_source.values())
 
@@ -381,10 +381,9 @@ def _common_module(paths: list[str]) -> str:
 
 
 def _module_type(model: nn.Module, name: str) -> str:
-    try:
-        return type(model.get_submodule(name)).__name__
-    except AttributeError:
-        return "?"
+    """The class name of the module at ``name`` (a ScriptModule's: the scripted class)."""
+    module = submodule(model, name)
+    return "?" if module is None else getattr(module, "original_name", type(module).__name__)
 
 
 def _unique_names(layouts: list[Layout]) -> list[Layout]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from mhaudit.detect.composed import composed_map
 from mhaudit.detect.flex import flex_core
 from mhaudit.detect.operands import (
     Product,
@@ -103,7 +104,8 @@ class Core:
 
 
 def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
-    """Every attention core in graph order."""
+    """Every attention core in graph order; a softmax map composed with another softmax
+    map (:mod:`~mhaudit.detect.composed`) is none."""
     cores: list[Core] = []
     for node in graph.nodes:
         name = op_name(node)
@@ -111,6 +113,7 @@ def find_cores(graph: fx.Graph, params: dict[str, str]) -> list[Core]:
             core = _sdpa_core(node, name)
         elif name in SOFTMAX_OPS:
             core = _eager_core(node, params)
+            core = None if core is None or composed_map(node, params) else core
         elif name == FLEX_OP:
             fields = flex_core(node)
             core = None if fields is None else Core(**fields)
@@ -349,7 +352,7 @@ def _find_context(
                     operands = matmul_operands(user)
                     if (operands and operands[0] is node) or (
                             len(operands) == 2 and operands[1] is node
-                            and (_swaps_last_two(node)  # V·Pᵀ: channels-first heads
+                            and (swaps_last_two(node)  # V·Pᵀ: channels-first heads
                                  or op_name(user) == "einsum")):
                         found.append((user, node, mixed, picked))
                         if not widest:
@@ -368,10 +371,15 @@ def _find_context(
     return None, None, False, False
 
 
-def _swaps_last_two(node: fx.Node) -> bool:
-    """``node`` is ``x.transpose(-1, -2)`` (or ``-2, -1``) of a rank-≥2 tensor."""
+def swaps_last_two(node: fx.Node) -> bool:
+    """``node`` is ``x.transpose(-1, -2)`` of a rank-≥2 tensor, or a ``permute`` that swaps
+    its last two axes and keeps the others (``x.permute(0, 2, 1)``)."""
+    rank = len(shape(node))
+    if op_name(node) == "permute" and len(node.args) >= 2 and rank >= 2:
+        order = [d % rank for d in node.args[1] if isinstance(d, int)] \
+            if isinstance(node.args[1], (list, tuple)) else []
+        return order == [*range(rank - 2), rank - 1, rank - 2]
     if op_name(node) != "transpose" or len(node.args) < 3:
         return False
-    rank = len(shape(node))
     dims = {d % rank for d in node.args[1:3] if isinstance(d, int)} if rank >= 2 else set()
     return dims == {rank - 1, rank - 2}

@@ -24,6 +24,7 @@ from typing import Any
 from torch import nn
 
 from mhaudit.data import DeclaredMismatch, Layout
+from mhaudit.trace.graphs import submodule
 
 _DETECTED: dict[str, Callable[[Layout], tuple[int, ...]]] = {
     "heads": lambda lay: (lay.num_heads,),
@@ -178,7 +179,7 @@ def _own_modules(model: nn.Module, layout: Layout, name: str
         start = len(name.split(".")) if name else 0
         paths.update(".".join(parts[:end]) for end in range(start + 1, len(parts) + 1))
     for path in sorted(paths, key=lambda p: (p.count("."), p)):
-        module = _submodule(model, path)
+        module = submodule(model, path)
         if module is not None:
             yield path, module
 
@@ -191,7 +192,7 @@ def _layer_modules(model: nn.Module, name: str, names: Sequence[str]
         path = ".".join(parts[:end])
         if sum(_within(other, path) for other in names) > 1:
             return
-        module = _submodule(model, path)
+        module = submodule(model, path)
         if module is not None:
             yield path, module
 
@@ -199,14 +200,6 @@ def _layer_modules(model: nn.Module, name: str, names: Sequence[str]
 def _within(path: str, ancestor: str) -> bool:
     """``path`` is ``ancestor`` or lies under it."""
     return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
-
-
-def _submodule(model: nn.Module, path: str) -> nn.Module | None:
-    """The module at ``path``, or None where the name is not a module of ``model``."""
-    try:
-        return model.get_submodule(path)
-    except AttributeError:
-        return None
 
 
 def _declarations(module: nn.Module, allowed: set[str] | None

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from torch import fx
 
-from mhaudit.detect.cores import Core, find_cores
+from mhaudit.detect.cores import Core, find_cores, swaps_last_two
 from mhaudit.detect.operands import (
     context_value,
     is_activation_matmul,
@@ -61,8 +61,9 @@ def over_channels(core: Core, sources: dict[str, tuple[Source, ...]]) -> Core:
 
 
 def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
-    """P·V where P is QKᵀ through elementwise maps, one of them nonlinear, and no softmax
-    (YOSO's (1 − acos(q·k)/π)^τ, sigmoid or ReLU attention); P·V may be an einsum whose
+    """P·V where P is QKᵀ through elementwise maps, one of them nonlinear or a product
+    with an n_q×n_kv matrix of the positions, and no softmax (YOSO's (1 − acos(q·k)/π)^τ,
+    sigmoid or ReLU attention, retention's decay mask D); P·V may be an einsum whose
     first operand is P."""
     operands = matmul_operands(context)
     if op_name(context) not in ("matmul", "bmm", "einsum") or len(operands) != 2:
@@ -83,7 +84,8 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
         if name in KERNEL_MAP_OPS or (not others and name in ("div", "mul", "add", "sub", "rsub",
                                                             "neg", "reciprocal")):
             maps += 1  # one op per score; masks multiplied in are not the map
-        nonlinear = nonlinear or name in KERNEL_MAP_OPS
+        nonlinear = nonlinear or name in KERNEL_MAP_OPS or (name == "mul" and any(
+            shape(o)[-2:] == shape(current)[-2:] and len(shape(o)) >= 2 for o in others))
         current = branch
     else:
         return None
@@ -103,26 +105,43 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
 
 def _linear_core(context: fx.Node, params: dict[str, str]) -> Core | None:
     """φ(Q)·S where the state S = φ(K)ᵀV is a product over the tokens, computed first
-    (linear attention): K enters transposed, (…, d_k, n) @ (…, n, d_v)."""
+    (linear attention). Row-major, K enters S transposed: (…, d_k, n) @ (…, n, d_v), and
+    the context is Q @ S. Channels-first (Q, K, V as (…, d, n)), V enters S transposed:
+    S = K @ Vᵀ, and the context is Sᵀ @ Q, (…, d_v, n) (efficient attention).
+    """
     operands = [a for a in context.args[:2] if isinstance(a, fx.Node)]
     if op_name(context) not in ("matmul", "bmm") or len(operands) != 2:
         return None
-    state = operands[1]
-    for _ in range(_MAX_STEPS):
-        if is_activation_matmul(state, params) or op_name(state) not in POOLED_PASS_OPS:
-            break
-        state = state.all_input_nodes[0]
-    pair = [a for a in state.args[:2] if isinstance(a, fx.Node)]
-    if not is_activation_matmul(state, params) or op_name(state) not in ("matmul", "bmm") \
-            or len(pair) != 2 or op_name(pair[0]) not in ("transpose", "permute"):
+    rows = _state(operands[1], params)
+    cols = _state(operands[0].args[0], params) if swaps_last_two(operands[0]) else None
+    if rows is not None and op_name(rows[0]) in ("transpose", "permute"):
+        q, (k, v), axes = operands[0], rows, (-1, -2, -1)
+    elif cols is not None and swaps_last_two(cols[1]):
+        q, (k, v), axes = operands[1], cols, (-2, -2, -1)
+    else:
         return None
-    q, k, v = operands[0], pair[0], pair[1]
     q_dims, k_dims, v_dims = shape(q), shape(k), shape(v)
     if len(q_dims) < 2 or len(k_dims) < 2 or len(v_dims) < 2 or k_dims[-1] != v_dims[-2]:
         return None
-    return Core(output=context, q=q, k=k, v=v, head_dim=q_dims[-1], v_head_dim=v_dims[-1],
-                seq_len_q=q_dims[-2], seq_len_kv=v_dims[-2], implementation="eager",
-                causal=False, scale=None, masks=(), axes=(-1, -2, -1), form="linear")
+    return Core(output=context, q=q, k=k, v=v, head_dim=q_dims[axes[0]], v_head_dim=v_dims[-1],
+                seq_len_q=q_dims[-2 if axes[0] == -1 else -1], seq_len_kv=v_dims[-2],
+                implementation="eager", causal=False, scale=None, masks=(), axes=axes,
+                form="linear")
+
+
+def _state(node: object, params: dict[str, str]) -> tuple[fx.Node, fx.Node] | None:
+    """The two operands of the activation product ``node`` is, through pass-through ops."""
+    state = node
+    for _ in range(_MAX_STEPS):
+        if not isinstance(state, fx.Node) or is_activation_matmul(state, params) \
+                or op_name(state) not in POOLED_PASS_OPS:
+            break
+        state = state.all_input_nodes[0]
+    if not isinstance(state, fx.Node) or not is_activation_matmul(state, params) \
+            or op_name(state) not in ("matmul", "bmm"):
+        return None
+    pair = [a for a in state.args[:2] if isinstance(a, fx.Node)]
+    return (pair[0], pair[1]) if len(pair) == 2 else None
 
 
 def _reaches(node: fx.Node, params: dict[str, str], depth: int) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from mhaudit.contain.files import read_input_text
 from mhaudit.data import SourceLocation
 from mhaudit.errors import MhauditError
+from mhaudit.trace.graphs import submodule
 
 
 def relative_path(path: str | Path, root: Path | None = None) -> tuple[str, bool]:
@@ -130,9 +131,8 @@ def block_locations(
     out: list[SourceLocation | None] = []
     by_class: dict[type, SourceLocation | None] = {}  # twelve layers share one class
     for name in names:
-        try:
-            module = model.get_submodule(name) if name else model
-        except AttributeError:
+        module = submodule(model, name)
+        if module is None:
             out.append(fallback)
             continue
         cls = type(module)

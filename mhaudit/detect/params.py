@@ -90,20 +90,9 @@ def actual_shape(layout: Layout) -> _Shape:
                  if layout.o else 0),
         low_rank=tuple(p.params if p is not None and p.low_rank_width else None for p in roles),  # type: ignore[arg-type]
         streams=layout.streams,
-        maps=_maps(layout),
+        maps=layout.score_maps,
         groups=tuple(p.groups if p is not None else 1 for p in roles),  # type: ignore[arg-type]
     )
-
-
-def _maps(layout: Layout) -> int:
-    """Softmax maps per head when Q and K are each that many times h·d_k wide, else 1."""
-    q, k, h, h_kv, d_k = layout.q, layout.k, layout.num_heads, layout.num_kv_heads, layout.head_dim
-    if q is None or k is None or not h * d_k or not h_kv * d_k:
-        return 1
-    q_width, k_width = q.out_features // layout.streams, k.out_features // layout.streams
-    maps = q_width // (h * d_k)
-    exact = q_width == maps * h * d_k and k_width == maps * h_kv * d_k
-    return maps if maps > 1 and exact else 1
 
 
 def textbook_params(d_model: int, num_biases: int) -> int:

@@ -2,7 +2,8 @@
 
 A candidate is an attention call (SDPA, flex_attention) or a normalisation over a product
 of two activations: softmax, log-softmax, logsumexp, or ``exp`` whose output is summed (a
-softmax written by hand). One inside the span of a block's core (from its Q, K, V to its
+softmax written by hand), or summed into the targets of an index (a scatter softmax over a
+graph's edges). One inside the span of a block's core (from its Q, K, V to its
 context) is read; every other is listed in ``coverage.unread_cores``, so that a model with
 attention and no block says why.
 """
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from torch import fx
 
 from mhaudit.data import UnreadCore
+from mhaudit.detect.composed import composed_map
 from mhaudit.detect.cores import Core
 from mhaudit.detect.operands import is_activation_matmul
 from mhaudit.trace.export import TracedGraph
@@ -22,6 +24,7 @@ from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
 from mhaudit.trace.ops import (
     LOG_NORMALISE_OPS,
     PROJECTION_OPS,
+    SCATTER_SUM_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
     op_name,
@@ -47,6 +50,17 @@ _WHY = {
     "summed": "a softmax over a product of two activations written as a multiply and a "
               "sum (no matmul, as local attention over unfolded keys is), which detection "
               "does not read as scores",
+    "composed": "a softmax map multiplied with another softmax map, or with a function of "
+                "one (a pseudo-inverse), instead of with V: one of several maps composed "
+                "into an approximation of attention (Nyström's landmarks), which no single "
+                "block describes",
+    "joined": "a softmax over the logits of several score products joined side by side "
+              "(cat), whose parts meet V apart (criss-cross attention: a pixel's row and "
+              "its column), which detection does not read as one block",
+    "scatter": "a softmax written by hand (exp, then a sum scattered by an index: "
+               "index_add, scatter_add) over a product of two activations, normalised over "
+               "each target's gathered rows (a graph's edges): sparse attention with no "
+               "n_q×n_kv score form to read as a block",
 }
 
 
@@ -66,13 +80,20 @@ def _candidate(node: fx.Node, params: dict[str, str]) -> str | None:
     name = op_name(node)
     if name in CALL_OPS:
         return "call"
+    scattered = name == "exp" and any(op_name(u) in SCATTER_SUM_OPS for u in node.users)
     by_hand = name == "logsumexp" or (
         name == "exp" and any(op_name(u) == "sum" for u in node.users))
-    if name not in NORMALISING_OPS and not by_hand:
+    if name not in NORMALISING_OPS and not by_hand and not scattered:
         return None
     product = _normalised_product(node, params)
     if product is None:
         return None
+    if scattered:
+        return "scatter"
+    if name in SOFTMAX_OPS and composed_map(node, params):
+        return "composed"
+    if name in SOFTMAX_OPS and _joined(node, params):
+        return "joined"
     return "by hand" if by_hand else "summed" if product == "summed" else "softmax"
 
 
@@ -95,6 +116,21 @@ def _normalised_product(node: fx.Node, params: dict[str, str]) -> str | None:
                 nxt.extend(tensor_inputs(current))
         frontier = nxt
     return None
+
+
+def _joined(node: fx.Node, params: dict[str, str]) -> bool:
+    """The logits ``node`` normalises are a ``cat`` of two or more parts that each come
+    from an activation product (a few views or masks back)."""
+    frontier = list(tensor_inputs(node))
+    for _ in range(PRODUCT_DEPTH):
+        cats = [n for n in frontier if op_name(n) == "cat"]
+        if cats:
+            parts = list(tensor_inputs(cats[0]))
+            return sum(is_activation_matmul(p, params) or _normalised_product(p, params)
+                       == "matmul" for p in parts) >= 2
+        frontier = [i for n in frontier if op_name(n) not in PROJECTION_OPS
+                    and not is_activation_matmul(n, params) for i in tensor_inputs(n)]
+    return False
 
 
 def _summed_product(node: fx.Node, params: dict[str, str]) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
+from torch.jit import ScriptModule
 
 from mhaudit.cost.devices import GpuProfile, canonical_dtype, dtype_bytes
 from mhaudit.cost.overhead import Reserve, as_reserve, memory_terms
@@ -183,7 +184,12 @@ def _plan_modules(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
                   blocks: Sequence[AttentionBlock], plan: ParallelPlan
                   ) -> tuple[tuple[TpModule, ...], str | None]:
     """The modules the TP plan splits and, under ``sp``, the embedding, norms and head of
-    the SP plan (:func:`~mhaudit.parallel.seqpar.sp_layout`), with why torch cannot run it."""
+    the SP plan (:func:`~mhaudit.parallel.seqpar.sp_layout`), with why torch cannot run it.
+    A TorchScript module is refused: torch.distributed shards nn.Module code."""
+    if isinstance(model, ScriptModule):
+        raise ConfigError("a TorchScript module cannot be planned over devices (torch.distributed"
+                          " shards nn.Module code, which scripting hides)",
+                          "Audit the module before torch.jit.script.")
     modules = tp_modules(model, blocks)
     if not plan.sp:
         return modules, None

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mhaudit.data import AttentionBlock, DecodeCost, DecodePoint
+from mhaudit.trace.graphs import submodule
 
 POINTS = 5
 """Contexts the curve takes, a factor of 4 apart, ending at the model's longest."""
@@ -33,9 +34,8 @@ def longest_context(module: Any, blocks: Sequence[AttentionBlock] = ()) -> int |
     selfs = [b.name for b in blocks if b.layout.kind == "self"]
     path = selfs[0].split(".") if selfs else []
     for depth in range(len(path), -1, -1):
-        try:
-            owner = module.get_submodule(".".join(path[:depth])) if depth else module
-        except AttributeError:
+        owner = submodule(module, ".".join(path[:depth])) if depth else module
+        if owner is None:
             continue
         value = _stated(getattr(owner, "config", None))
         if value is not None:

@@ -31,8 +31,23 @@ from mhaudit.trace.walks import chain
 __all__ = [
     "EXPAND_OPS", "FRESH_OPS", "MATMUL_OPS", "NORM_OPS", "PROJECTION_OPS", "SDPA_OPS",
     "SOFTMAX_OPS", "VIEW_OPS", "arg", "in_place_writes", "innermost_module", "numel", "op_name",
-    "param_root", "shape", "tensor_inputs", "tokens", "val",
+    "param_root", "shape", "submodule", "tensor_inputs", "tokens", "val",
 ]
+
+
+def submodule(model: torch.nn.Module, path: str) -> torch.nn.Module | None:
+    """The module at the dotted ``path`` of ``model`` (``""``: the model), or None where no
+    module sits there. A ScriptModule refuses ``get_submodule`` (RuntimeError): its
+    submodules are read as its attributes."""
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        return None
+    except RuntimeError:
+        module: object = model
+        for part in path.split(".") if path else ():
+            module = getattr(module, part, None)
+        return module if isinstance(module, torch.nn.Module) else None
 
 
 def innermost_module(node: fx.Node) -> str:

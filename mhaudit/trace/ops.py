@@ -275,10 +275,11 @@ ONES_OPS = frozenset({"ones", "ones_like", "new_ones"})
 SCORE_OPS = frozenset(
     {"mul", "div", "add", "sub", "masked_fill", "where", "to", "_to_copy", "view", "reshape",
      "_unsafe_view", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "max", "min",
-     "tanh", "contiguous", "clone", "_assert_tensor_metadata", "type_as"}
+     "tanh", "contiguous", "clone", "_assert_tensor_metadata", "type_as", "nan_to_num"}
 )
-"""Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping, and a
-floor on masked logits (``torch.max(scores, finfo.min)``)."""
+"""Ops that may sit between QKᵀ and softmax: scaling, masks, biases, soft-capping, a
+floor on masked logits (``torch.max(scores, finfo.min)``) and ``nan_to_num`` (which keeps
+every finite score as it is)."""
 PROB_OPS = frozenset(
     {"dropout", "native_dropout", "getitem", "to", "_to_copy", "mul", "masked_fill", "where",
      "view", "reshape", "_unsafe_view", "type_as", "contiguous", "clone", "nan_to_num",
@@ -305,6 +306,9 @@ POOLED_PASS_OPS = frozenset(
      "contiguous", "clone", "to", "_to_copy", "dropout", "native_dropout", "getitem",
      "_assert_tensor_metadata", "type_as"})
 """Ops a separable core's scores and pooled vector may pass on their way to V."""
+SCATTER_SUM_OPS = frozenset({"index_add", "scatter_add", "scatter_reduce"})
+"""Ops that sum (or reduce) rows into the targets an index names: a softmax normalised
+over each graph node's incoming edges (a scatter softmax)."""
 SIZE_OPS = frozenset({"sym_size", "size", "sym_numel", "sym_stride", "dim"})
 """Ops that read a tensor's metadata, not its values."""
 PROB_RENORM_OPS = frozenset({"add", "div", "detach"})

@@ -154,14 +154,23 @@ def test_matmul_helpers() -> None:
     [
         ("ij,jk", [(4, 5), (5, 6)], 240),  # implicit output ik: 2 · 4·5·6
         ("...qd,...kd->...qk", [(2, 3, 4, 5), (3, 6, 5)], 1_440),  # 2 · 2·3·4·5·6
-        ("bi,bj->bij", [(2, 3), (2, 4)], 24),  # outer product, no sum: 1 · 2·3·4
+        ("bi,bj->bij", [(2, 3), (2, 4)], 0),  # outer product, no sum: a broadcast mul
+        ("i,j->ij", [(4,), (6,)], 0),  # rotary's position × frequency table
+        ("...d,hd->...hd", [(2, 5, 8), (3, 8)], 0),  # a per-head scale, broadcast
         ("ij->ji", [(4, 5)], 0),  # a permutation
-        ("ij->i", [(4, 5)], 20),  # a row sum: 4·5 adds
+        ("ij->i", [(4, 5)], 0),  # a row sum: a sum, no product
+        ("ij,ij->i", [(3, 4), (3, 4)], 24),  # rowwise dot products: 2·3·4
+        ("ik,j->ij", [(3, 4), (5,)], 0),  # k summed alone first, then an outer product
+        ("ijk,jl->il", [(2, 3, 4), (3, 5)], 60),  # k summed alone first: 2·2·3·5
         ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], 128),  # 2·2·3·4 + 2·2·4·5, left to right
     ],
 )
 def test_einsum_flops(equation: str, shapes: list[tuple[int, ...]], expected: int) -> None:
     assert einsum_flops(equation, shapes) == expected
+    counter = FlopCounterMode(display=False)  # torch's count of a real call agrees
+    with counter:
+        torch.einsum(equation, *(torch.randn(s) for s in shapes))
+    assert counter.get_total_flops() == expected
 
 
 def test_einsum_rejects_mismatched_operands() -> None:

@@ -3,7 +3,8 @@
 Attention cores, softmaxes, embeddings and norms over the residual stream sit before
 the projections. A norm of one head's features (QK-norm on a (B, n, h, d_k) tensor, or a
 per-head module's norm of one head's slice) or of a projection's whole output (QK-norm over
-h·d_k) sits after them and is walked through.
+h·d_k) sits after them and is walked through, and so is a softmax of a projection's output
+(the feature map of Q or K in efficient attention).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mhaudit.trace.ops import (
     HEAD_PICK_OPS,
     NORM_OPS,
     PROJECTION_OPS,
+    SOFTMAX_OPS,
     VIEW_OPS,
     op_name,
 )
@@ -29,10 +31,13 @@ def is_barrier(node: fx.Node) -> bool:
 
     Norms over the residual stream sit before the projections; a norm over the last
     dim of a (B, n, h, d_k)-shaped tensor normalises each head after them (QK-norm).
+    A softmax of a projection's output is a feature map of Q or K, not a core.
     """
     name = op_name(node)
     if name not in BARRIER_OPS:
         return False
+    if name in SOFTMAX_OPS and node.args and isinstance(node.args[0], fx.Node):
+        return not _projected(node.args[0])
     if name in NORM_OPS and node.args and isinstance(node.args[0], fx.Node):
         if _projected(node.args[0]):
             return False  # Linear + BatchNorm, QK-norm over h·d_k: a norm of the projection

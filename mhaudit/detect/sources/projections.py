@@ -200,8 +200,9 @@ def _einsum_features(node: fx.Node, weight: fx.Node) -> tuple[int, tuple[int, ..
                                               [shape(o) for o in operands])
     except EinsumError:
         return None
-    if "->" not in str(node.args[0]) or len(inputs) != 2:
-        return None
+    if "->" not in str(node.args[0]) or len(inputs) != 2 \
+            or not (set(inputs[0]) | set(inputs[1])) - set(output):
+        return None  # none summed: a broadcast scale (GAU's per-dim offsets of q, k), no map
     w_term = inputs[list(operands).index(weight)]
     x_term = inputs[1 - list(operands).index(weight)]
     letters = [c for c in output if c in w_term and c not in x_term]
@@ -302,8 +303,16 @@ def _in_head_layout_add(node: fx.Node) -> bool:
     convolution of V, say, or two maps' difference) and a per-head norm of the
     context are still part of the block.
     """
-    return op_name(node) in HEAD_LAYOUT_OPS and len(shape(node)) >= 4
+    return (op_name(node) in HEAD_LAYOUT_OPS and len(shape(node)) >= 4) or _group_norm(node)
 
+
+def _group_norm(node: fx.Node) -> bool:
+    """A group norm of several groups: each group of features (each head of a merged
+    context, as retention's per-head GroupNorm) is normalised apart, inside the block."""
+    name = op_name(node)
+    groups = arg(node, 6, "group") if name == "native_group_norm" else (
+        arg(node, 1, "num_groups") if name == "group_norm" else None)
+    return isinstance(groups, int) and groups > 1
 
 
 def canonical_input(node: fx.Node) -> fx.Node:

@@ -94,15 +94,15 @@ def overlap(span: Range, ranges: tuple[Range, ...]) -> int:
     return sum(max(0, min(span[1], b) - max(span[0], a)) for a, b in ranges)
 
 
-def read_range(path: tuple[fx.Node, ...], width: int) -> Range | None:
-    """The output features of ``path[-1]`` (a projection) that reach ``path[0]``.
+def read_range(path: tuple[fx.Node, ...], width: int, axis: int = -1) -> Range | None:
+    """The output features of ``path[-1]`` (a projection, its features on ``axis``: the
+    last, or a convolution's channels, 1) that reach ``path[0]``.
 
-    Follows splits, chunks and slices of the last axis until the first op that
-    reshapes it, and a reshape that splits the last axis into factors (ViT's
-    ``(B, N, 3·h·d) -> (B, N, 3, h, d)``) through permutes to the ``unbind`` or
-    ``select`` of its outermost factor (``q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)``);
-    None when the path does not cut the last axis in a way this follows.
-    """
+    Follows splits, chunks and slices of that axis until the first op that reshapes it,
+    and a reshape that splits the last axis into factors (ViT's ``(B, N, 3·h·d) ->
+    (B, N, 3, h, d)``) through permutes to the ``unbind`` or ``select`` of its outermost
+    factor (``q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)``); None when the path does
+    not cut the axis in a way this follows."""
     lo, hi = 0, width
     pending: list[int] | None = None
     factors: dict[int, tuple[int, int]] | None = None  # dim -> (size, features per step)
@@ -125,7 +125,8 @@ def read_range(path: tuple[fx.Node, ...], width: int) -> Range | None:
                 lo, hi = lo + picked[0], lo + picked[1]
             continue
         dims = shape(source)
-        last = len(dims) - 1
+        last = axis % len(dims) if dims else -1
+        at = -1 if axis == -1 else last  # where later ops' feature sizes are read
         if name in SPLIT_OPS:
             dim = arg(node, 2, "dim", 0)
             if not isinstance(dim, int) or dim % len(dims) != last:
@@ -136,22 +137,28 @@ def read_range(path: tuple[fx.Node, ...], width: int) -> Range | None:
         elif name in ("slice", "narrow"):
             dim = arg(node, 1, "dim", 0)
             if not isinstance(dim, int) or dim % len(dims) != last:
-                if shape(node)[-1:] != (hi - lo,):
+                if _size(node, at) != hi - lo:
                     return None
                 continue  # a slice of tokens
             begin = arg(node, 2, "start", 0) or 0
             if not isinstance(begin, int) or begin < 0:
                 return None
             lo = lo + begin
-            hi = lo + shape(node)[-1]
-        elif name in PLAIN_RESHAPE_OPS and dims and dims[-1] == hi - lo \
+            hi = lo + _size(node, at)
+        elif name in PLAIN_RESHAPE_OPS and dims and last == len(dims) - 1 and dims[-1] == hi - lo \
                 and shape(node)[-1:] != (hi - lo,):
             factors = _split_factors(dims, shape(node), hi - lo)
             if factors is None:
                 return lo, hi
-        elif not shape(node) or shape(node)[-1] != hi - lo:
+        elif _size(node, at) != hi - lo:
             return lo, hi
     return lo, hi
+
+
+def _size(node: fx.Node, axis: int) -> int:
+    """``node``'s size along ``axis`` (-1 when it has no such axis)."""
+    dims = shape(node)
+    return dims[axis] if -len(dims) <= axis < len(dims) else -1
 
 
 def _split_factors(before: tuple[int, ...], after: tuple[int, ...], width: int

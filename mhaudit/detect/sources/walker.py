@@ -135,7 +135,8 @@ class SourceWalker:
         widths = [self._width(path, proj) for _, path, _, _ in group]
         dims = [dim for _, _, dim, _ in group]
         bias = sum(_added_bias(list(path), self.params, proj) for _, path, _, _ in group)
-        spans = {read_range(path, proj.out_width) for _, path, _, _ in group}
+        axis = proj.feature_axes[0] if len(proj.feature_axes) == 1 else -1
+        spans = {read_range(path, proj.out_width, axis) for _, path, _, _ in group}
         span = spans.pop() if len(spans) == 1 else None
         each = {_cuts(path, proj) for _, path, _, _ in group}
         same = span is not None and len(each) == 1 and 0 in dims
