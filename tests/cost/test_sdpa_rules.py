@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mhaudit.cost.devices import PROFILES, get_profile
@@ -145,6 +145,8 @@ def _violations(backend: str, q: KernelQuery) -> list[str]:
         bad += ["sm"] * (not amd and not (8, 0) <= cc <= (12, 1))
         bad += ["gqa"] * (unequal_heads and (not q.enable_gqa or q.num_heads % q.kv_heads != 0))
         bad += ["causal"] * (q.is_causal and not q.nested and q.seq_len_q != q.seq_len_kv)
+        # check_head_dim_size_flash_nested: nested inputs cannot be padded to a multiple of 8
+        bad += ["nested dims"] * (q.nested and d % 8 != 0)
         consumer = (8, 6) <= cc <= (8, 9) or (12, 0) <= cc <= (12, 1)
         bad += ["sm86 bwd"] * (q.training and consumer and not amd and (
             192 < d <= 224 or (d > 224 and q.dropout_p > 0)))
@@ -192,6 +194,8 @@ _queries = st.builds(
 
 @settings(max_examples=300, deadline=None)
 @given(_queries)
+@example(KernelQuery(head_dim=20, v_head_dim=20, dtype="float16", profile=get_profile("a10"),
+                     num_heads=8, nested=True))  # nested: flash needs d % 8 == 0
 def test_chosen_kernel_breaks_none_of_its_rules(query: KernelQuery) -> None:
     choice = choose_kernel(query)
     assert _violations(choice.backend, query) == []
