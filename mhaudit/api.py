@@ -52,7 +52,15 @@ from mhaudit.progress import listening, stage
 from mhaudit.rules import RuleContext, evaluate
 from mhaudit.trace.flex import eager_flex
 from mhaudit.trace.fold import FoldedList, module_positions, traced_folded
-from mhaudit.trace.real import Built, CpuTwin, forward_limit, seeded, weights_bytes
+from mhaudit.trace.real import (
+    Built,
+    CpuTwin,
+    StateValues,
+    attach_values,
+    forward_limit,
+    seeded,
+    weights_bytes,
+)
 from mhaudit.trace.recorder import RecordedGraph
 from mhaudit.trace.traced import TracedGraph
 
@@ -177,6 +185,7 @@ def _audit_loaded(loaded: LoadedModel, opts: AuditOptions, twin: CpuTwin | None)
                 traced_folded(loaded.module, loaded.args, loaded.kwargs, opts.fold, twin,
                               run_dtype(dtype)))
         stop_timer()
+        attach_values(traced, StateValues(loaded.module, loaded.args, loaded.kwargs, twin))
         stage("detecting")
         read: list[Core] = []
         layouts = expand_layouts(detect(traced, loaded.module, read), plans,

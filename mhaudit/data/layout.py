@@ -91,7 +91,8 @@ class Layout:
     d_out: int
     """Output width of the O projection (d_model when absent)."""
     causal: bool | None
-    """True for a causal mask, False for none, None when unknown."""
+    """True for a causal mask, False for none, None when unknown (``mask_unknown`` says
+    why)."""
     scale: float | None
     """Softmax scale applied to QKᵀ, when the graph shows one."""
     q: Projection | None
@@ -171,6 +172,9 @@ class Layout:
     visited_fraction: float | None = None
     """Share of the (query block, key block) score tiles a ``flex_attention`` block mask
     visits, partial and full (0–1); None for a core without a block mask."""
+    mask_unknown: str | None = None
+    """Why the mask could not be read when ``causal`` is None (a buffer whose value is not
+    known: a model on meta whose constructor mhaudit cannot run); None otherwise."""
     block_mask_read: str | None = None
     """How ``visited_fraction`` was found: ``read`` (the mask's own block counts),
     ``evaluated`` (its mask_mod on CPU), or why neither could be (then 1.0, dense)."""

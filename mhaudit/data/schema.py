@@ -105,6 +105,8 @@ def _layout_to_dict(lay: Layout) -> dict[str, Any]:
     data.update({key: getattr(lay, key) for key in fields})
     if lay.block_mask_read is not None:
         data["block_mask_read"] = lay.block_mask_read
+    if lay.mask_unknown is not None:
+        data["mask_unknown"] = lay.mask_unknown
     if lay.tied_rows != 1:
         data["tied_rows"] = lay.tied_rows
     data["projections"] = {r: _projection(getattr(lay, r)) for r in ("q", "k", "v", "o")}

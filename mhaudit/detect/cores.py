@@ -21,7 +21,7 @@ from mhaudit.detect.operands import (
 from mhaudit.detect.patterns.bands import chunked_band
 from mhaudit.detect.patterns.buffers import written_buffer, written_values
 from mhaudit.detect.patterns.logits import extra_columns, head_mix_input
-from mhaudit.detect.patterns.masks import looks_causal
+from mhaudit.detect.patterns.masks import masks_causal
 from mhaudit.detect.patterns.normalised import key_axis
 from mhaudit.detect.patterns.padding import head_dims
 from mhaudit.detect.query_axis import query_positions
@@ -56,7 +56,8 @@ class Core:
     seq_len_q: int
     seq_len_kv: int
     implementation: str
-    causal: bool
+    causal: bool | None
+    """True for a causal mask, False for none, None when a mask could not be read."""
     scale: float | None
     masks: tuple[fx.Node, ...]
     """Other tensors combined with the scores (masks, biases, scale tensors)."""
@@ -156,7 +157,7 @@ def _sdpa_core(node: fx.Node, name: str) -> Core | None:
         seq_len_q=shape(q)[-2],
         seq_len_kv=shape(k)[-2],
         implementation="sdpa",
-        causal=is_causal or any(looks_causal(m, shape(q)[-2], shape(k)[-2]) for m in masks),
+        causal=is_causal or masks_causal(masks, shape(q)[-2], shape(k)[-2]),
         scale=float(scale) if isinstance(scale, (int, float)) else 1.0 / math.sqrt(
             padded or d_k),
         masks=masks,
@@ -207,7 +208,7 @@ def _eager_core(softmax: fx.Node, params: dict[str, str]) -> Core | None:
         seq_len_q=n_q,
         seq_len_kv=n_kv,
         implementation="eager",
-        causal=any(looks_causal(m, n_q, n_kv) for m in masks),
+        causal=masks_causal(masks, n_q, n_kv),
         scale=scale,
         masks=tuple(masks),
         axes=(*qk_axes, v_axis),

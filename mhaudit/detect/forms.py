@@ -14,7 +14,7 @@ from mhaudit.detect.operands import (
     matmul_operands,
     scores_operands,
 )
-from mhaudit.detect.patterns.masks import looks_causal
+from mhaudit.detect.patterns.masks import masks_causal
 from mhaudit.detect.sources.walker import Source
 from mhaudit.detect.summed import summed_core
 from mhaudit.trace.graphs import arg, param_root, shape, tensor_inputs
@@ -98,7 +98,7 @@ def _kernel_core(context: fx.Node, params: dict[str, str]) -> Core | None:
         return None
     return Core(output=context, q=q, k=k, v=v, head_dim=d_k, v_head_dim=d_v,
                 seq_len_q=dims[-2], seq_len_kv=dims[-1], implementation="eager",
-                causal=any(looks_causal(m, dims[-2], dims[-1]) for m in masks), scale=None,
+                causal=masks_causal(masks, dims[-2], dims[-1]), scale=None,
                 masks=tuple(masks),
                 axes=(*axes, v_axis), form="kernel", map_ops=maps)
 

@@ -106,10 +106,14 @@ def _on_device(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], device: str, target: str
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """Move a model and inputs made at import time (a module-level ``model`` or
-    ``EXAMPLE_INPUTS``) onto the device the audit builds on."""
+    ``EXAMPLE_INPUTS``) onto the device the audit builds on. Meta tensors stay where they
+    are on a real device (they hold nothing to copy: a build that keeps its weights on
+    meta, :func:`~mhaudit.trace.real.weights_on_meta`)."""
     place = torch.device(parse_device(device))
 
     def elsewhere(tensor: torch.Tensor) -> bool:
+        if tensor.device.type == "meta" and place.type != "meta":
+            return False
         return tensor.device.type != place.type or (
             place.index is not None and tensor.device.index != place.index)
 

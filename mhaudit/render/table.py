@@ -35,7 +35,7 @@ def block_rows(report: Report) -> list[list[str]]:
             plain(group.pattern) if group.pattern else "(root)",
             str(group.count),
             plain(lay.module_type),
-            lay.kind + (" causal" if lay.causal else ""),
+            lay.kind + (" causal" if lay.causal else " causal?" if lay.causal is None else ""),
             lay.implementation + ("" if lay.score_form == "softmax" else f" {lay.score_form}"),
             str(lay.d_model),
             str(lay.num_heads),

@@ -21,6 +21,7 @@ from mhaudit.trace.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
     VIEW_OPS,
+    WRITE_TARGET_OPS,
     WRITE_VIEW_OPS,
     is_in_place,
     op_name,
@@ -30,8 +31,9 @@ from mhaudit.trace.walks import chain
 # The op tables are re-exported for modules that read them beside these helpers.
 __all__ = [
     "EXPAND_OPS", "FRESH_OPS", "MATMUL_OPS", "NORM_OPS", "PROJECTION_OPS", "SDPA_OPS",
-    "SOFTMAX_OPS", "VIEW_OPS", "arg", "in_place_writes", "innermost_module", "numel", "op_name",
-    "param_root", "shape", "submodule", "tensor_inputs", "tokens", "val",
+    "SOFTMAX_OPS", "VIEW_OPS", "arg", "in_place_writes", "innermost_module", "known_value",
+    "numel", "op_name", "param_root", "shape", "submodule", "tensor_inputs", "tokens", "val",
+    "written_in_place",
 ]
 
 
@@ -150,3 +152,33 @@ def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
                     nxt.append(user)
         frontier = nxt
     return found
+
+
+KNOWN_VALUE = "known_value"
+"""``meta`` key of a buffer or input placeholder whose value can be asked for: a callable
+with no arguments that returns the value on CPU, or why it cannot be known (a string)."""
+
+
+def known_value(node: fx.Node) -> torch.Tensor | str | None:
+    """The CPU value of a buffer or input placeholder (:data:`KNOWN_VALUE`), why it cannot
+    be known, or None where no value was offered (a parameter, an activation)."""
+    ask = node.meta.get(KNOWN_VALUE)
+    return ask() if callable(ask) else None
+
+
+def written_in_place(buffer: fx.Node) -> bool:
+    """True when the forward writes into ``buffer`` or a view of it in place (its value
+    when read is not the one it was built with)."""
+    frontier = [buffer]
+    for _ in range(4):
+        nxt: list[fx.Node] = []
+        for node in frontier:
+            for user in node.users:
+                if not user.args or user.args[0] is not node:
+                    continue
+                if is_in_place(user):
+                    return True
+                if op_name(user) in WRITE_TARGET_OPS:
+                    nxt.append(user)
+        frontier = nxt
+    return False

@@ -271,6 +271,12 @@ CAUSAL_MASK_OPS = TRIANGLE_OPS | COMPARE_OPS
 """Ops a causal mask is built from: a triangle, or a comparison of position ranges."""
 ONES_OPS = frozenset({"ones", "ones_like", "new_ones"})
 """Tensors of ones: a mask that keeps everything."""
+VALUE_FREE_OPS = frozenset(
+    {"arange", "ones", "zeros", "full", "scalar_tensor", "eye", "ones_like", "zeros_like",
+     "full_like", "new_ones", "new_zeros", "new_full"})
+"""Ops whose values come from sizes and numbers alone, never from their inputs' values."""
+PICK_OPS = frozenset({"index", "index_select", "gather", "take", "take_along_dim"})
+"""Ops that pick elements of their first argument at positions the others hold."""
 
 SCORE_OPS = frozenset(
     {"mul", "div", "add", "sub", "masked_fill", "where", "to", "_to_copy", "view", "reshape",

@@ -12,6 +12,7 @@ on the report (``coverage.data_dependent.real_forward``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,10 +20,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from mhaudit.data.tracing import RealForward
-from mhaudit.errors import TraceError
+from mhaudit.errors import TraceError, first_line
 from mhaudit.load.target import model_tensors
+from mhaudit.trace.graphs import KNOWN_VALUE
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph
 
@@ -128,3 +131,103 @@ def real_record(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         built.eval()
         traced = record(built, built_args, built_kwargs, fake=False)
     return traced, decision
+
+
+STATE_MAX_ELEMENTS = 1 << 24
+"""The most elements of a buffer or input whose values are kept to be read (a causal mask
+of 4096 × 4096 positions is 2²⁴); larger ones stay on meta."""
+
+_NO_CONSTRUCTOR = ("the model is on meta and mhaudit does not know its constructor "
+                   "(audit its file or config, or build it on CPU)")
+
+
+@contextlib.contextmanager
+def weights_on_meta(max_elements: int = STATE_MAX_ELEMENTS) -> Iterator[None]:
+    """Build with every parameter moved to meta as it is registered (its initialisation
+    then runs on meta), and every buffer above ``max_elements``: what the constructor
+    computes into its small buffers (a causal mask) is real, at the cost of those alone."""
+    def parameter(_module: nn.Module, _name: str, param: Any) -> Any:
+        if isinstance(param, nn.Parameter) and param.device.type != "meta":
+            return nn.Parameter(param.to("meta"), param.requires_grad)
+        return None
+
+    def buffer(_module: nn.Module, _name: str, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.numel() > max_elements:
+            return value.to("meta")
+        return None
+
+    hooks = (nn.modules.module.register_module_parameter_registration_hook(parameter),
+             nn.modules.module.register_module_buffer_registration_hook(buffer))
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+class StateValues:
+    """The values the audited model's buffers and example inputs were made with, on CPU.
+
+    A model on meta holds none: where its constructor is known (``twin``), it is built
+    again on CPU with its weights on meta (:func:`weights_on_meta`), once, when a value is
+    first asked for. Each answer is the tensor or why it cannot be known."""
+
+    def __init__(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 twin: CpuTwin | None) -> None:
+        self.twin = twin
+        self.state: tuple[dict[str, torch.Tensor], list[Any]] | str | None = None
+        if not on_meta(model):
+            self.state = (dict(model.named_buffers()), _tensor_leaves(args, kwargs))
+        elif twin is None:
+            self.state = _NO_CONSTRUCTOR
+
+    def buffer(self, name: str) -> torch.Tensor | str:
+        """The value buffer ``name`` was built with, or why it is not known."""
+        state = self._state()
+        if isinstance(state, str):
+            return f"buffer {name}: {state}"
+        value = state[0].get(name)
+        if value is None or value.device.type == "meta":
+            return (f"buffer {name} has more than {STATE_MAX_ELEMENTS:,} elements"
+                    if value is not None else f"the CPU build has no buffer {name}")
+        return value
+
+    def input(self, position: int) -> torch.Tensor | None:
+        """The value of the ``position``-th tensor among the example inputs; None when not
+        known (a mask read from an input is the caller's, not a buffer left unread)."""
+        state = self._state()
+        if isinstance(state, str) or position >= len(state[1]):
+            return None
+        value = state[1][position]
+        return None if value.device.type == "meta" else value
+
+    def _state(self) -> tuple[dict[str, torch.Tensor], list[Any]] | str:
+        if self.state is None:
+            self.state = self._build()
+        return self.state
+
+    def _build(self) -> tuple[dict[str, torch.Tensor], list[Any]] | str:
+        assert self.twin is not None
+        try:
+            with weights_on_meta(), self.twin.build() as (built, args, kwargs):
+                return dict(built.named_buffers()), _tensor_leaves(args, kwargs)
+        except Exception as exc:  # any failure of the model's code: the values are unknown
+            return f"building its buffers on CPU failed ({first_line(exc, 120)})"
+
+
+def _tensor_leaves(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The example inputs' tensors, in the order the tracers make their placeholders."""
+    return [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+
+
+def attach_values(traced: TracedGraph, values: StateValues) -> None:
+    """Offer each buffer and input placeholder its value (:data:`KNOWN_VALUE`), asked for
+    only by a reader that needs it."""
+    inputs = {name: position for position, name in enumerate(traced.user_inputs)}
+    for node in traced.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        if node.name in traced.buffers:
+            node.meta[KNOWN_VALUE] = functools.partial(values.buffer, traced.buffers[node.name])
+        elif node.name in inputs:
+            node.meta[KNOWN_VALUE] = functools.partial(values.input, inputs[node.name])

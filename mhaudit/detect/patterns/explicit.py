@@ -8,7 +8,7 @@ from typing import Any
 from torch import fx
 
 from mhaudit.detect.cores import Core
-from mhaudit.detect.patterns.masks import core_mask
+from mhaudit.detect.patterns.masks import core_mask, read_masks
 from mhaudit.trace.ops import GATHER_OPS, PROJECTION_OPS, op_name
 from mhaudit.trace.unread import value_inputs
 from mhaudit.trace.walks import Walk
@@ -57,11 +57,13 @@ def explicit_mask(masks: tuple[fx.Node, ...], window: int | None, n_kv: int,
 def call_facts(core: Core, user_inputs: Iterable[str]) -> dict[str, Any]:
     """What a core's mask and call say, as :class:`~mhaudit.data.Layout` fields: its
     window and causal alignment, whether the mask is explicit (torch's flash backend
-    refuses it), the call's dropout and its grouped-query heads."""
+    refuses it), the call's dropout and its grouped-query heads, and why an unread mask
+    left causality unknown."""
     window, alignment = core_mask(core.output, core.masks, core.seq_len_q, core.seq_len_kv)
     return {
         "window": core.band or core.window or window, "causal_alignment": alignment,
         "explicit_mask": explicit_mask(core.masks, window, core.seq_len_kv,
                                        frozenset(user_inputs)),
         "dropout_p": core.dropout_p, "sdpa_gqa": core.gqa,
+        "mask_unknown": read_masks(core.masks).unknown if core.causal is None else None,
     }

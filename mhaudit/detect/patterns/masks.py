@@ -16,8 +16,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import fx
 
+from mhaudit.detect.patterns.mask_values import (
+    Known,
+    Unknown,
+    Values,
+    band,
+    from_arange,
+    is_blocking,
+    kept,
+)
 from mhaudit.trace.graphs import arg, shape
 from mhaudit.trace.ops import (
     AND_OPS,
@@ -47,6 +57,8 @@ class MaskReading:
     """Keys past its own index a query may see (0 top-left); None when not causal."""
     window: int | None = None
     """Keys each query sees at most; None when unbounded."""
+    unknown: str | None = None
+    """Why the mask could not be read (a buffer whose value is not known); None when read."""
 
     def sees_ahead(self, n_q: int, n_kv: int) -> bool:
         """Some query sees keys past its own position: the bound lies beyond the diagonal
@@ -98,6 +110,7 @@ class _Reader:
     def __init__(self) -> None:
         self.values: dict[fx.Node, object] = {}
         self.visits = 0
+        self.known = Values()
 
     def value(self, node: object) -> object:
         if isinstance(node, bool):
@@ -112,6 +125,9 @@ class _Reader:
         return self.values[node]
 
     def _evaluate(self, node: fx.Node) -> object:
+        found = self.known.of(node)
+        if isinstance(found, (Known, Unknown)):
+            return found
         name = op_name(node)
         args = node.args
         if name == "arange":
@@ -176,12 +192,13 @@ class _Reader:
         return self._and(a, b)
 
     def _and(self, a: object, b: object) -> object:
+        a, b = _as_mask(a), _as_mask(b)
         if isinstance(a, _Mask) and isinstance(b, _Mask):
             return _Mask(a.constraints + b.constraints, a.partial or b.partial)
         known = a if isinstance(a, _Mask) else b if isinstance(b, _Mask) else None
         if known is not None and (a is None or b is None):  # the unknown side only removes
             return _Mask(known.constraints, partial=True)
-        return None
+        return a if isinstance(a, Unknown) else b if isinstance(b, Unknown) else None
 
     def _band(self, name: str, base: object, diagonal: object) -> object:
         """What ``base`` keeps, less what the triangle zeroes (``triu(-w).tril(w)`` of ones
@@ -195,9 +212,9 @@ class _Reader:
 
     def _where(self, args: tuple[object, ...]) -> object:
         cond = self.value(args[0])
-        if _is_blocking(args[2]) and not _is_blocking(args[1]):
+        if is_blocking(args[2]) and not is_blocking(args[1]):
             return cond
-        if _is_blocking(args[1]) and not _is_blocking(args[2]):
+        if is_blocking(args[1]) and not is_blocking(args[2]):
             return _negate(cond)
         return None
 
@@ -236,32 +253,6 @@ def _resolve(value: object, node: object) -> object:
     return _Affine(coefs, value.const)
 
 
-def _is_blocking(value: object) -> bool:
-    """A fill value that removes a score: −inf or the dtype's most negative number, as a
-    number or as a one-number tensor made from it (``scalar_tensor``, ``full``)."""
-    number = _scalar(value)
-    return number is not None and number < -1e4
-
-
-def _scalar(value: object) -> float | None:
-    """The number a fill value holds: itself, or what a scalar tensor was made from."""
-    for _ in range(4):
-        if isinstance(value, bool) or not isinstance(value, (int, float, fx.Node)):
-            return None
-        if not isinstance(value, fx.Node):
-            return float(value)
-        name = op_name(value)
-        if name == "scalar_tensor" and value.args:
-            value = value.args[0]
-        elif name == "full" and len(value.args) >= 2:
-            value = value.args[1]
-        elif name in MASK_PASS_OPS and value.args:
-            value = value.args[0]
-        else:
-            return None
-    return None
-
-
 @dataclass(frozen=True)
 class _Not:
     """The complement of a conjunction of several constraints (kept only to be negated back)."""
@@ -269,9 +260,22 @@ class _Not:
     mask: _Mask
 
 
+def _as_mask(value: object) -> object:
+    """A known boolean mask as the band it keeps where True; anything else as it is."""
+    if not isinstance(value, Known):
+        return value
+    constraints, partial = band(value.tensor.bool())
+    return _Mask(constraints, partial)
+
+
 def _negate(mask: object) -> object:
     """The complement: of one constraint (a·i + b·j + c ≥ 0 → −a·i − b·j − c − 1 ≥ 0), of
-    a complement (the mask itself), else a ``_Not`` to undo later."""
+    a complement (the mask itself), of a known value its values', else a ``_Not`` to undo
+    later."""
+    if isinstance(mask, Known) and mask.tensor.dtype == torch.bool:
+        return Known(~mask.tensor)
+    if isinstance(mask, (Known, Unknown)):
+        return mask if isinstance(mask, Unknown) else None
     if isinstance(mask, _Not):
         return mask.mask
     if isinstance(mask, _Mask) and mask.partial:  # the complement of an upper bound bounds
@@ -301,13 +305,17 @@ def _reading(mask: _Mask) -> MaskReading:
     return MaskReading(True, offset, window)
 
 
-def _kept(mask: fx.Node) -> _Mask | None:
-    """What a mask node keeps: masked_fill's mask marks what it removes."""
+def _kept(mask: fx.Node) -> _Mask | Unknown | None:
+    """What a mask node keeps: masked_fill's mask marks what it removes; a known value
+    keeps the band around its kept scores; unknown where a buffer's value is."""
     value = _Reader().value(mask)
-    if not isinstance(value, (_Mask, _Not)):
-        return None
     removes = any(op_name(u) == "masked_fill" and len(u.args) > 1 and u.args[1] is mask
                   for u in mask.users)
+    if isinstance(value, Known):
+        constraints, partial = band(kept(value.tensor, removes))
+        return _Mask(constraints, partial)
+    if isinstance(value, Unknown) or not isinstance(value, (_Mask, _Not)):
+        return value if isinstance(value, Unknown) else None
     if removes:
         flipped = _negate(value)
         return flipped if isinstance(flipped, _Mask) else None
@@ -317,11 +325,15 @@ def _kept(mask: fx.Node) -> _Mask | None:
 def read_masks(masks: tuple[fx.Node, ...]) -> MaskReading:
     """The causal offset and window of the masks one attention core applies."""
     constraints: tuple[_Constraint, ...] = ()
+    unknown: list[str] = []
     for mask in masks:
-        kept = _kept(mask)
-        if kept is not None:
-            constraints += kept.constraints
-    return _reading(_Mask(constraints))
+        keeps = _kept(mask)
+        if isinstance(keeps, Unknown):
+            unknown.append(keeps.why)
+        elif keeps is not None:
+            constraints += keeps.constraints
+    reading = _reading(_Mask(constraints))
+    return reading if reading.causal or not unknown else MaskReading(unknown=unknown[0])
 
 
 def attention_call(output: fx.Node) -> fx.Node:
@@ -357,36 +369,31 @@ def core_mask(output: fx.Node, masks: tuple[fx.Node, ...], n_q: int, n_kv: int
     return reading.window or window_argument(call), reading.alignment(n_q, n_kv)
 
 
-def looks_causal(mask: fx.Node, n_q: int, n_kv: int) -> bool:
+def masks_causal(masks: tuple[fx.Node, ...] | list[fx.Node], n_q: int, n_kv: int
+                 ) -> bool | None:
+    """Whether the masks one core applies make it causal: True when one does, None when
+    none does and one could not be read (:attr:`MaskReading.unknown`), else False."""
+    found = [looks_causal(m, n_q, n_kv) for m in masks]
+    return True if True in found else None if None in found else False
+
+
+def looks_causal(mask: fx.Node, n_q: int, n_kv: int) -> bool | None:
     """True when a mask keeps no key past the diagonal: read from its values (index
-    arithmetic, triangles of ones), or built from tril/triu or a comparison of position
-    ranges. A mask whose values bound the keys above past the diagonal (a band that keeps
-    both sides) is not causal: it is a bidirectional window."""
+    arithmetic, triangles of ones, a buffer's known value), or built from tril/triu or a
+    comparison of position ranges. A mask whose values bound the keys above past the
+    diagonal (a band that keeps both sides) is not causal: it is a bidirectional window.
+    None when it reads a buffer whose value is not known."""
     reading = read_masks((mask,))
     if reading.causal:
         return not reading.sees_ahead(n_q, n_kv)
+    if reading.unknown is not None:
+        return None
     walk = Walk([mask], 64)
     for node in walk:
         name = op_name(node)
         if name in TRIANGLE_OPS:
             return True
-        if name in CAUSAL_MASK_OPS and _from_arange(node):
+        if name in CAUSAL_MASK_OPS and from_arange(node):
             return True
         walk.push(a for a in node.all_input_nodes if a.op == "call_function")
     return False
-
-
-def _from_arange(node: fx.Node) -> bool:
-    """Both compared operands derive from position ranges (arange), through any ops."""
-    found = 0
-    for operand in node.all_input_nodes[:2]:
-        probe: fx.Node | None = operand
-        for _ in range(12):
-            if probe is None or probe.op != "call_function":
-                break
-            if op_name(probe) == "arange":
-                found += 1
-                break
-            ins = probe.all_input_nodes
-            probe = ins[0] if ins else None
-    return found == 2
