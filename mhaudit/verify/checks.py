@@ -17,7 +17,7 @@ from mhaudit.load.packed import packed_weights
 from mhaudit.trace.flex import eager_flex
 from mhaudit.verify.decode import decode_check
 from mhaudit.verify.limits import over_limits
-from mhaudit.verify.reference import RealForward, flop_counter, real_forward
+from mhaudit.verify.reference import RealForward, flop_counter, real_forward, unfused
 
 FLOPS_TOLERANCE = 0.0
 """matmul + conv FLOPs are the same arithmetic: they must agree exactly."""
@@ -29,6 +29,8 @@ KV_TOLERANCE = 0.0
 FORWARD_LIMIT_FLOPS = 2 * 10**11
 """Largest forward the real reference may compute (seconds on a few CPU cores)."""
 
+RAISED = "a real CPU forward at "
+"""How the reason starts where the real forward raised."""
 PEAK = "inference peak activation bytes"
 KV = "kv cache bytes per token"
 
@@ -44,10 +46,21 @@ def verify(report: Report, model: nn.Module, args: tuple[Any, ...],
     (:func:`~mhaudit.verify.training.training_check`), and its parallel plan's per-GPU
     figures, analytic beside torch's fake process group
     (:func:`~mhaudit.verify.plans.plan_checks`). The layout the model's own modules
-    declare (``coverage.declared_mismatch``) must agree with the detected blocks."""
+    declare (``coverage.declared_mismatch``) must agree with the detected blocks. torch's
+    attention modules run by their pieces, as the audit saw them (:func:`unfused`)."""
+    with unfused():
+        return _verify(report, model, args, kwargs)
+
+
+def _verify(report: Report, model: nn.Module, args: tuple[Any, ...],
+            kwargs: Mapping[str, Any]) -> Verification:
     dtype = run_dtype(canonical_dtype(report.model.dtype))
     real, why = _real(report, model, args, kwargs, dtype)
-    rows = [_flops_row(report, model, args, kwargs, dtype, real, why)]
+    flops, mixed = _flops_at(model, args, kwargs, dtype)
+    if mixed is not None and why is not None and why.startswith(RAISED):
+        why = (f"the model's code mixes float32 with {report.model.dtype} ({why}); rerun "
+               "with --dtype float32 to check it")
+    rows = [_flops_row(report, real, why, flops, mixed)]
     unchecked: list[Unchecked] = []
     for figure, row in ((PEAK, _peak_row(report, real)), (KV, _kv_row(report, real))):
         if isinstance(row, Agreement):
@@ -87,12 +100,14 @@ def _real(report: Report, model: nn.Module, args: tuple[Any, ...], kwargs: Mappi
         with eager_flex():
             return real_forward(model, args, kwargs, dtype), None
     except Exception as exc:  # the model's code on real CPU tensors at this dtype
-        return None, f"a real CPU forward at {report.model.dtype} raised {first_line(exc, 160)}"
+        return None, f"{RAISED}{report.model.dtype} raised {first_line(exc, 160)}"
 
 
-def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
-               kwargs: Mapping[str, Any], dtype: torch.dtype | None,
-               real: RealForward | None, why: str | None) -> Agreement:
+def _flops_row(report: Report, real: RealForward | None, why: str | None, counted: int,
+               mixed: str | None) -> Agreement:
+    """The report's matmul + conv FLOPs beside FlopCounterMode's ``counted`` on fake
+    tensors (at float32 where the model's code mixes float32 into the audited dtype:
+    ``mixed``), or on the real forward for routed experts."""
     families = report.totals.flops_by_family
     skipped = _skipped_tiles(report)
     ours = families.get("matmul", 0) + families.get("conv", 0) + skipped
@@ -110,14 +125,18 @@ def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
                          "packed weights, which fake tensors cannot carry and whose kernels "
                          "take float32 inputs (2·numel(out)·in for each packed linear)")
     how = "FlopCounterMode over the forward on fake tensors"
+    if mixed is not None:
+        how += (f" at float32: the model's code mixes float32 with {report.model.dtype} "
+                f"(at {report.model.dtype}: {mixed}); the FLOPs of a matmul or a "
+                "convolution depend on its shapes alone")
     if skipped:
         how += (f"; flex_attention over every score tile, as FlopCounterMode counts it (ours "
                 f"adds the {skipped:,} FLOPs of the tiles its block masks skip: the blocks' "
                 "flops.dense_core)")
     if report.experts:
         how += f"{routed}, as dispatched on fake tensors (no real routed forward: {why})"
-    return Agreement("matmul + conv flops", ours, _counted_flops(model, args, kwargs, dtype),
-                     "FlopCounterMode", FLOPS_TOLERANCE, how)
+    return Agreement("matmul + conv flops", ours, counted, "FlopCounterMode", FLOPS_TOLERANCE,
+                     how)
 
 
 def _own_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
@@ -142,6 +161,24 @@ def _skipped_tiles(report: Report) -> int:
         visited = round((scores + softmax + context) * fraction) - round(softmax * fraction)
         skipped += scores + context - visited
     return skipped
+
+
+def _flops_at(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+              dtype: torch.dtype | None) -> tuple[int, str | None]:
+    """FlopCounterMode's total at ``dtype`` (:func:`_counted_flops`), and None; or, where
+    that forward fails and one at float32 runs (the model's code makes float32 tensors,
+    ``torch.zeros`` with no dtype, and mixes them with the audited dtype), the float32
+    count and the first failure."""
+    try:
+        return _counted_flops(model, args, kwargs, dtype), None
+    except Exception as exc:  # the model's code on fake tensors at this dtype
+        if dtype in (None, torch.float32):
+            raise
+        try:
+            flops = _counted_flops(model, args, kwargs, torch.float32)
+        except Exception:  # fails at float32 too: not the dtype, the first failure stands
+            raise exc from None
+        return flops, first_line(exc, 120)
 
 
 def _counted_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],

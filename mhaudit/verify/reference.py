@@ -144,6 +144,20 @@ def cache_bytes_per_token(out: Any) -> float | None:
 
 
 @contextlib.contextmanager
+def unfused() -> Iterator[None]:
+    """Run torch's own attention modules (``nn.MultiheadAttention``, ``nn.Transformer*``)
+    by their pieces, as the audit's record sees them: their fused fast path (eval and
+    no_grad) is another computation, and with a padding mask it packs the batch into a
+    nested tensor that fake tensors cannot hold."""
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+
+
+@contextlib.contextmanager
 def _eval(model: nn.Module) -> Iterator[None]:
     was_training = model.training
     model.eval()
