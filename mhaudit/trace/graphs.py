@@ -155,14 +155,17 @@ def in_place_writes(buffer: fx.Node) -> list[tuple[fx.Node, fx.Node]]:
 
 
 KNOWN_VALUE = "known_value"
-"""``meta`` key of a buffer or input placeholder whose value can be asked for: a callable
-with no arguments that returns the value on CPU, or why it cannot be known (a string)."""
+"""``meta`` key of a buffer placeholder whose value can be asked for: a callable with no
+arguments that returns the value on CPU, or why it cannot be known (a string)."""
+KNOWN_INPUT = "known_input"
+"""The same for an input placeholder (None where its value is not known)."""
 
 
-def known_value(node: fx.Node) -> torch.Tensor | str | None:
-    """The CPU value of a buffer or input placeholder (:data:`KNOWN_VALUE`), why it cannot
-    be known, or None where no value was offered (a parameter, an activation)."""
-    ask = node.meta.get(KNOWN_VALUE)
+def known_value(node: fx.Node, key: str = KNOWN_VALUE) -> torch.Tensor | str | None:
+    """The CPU value of a buffer placeholder (of an input one with ``key`` =
+    :data:`KNOWN_INPUT`), why it cannot be known, or None where no value was offered (a
+    parameter, an activation)."""
+    ask = node.meta.get(key)
     return ask() if callable(ask) else None
 
 

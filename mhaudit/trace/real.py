@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_flatten
 from mhaudit.data.tracing import RealForward
 from mhaudit.errors import TraceError, first_line
 from mhaudit.load.target import model_tensors
-from mhaudit.trace.graphs import KNOWN_VALUE
+from mhaudit.trace.graphs import KNOWN_INPUT, KNOWN_VALUE
 from mhaudit.trace.recorder import record
 from mhaudit.trace.traced import TracedGraph
 
@@ -221,8 +221,8 @@ def _tensor_leaves(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 
 
 def attach_values(traced: TracedGraph, values: StateValues) -> None:
-    """Offer each buffer and input placeholder its value (:data:`KNOWN_VALUE`), asked for
-    only by a reader that needs it."""
+    """Offer each buffer and input placeholder its value (:data:`KNOWN_VALUE`,
+    :data:`KNOWN_INPUT`), asked for only by a reader that needs it."""
     inputs = {name: position for position, name in enumerate(traced.user_inputs)}
     for node in traced.graph.nodes:
         if node.op != "placeholder":
@@ -230,4 +230,4 @@ def attach_values(traced: TracedGraph, values: StateValues) -> None:
         if node.name in traced.buffers:
             node.meta[KNOWN_VALUE] = functools.partial(values.buffer, traced.buffers[node.name])
         elif node.name in inputs:
-            node.meta[KNOWN_VALUE] = functools.partial(values.input, inputs[node.name])
+            node.meta[KNOWN_INPUT] = functools.partial(values.input, inputs[node.name])

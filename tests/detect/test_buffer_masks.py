@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from fixtures import buffer_masks as bm
 from torch import Tensor, nn
 
 import mhaudit
 from mhaudit.detect.patterns.mask_values import band
-from mhaudit.trace.real import weights_on_meta
+from mhaudit.trace.real import StateValues, weights_on_meta
 
 FILE = bm.__file__
 BF16_BYTES = 2
@@ -94,3 +97,49 @@ def test_weights_on_meta_keeps_small_buffers_real_and_weights_on_meta() -> None:
     assert held.big.device.type == "meta"
     assert torch.equal(held.mask, torch.tril(torch.ones(4, 4)))
     assert Held().proj.weight.device.type == "cpu"  # the hooks are gone afterwards
+
+
+PADDED = '''
+import torch
+from torch import nn
+
+
+class Padded(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x, keep):
+        q, k, v = self.qkv(x).view(1, 6, 3, 4, 8).permute(2, 0, 3, 1, 4)  # (3, b, h, n, d_k)
+        scores = q @ k.transpose(-2, -1)  # (b, h, n, n)
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 6, 32)
+
+
+def build_model():
+    return Padded()
+
+
+def example_inputs():
+    return torch.randn(1, 6, 32), torch.ones(1, 6, dtype=torch.bool)
+'''
+
+
+def test_a_mask_read_from_inputs_alone_builds_no_buffers(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    built: list[int] = []
+    build = StateValues._build
+
+    def counted(self: StateValues) -> object:
+        built.append(1)
+        return build(self)
+
+    monkeypatch.setattr(StateValues, "_build", counted)
+    path = tmp_path / "padded.py"
+    path.write_text(PADDED)
+    report = mhaudit.audit_target(str(path))
+    assert [b.layout.causal for b in report.blocks] == [False]
+    assert built == []  # an input's value is asked for only where a buffer is picked at it
+    mhaudit.audit_target(f"{FILE}:build_indexed")
+    assert built == [1]

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from mhaudit.trace.graphs import known_value, numel, shape, val, written_in_place
+from mhaudit.trace.graphs import KNOWN_INPUT, known_value, numel, shape, val, written_in_place
 from mhaudit.trace.ops import MASK_PASS_OPS, PICK_OPS, VALUE_FREE_OPS, is_in_place, op_name
 
 MAX_ELEMENTS = 1 << 24
@@ -51,10 +51,13 @@ Value = Known | Unknown | _Free | None
 
 
 class Values:
-    """Evaluates the nodes that lead from buffers and inputs to a mask, on CPU."""
+    """Evaluates the nodes that lead from buffers to a mask, on CPU; with ``inputs``, from
+    the example inputs too (only the positions a buffer is picked at are read from them:
+    asking for an input's value builds the constructor's buffers)."""
 
-    def __init__(self) -> None:
+    def __init__(self, inputs: bool = False) -> None:
         self.cache: dict[fx.Node, Value] = {}
+        self.inputs = inputs
 
     def of(self, node: fx.Node) -> Value:
         """The node's value: known, unknown (why), made from sizes alone, or None where it
@@ -67,7 +70,7 @@ class Values:
 
     def _evaluate(self, node: fx.Node) -> Value:
         if node.op == "placeholder":
-            return _placeholder(node)
+            return _placeholder(node, self.inputs)
         if node.op != "call_function" or is_in_place(node):
             return None
         name = op_name(node)
@@ -88,11 +91,20 @@ class Values:
         base, positions = values[0], values[1:]
         if not isinstance(base, Known):
             return base if isinstance(base, Unknown) else None
+        if not self.inputs and any(v is None for v in positions):
+            positions = self._from_inputs(node.all_input_nodes[1:], positions)
         if all(isinstance(v, (Known, _Free)) for v in positions):
             return self._run(node)
         reason = next((v.why for v in positions if isinstance(v, Unknown)), None)
         return Unknown(reason or f"{op_name(node)} picks from a buffer at positions whose "
                        "values are not known")
+
+    def _from_inputs(self, nodes: list[fx.Node], values: list[Value]) -> list[Value]:
+        """The values of ``nodes``, those not known from buffers read from the inputs."""
+        read = Values(inputs=True)
+        found = [read.of(n) if v is None else v for n, v in zip(nodes, values, strict=True)]
+        self.cache.update((n, v) for n, v in read.cache.items() if self.cache.get(n) is None)
+        return found
 
     def _run(self, node: fx.Node) -> Value:
         """The node's op on CPU over its inputs' values."""
@@ -129,10 +141,12 @@ class Values:
         return torch.zeros(shape(node), dtype=dtype)
 
 
-def _placeholder(node: fx.Node) -> Value:
-    """A buffer's or input's offered value; a buffer the forward writes into, or one whose
-    value cannot be known, is unknown."""
+def _placeholder(node: fx.Node, inputs: bool) -> Value:
+    """A buffer's offered value (an input's, with ``inputs``); a buffer the forward writes
+    into, or one whose value cannot be known, is unknown."""
     value = known_value(node)
+    if value is None and inputs:
+        value = known_value(node, KNOWN_INPUT)
     if isinstance(value, str):
         return Unknown(value)
     if value is None:
@@ -150,6 +164,13 @@ def kept(value: torch.Tensor, removes: bool) -> torch.Tensor:
     if value.dtype == torch.bool:
         return ~value if removes else value
     return value > BLOCKING
+
+
+def negated(value: Known | Unknown) -> Known | Unknown | None:
+    """The complement of a known boolean mask (``~mask``); an unknown one stays unknown."""
+    if isinstance(value, Known):
+        return Known(~value.tensor) if value.tensor.dtype == torch.bool else None
+    return value
 
 
 def band(keep: torch.Tensor) -> tuple[tuple[tuple[int, int, int], ...], bool]:

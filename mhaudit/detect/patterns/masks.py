@@ -9,14 +9,14 @@ keys is read from the axis it is broadcast along (−2 queries, −1 keys). Posi
 through an index (``position_ids[b, q_idx]``, as HF masks do without a cache) are the
 position tensor's form at the index's form. A conjunct that is not index arithmetic
 (padding, packed-sequence boundaries) only removes keys: the rest still bounds what is
-kept, so the reading stays an upper bound of every query's keys.
+kept, so the reading stays an upper bound of every query's keys. A mask held in a buffer
+is read from the buffer's value (:mod:`~mhaudit.detect.patterns.mask_values`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 from torch import fx
 
 from mhaudit.detect.patterns.mask_values import (
@@ -27,6 +27,7 @@ from mhaudit.detect.patterns.mask_values import (
     from_arange,
     is_blocking,
     kept,
+    negated,
 )
 from mhaudit.trace.graphs import arg, shape
 from mhaudit.trace.ops import (
@@ -272,10 +273,8 @@ def _negate(mask: object) -> object:
     """The complement: of one constraint (a·i + b·j + c ≥ 0 → −a·i − b·j − c − 1 ≥ 0), of
     a complement (the mask itself), of a known value its values', else a ``_Not`` to undo
     later."""
-    if isinstance(mask, Known) and mask.tensor.dtype == torch.bool:
-        return Known(~mask.tensor)
     if isinstance(mask, (Known, Unknown)):
-        return mask if isinstance(mask, Unknown) else None
+        return negated(mask)
     if isinstance(mask, _Not):
         return mask.mask
     if isinstance(mask, _Mask) and mask.partial:  # the complement of an upper bound bounds
