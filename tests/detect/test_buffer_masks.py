@@ -143,3 +143,28 @@ def test_a_mask_read_from_inputs_alone_builds_no_buffers(tmp_path: Path,
     assert built == []  # an input's value is asked for only where a buffer is picked at it
     mhaudit.audit_target(f"{FILE}:build_indexed")
     assert built == [1]
+
+
+class _SparseBand(nn.Module):
+    """Keys within 2 positions either side, held as a sparse buffer made dense in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        pairs = [(i, j) for i in range(8) for j in range(8) if abs(i - j) <= 2]
+        indices = torch.tensor(pairs).t()  # (2, nnz)
+        band = torch.sparse_coo_tensor(indices, torch.ones(indices.shape[1]), (8, 8))
+        self.register_buffer("band", band.coalesce())
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.qkv(x).view(1, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)  # (3, b, h, n, d_k)
+        scores = q @ k.transpose(-2, -1)  # (b, h, n, n)
+        scores = scores.masked_fill(~(self.band.to_dense() > 0), float("-inf"))
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 8, 32)
+
+
+def test_a_sparse_band_buffer_reads_as_a_window_on_both_sides() -> None:
+    report = mhaudit.audit(_SparseBand(), (torch.randn(1, 8, 32),))
+    (block,) = report.blocks
+    # |i − j| ≤ 2 keeps 2 keys either side and the query's own: 2·2 + 1 = 5, not causal
+    assert (block.layout.causal, block.layout.window) == (False, 5)

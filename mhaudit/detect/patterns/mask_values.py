@@ -155,6 +155,10 @@ def _placeholder(node: fx.Node, inputs: bool) -> Value:
         return Unknown(f"{node.name} is written in forward")
     if tuple(value.shape) != shape(node):
         return Unknown(f"{node.name} was built {tuple(value.shape)}, traced {shape(node)}")
+    if value.layout != torch.strided:  # a sparse buffer reads as the values it holds
+        if value.numel() > MAX_ELEMENTS:
+            return Unknown(f"{node.name} holds {value.numel():,} elements, more than read")
+        value = value.to_dense()
     return Known(value)
 
 
