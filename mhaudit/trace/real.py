@@ -207,12 +207,23 @@ class StateValues:
         return self.state
 
     def _build(self) -> tuple[dict[str, torch.Tensor], list[Any]] | str:
-        assert self.twin is not None
+        """The constructor's buffers and inputs, with its weights on meta; where its code
+        refuses meta weights (an initialisation meta has no kernel for), built whole on
+        CPU when its weights fit :func:`forward_limit`."""
+        twin = self.twin
+        assert twin is not None
         try:
-            with weights_on_meta(), self.twin.build() as (built, args, kwargs):
+            with weights_on_meta(), twin.build() as (built, args, kwargs):
                 return dict(built.named_buffers()), _tensor_leaves(args, kwargs)
         except Exception as exc:  # any failure of the model's code: the values are unknown
-            return f"building its buffers on CPU failed ({first_line(exc, 120)})"
+            failed = f"building its buffers on CPU failed ({first_line(exc, 120)})"
+        if twin.weights_bytes > forward_limit():
+            return failed
+        try:
+            with twin.build() as (built, args, kwargs):
+                return dict(built.named_buffers()), _tensor_leaves(args, kwargs)
+        except Exception:  # the whole build fails too: the first failure says why
+            return failed
 
 
 def _tensor_leaves(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

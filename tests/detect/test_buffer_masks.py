@@ -168,3 +168,30 @@ def test_a_sparse_band_buffer_reads_as_a_window_on_both_sides() -> None:
     (block,) = report.blocks
     # |i − j| ≤ 2 keeps 2 keys either side and the query's own: 2·2 + 1 = 5, not causal
     assert (block.layout.causal, block.layout.window) == (False, 5)
+
+
+REFUSES_META = '''
+import torch
+from torch import nn
+from fixtures.buffer_masks import Decoder, example_inputs
+
+
+class Orthogonal(Decoder):
+    def __init__(self):
+        super().__init__("bool_not")
+        if self.layers[0].wq.weight.is_meta and not torch.empty(0).is_meta:
+            raise RuntimeError("no meta kernel for this initialisation")  # weights on meta
+
+
+def build_model():
+    return Orthogonal()
+'''
+
+
+def test_a_constructor_that_refuses_meta_weights_gives_its_buffers_from_a_cpu_build(
+        tmp_path: Path) -> None:
+    path = tmp_path / "refuses.py"
+    path.write_text(REFUSES_META)
+    report = mhaudit.audit_target(str(path))
+    assert report.model.device == "meta"
+    assert [b.layout.causal for b in report.blocks] == [True] * bm.LAYERS
