@@ -56,11 +56,11 @@ def _verify(report: Report, model: nn.Module, args: tuple[Any, ...],
             kwargs: Mapping[str, Any]) -> Verification:
     dtype = run_dtype(canonical_dtype(report.model.dtype))
     real, why = _real(report, model, args, kwargs, dtype)
-    flops, mixed = _flops_at(model, args, kwargs, dtype)
+    flops, mixed = _flops_row(report, model, args, kwargs, dtype, real, why)
     if mixed is not None and why is not None and why.startswith(RAISED):
         why = (f"the model's code mixes float32 with {report.model.dtype} ({why}); rerun "
                "with --dtype float32 to check it")
-    rows = [_flops_row(report, real, why, flops, mixed)]
+    rows = [flops]
     unchecked: list[Unchecked] = []
     for figure, row in ((PEAK, _peak_row(report, real)), (KV, _kv_row(report, real))):
         if isinstance(row, Agreement):
@@ -103,11 +103,12 @@ def _real(report: Report, model: nn.Module, args: tuple[Any, ...], kwargs: Mappi
         return None, f"{RAISED}{report.model.dtype} raised {first_line(exc, 160)}"
 
 
-def _flops_row(report: Report, real: RealForward | None, why: str | None, counted: int,
-               mixed: str | None) -> Agreement:
-    """The report's matmul + conv FLOPs beside FlopCounterMode's ``counted`` on fake
-    tensors (at float32 where the model's code mixes float32 into the audited dtype:
-    ``mixed``), or on the real forward for routed experts."""
+def _flops_row(report: Report, model: nn.Module, args: tuple[Any, ...],
+               kwargs: Mapping[str, Any], dtype: torch.dtype | None,
+               real: RealForward | None, why: str | None) -> tuple[Agreement, str | None]:
+    """The report's matmul + conv FLOPs beside FlopCounterMode's: on fake tensors (at
+    float32 where the model's code mixes float32 into the audited dtype, then also how it
+    failed at that dtype), on the real forward for routed experts and packed weights."""
     families = report.totals.flops_by_family
     skipped = _skipped_tiles(report)
     ours = families.get("matmul", 0) + families.get("conv", 0) + skipped
@@ -117,13 +118,14 @@ def _flops_row(report: Report, real: RealForward | None, why: str | None, counte
         return Agreement("matmul + conv flops", ours, real.flops, "FlopCounterMode",
                          FLOPS_TOLERANCE, "FlopCounterMode over a real CPU forward at "
                          f"{report.model.dtype}{routed}, by the rows its router really "
-                         "sent each expert")
+                         "sent each expert"), None
     if packed_weights(model):  # fake tensors cannot carry packed objects (no __eq__)
         return Agreement("matmul + conv flops", ours, _own_flops(model, args, kwargs),
                          "FlopCounterMode", FLOPS_TOLERANCE, "FlopCounterMode over a real "
                          "CPU forward at the model's own dtypes: its quantized layers hold "
                          "packed weights, which fake tensors cannot carry and whose kernels "
-                         "take float32 inputs (2·numel(out)·in for each packed linear)")
+                         "take float32 inputs (2·numel(out)·in for each packed linear)"), None
+    counted, mixed = _flops_at(model, args, kwargs, dtype)
     how = "FlopCounterMode over the forward on fake tensors"
     if mixed is not None:
         how += (f" at float32: the model's code mixes float32 with {report.model.dtype} "
@@ -136,7 +138,7 @@ def _flops_row(report: Report, real: RealForward | None, why: str | None, counte
     if report.experts:
         how += f"{routed}, as dispatched on fake tensors (no real routed forward: {why})"
     return Agreement("matmul + conv flops", ours, counted, "FlopCounterMode", FLOPS_TOLERANCE,
-                     how)
+                     how), mixed
 
 
 def _own_flops(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
