@@ -195,3 +195,25 @@ def test_a_constructor_that_refuses_meta_weights_gives_its_buffers_from_a_cpu_bu
     report = mhaudit.audit_target(str(path))
     assert report.model.device == "meta"
     assert [b.layout.causal for b in report.blocks] == [True] * bm.LAYERS
+
+
+class _DecayBuffer(nn.Module):
+    """Scores multiplied by a decay matrix held as a buffer: γ^(i−j) on and below the
+    diagonal, 0 above it (retention's D), with no softmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        i, j = torch.arange(8)[:, None], torch.arange(8)[None, :]  # (8, 1), (1, 8)
+        self.register_buffer("decay", 0.9 ** (i - j).clamp(min=0) * (j <= i))  # (8, 8)
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.qkv(x).view(1, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)  # (3, b, h, n, d_k)
+        scores = (q @ k.transpose(-2, -1)) * self.decay  # (b, h, n, n)
+        return (scores @ v).transpose(1, 2).reshape(1, 8, 32)
+
+
+def test_a_decay_buffer_the_scores_are_multiplied_by_reads_causal_by_its_zeros() -> None:
+    report = mhaudit.audit(_DecayBuffer(), (torch.randn(1, 8, 32),))
+    (block,) = report.blocks
+    assert (block.layout.score_form, block.layout.causal) == ("kernel", True)

@@ -162,12 +162,13 @@ def _placeholder(node: fx.Node, inputs: bool) -> Value:
     return Known(value)
 
 
-def kept(value: torch.Tensor, removes: bool) -> torch.Tensor:
+def kept(value: torch.Tensor, removes: bool, scales: bool = False) -> torch.Tensor:
     """Where a mask keeps scores: a boolean mask's True (its False where it marks what it
-    removes, as ``masked_fill``'s does); an additive one's scores above :data:`BLOCKING`."""
+    removes, as ``masked_fill``'s does); a factor's nonzero values (``scales``: the scores
+    are multiplied by it, a decay matrix); an additive one's above :data:`BLOCKING`."""
     if value.dtype == torch.bool:
         return ~value if removes else value
-    return value > BLOCKING
+    return value != 0 if scales else value > BLOCKING
 
 
 def negated(value: Known | Unknown) -> Known | Unknown | None:

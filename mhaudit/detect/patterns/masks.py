@@ -125,10 +125,12 @@ class _Reader:
             self.values[node] = self._evaluate(node)
         return self.values[node]
 
-    def _evaluate(self, node: fx.Node) -> object:
-        found = self.known.of(node)
-        if isinstance(found, (Known, Unknown)):
-            return found
+    def _evaluate(self, node: fx.Node) -> object:  # index arithmetic, else buffer values
+        found = self._symbolic(node)
+        known = self.known.of(node) if found is None else None
+        return known if isinstance(known, (Known, Unknown)) else found
+
+    def _symbolic(self, node: fx.Node) -> object:
         name = op_name(node)
         args = node.args
         if name == "arange":
@@ -311,7 +313,8 @@ def _kept(mask: fx.Node) -> _Mask | Unknown | None:
     removes = any(op_name(u) == "masked_fill" and len(u.args) > 1 and u.args[1] is mask
                   for u in mask.users)
     if isinstance(value, Known):
-        constraints, partial = band(kept(value.tensor, removes))
+        scales = any(op_name(u) == "mul" for u in mask.users)
+        constraints, partial = band(kept(value.tensor, removes, scales))
         return _Mask(constraints, partial)
     if isinstance(value, Unknown) or not isinstance(value, (_Mask, _Not)):
         return value if isinstance(value, Unknown) else None
@@ -370,8 +373,7 @@ def core_mask(output: fx.Node, masks: tuple[fx.Node, ...], n_q: int, n_kv: int
 
 def masks_causal(masks: tuple[fx.Node, ...] | list[fx.Node], n_q: int, n_kv: int
                  ) -> bool | None:
-    """Whether the masks one core applies make it causal: True when one does, None when
-    none does and one could not be read (:attr:`MaskReading.unknown`), else False."""
+    """True when one of a core's masks is causal, None when one is unread, else False."""
     found = [looks_causal(m, n_q, n_kv) for m in masks]
     return True if True in found else None if None in found else False
 
