@@ -374,8 +374,7 @@ def _added_bias(path: list[fx.Node], params: dict[str, str], proj: ProjectionOp)
     """Elements of parameters added along the path: biases applied after a fused split.
 
     The projection's own bias add (``proj.node``, already in its bias count) is skipped,
-    and so is a vector only this read of the projection sees (a score bias).
-    """
+    and so is a vector only this read of the projection sees (a score bias)."""
     total = 0
     for index, node in enumerate(path):
         if op_name(node) != "add" or node is proj.node:
