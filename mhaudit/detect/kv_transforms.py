@@ -81,6 +81,20 @@ def _flops(proj: ProjectionOp) -> int:
     return 2 * numel(proj.matmul) * per_output
 
 
+def _projections(sources: tuple[Source, ...]) -> set[fx.Node]:
+    """The matmuls of the sources' projections and of the factors feeding them: a part
+    joined beside another (DeepSeek's K = [k_nope | k_rope], both from the latent) passes
+    through the other's projection on a walk back, and it is no map of the first."""
+    found: set[fx.Node] = set()
+    todo = list(sources)
+    while todo:
+        source = todo.pop()
+        if source.projection is not None:
+            found.add(source.projection.matmul)
+        todo.extend(source.upstream)
+    return found
+
+
 def _maps(own: list[Read], projection: Finder) -> tuple[dict[str, list[ProjectionOp]], int]:
     """The maps K and V pass through (each matmul once, for the first role that reads it)
     and the rows of the projections below them (0 when there are none)."""
@@ -89,9 +103,11 @@ def _maps(own: list[Read], projection: Finder) -> tuple[dict[str, list[Projectio
     rows = 0
     for core, sources, _ in own:
         for role, operand in (("k", core.k), ("v", core.v)):
+            own_projections = _projections(sources[role])  # another part's own projection
             for source in sources[role]:
                 found = [m for m in between(operand, source.root, projection)
-                         if m.matmul not in counted] if source.projection else []
+                         if m.matmul not in counted and m.matmul not in own_projections
+                         ] if source.projection else []
                 counted.update(m.matmul for m in found)
                 maps[role].extend(found)
                 if found and source.projection is not None:
