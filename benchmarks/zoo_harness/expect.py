@@ -230,7 +230,8 @@ def _feature_gate(module: nn.Module) -> bool:
 HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads",
               "num_attn_heads", "attention_heads")
 KV_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "kv_heads")
-HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "head_size", "dim_head", "d_head")
+HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "head_size", "dim_head", "d_head",
+                  "key_dim")
 WIDTH_ATTRS = ("embed_dim", "hidden_size", "d_model")
 """Attributes an attention module sets in its constructor to the layout it builds."""
 

@@ -133,3 +133,17 @@ def query_width(module: nn.Module) -> int | None:
     """The width the module's queries read: the input features of its Q layer (or of its
     fused QKV layer), the first by name; None when no layer names Q."""
     return next((f[0] for role, f in _layers(module) if role in ("q", "qkv")), None)
+
+
+def kv_from_layers(module: nn.Module, own: Declared) -> int | None:
+    """KV heads the module's own K (or fused QKV) layer holds, where it declares its heads
+    and head dim but not its KV heads: K's rows / d_k, or (QKV's rows / d_k − h) / 2."""
+    if not own.heads or not own.head_dim or own.kv_heads or own.groups:
+        return None
+    for role, (_, out) in _layers(module):
+        if role == "k" and out % own.head_dim == 0:
+            return out // own.head_dim
+        if role == "qkv" and out % own.head_dim == 0 and (out // own.head_dim - own.heads) % 2 == 0:
+            kv = (out // own.head_dim - own.heads) // 2
+            return kv if kv > 0 else None
+    return None

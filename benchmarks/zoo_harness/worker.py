@@ -159,7 +159,7 @@ def _reference(config: Path) -> Reference:
 
     from zoo_harness.expect import attention_modules, declared_layouts
     from zoo_harness.inputs import NoConvention, conventional_inputs, make
-    from zoo_harness.roles import query_width, roles
+    from zoo_harness.roles import kv_from_layers, query_width, roles
 
     ref = Reference()
     try:
@@ -174,10 +174,11 @@ def _reference(config: Path) -> Reference:
     ref.attention_named_params = sum(
         any(word in name.lower() for word in ATTENTION_PARAM_WORDS)
         for name, _ in model.named_parameters())
-    for name, own in ref.declared.items():  # the width Q's layer reads, where it names one
-        width = query_width(model.get_submodule(name))
-        if width is not None:
-            ref.declared[name] = replace(own, width=width)
+    for name, own in ref.declared.items():  # what the module's own layers say
+        module = model.get_submodule(name)
+        width = query_width(module)
+        ref.declared[name] = replace(own, width=width or own.width,
+                                     kv_heads=own.kv_heads or kv_from_layers(module, own))
     ref.roles = {n: r for n in ref.attention
                  if (r := roles(model.get_submodule(n), ref.declared.get(n)))}
     try:
@@ -208,15 +209,15 @@ def _reference(config: Path) -> Reference:
 def _own(block: dict[str, Any], ref: Reference) -> Any:
     """What the module a block names declares, for a block inside no attention module."""
     from zoo_harness.expect import declared, module_name
-    from zoo_harness.roles import query_width
+    from zoo_harness.roles import kv_from_layers, query_width
 
     try:
         module = ref.model.get_submodule(module_name(str(block.get("name"))))
     except (AttributeError, TypeError):
         return None
     own = declared(module)
-    width = query_width(module)
-    return replace(own, width=width) if width is not None else own
+    return replace(own, width=query_width(module) or own.width,
+                   kv_heads=own.kv_heads or kv_from_layers(module, own))
 
 
 def _block_checks(blocks: list[dict[str, Any]], ref: Reference) -> list[str]:

@@ -52,6 +52,21 @@ def test_roles_come_from_the_layers_own_names() -> None:
     assert roles(Sinks()) is None
 
 
+def test_kv_heads_come_from_the_modules_own_layers_where_it_declares_none() -> None:
+    from zoo_harness.expect import Declared
+    from zoo_harness.roles import kv_from_layers
+
+    class Fused(nn.Module):  # 4 heads of 8, fused QKV over 2 KV heads: (4 + 2·2)·8 = 64 rows
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv_proj, self.out_proj = nn.Linear(D, 64), nn.Linear(D, D)
+
+    own = Declared(heads=4, head_dim=8)
+    assert kv_from_layers(Fused(), own) == 2
+    assert kv_from_layers(Fused(), Declared(heads=4, head_dim=8, kv_heads=4)) is None
+    assert kv_from_layers(nn.MultiheadAttention(D, 4), Declared(heads=4, head_dim=8)) is None
+
+
 def test_role_problems_compare_fused_layers_with_the_roles_they_join() -> None:
     fused = Roles({"qkv": 3168, "o": 1056})
     assert role_problems({"q": 1056, "k": 1056, "v": 1056, "o": 1056}, fused) == []
