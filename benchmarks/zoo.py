@@ -39,7 +39,8 @@ from zoo_harness.worker import SEQ, STATUSES, preload, run_one
 PREAMBLE = (
     "Every transformers model type with a base model, built by `python benchmarks/zoo.py` "
     "from a tiny config derived from its config class (width 64, 4 heads, 2 KV heads where "
-    "the default groups queries, 2 layers, small vocabulary, 64-pixel images, short audio; "
+    "the default groups queries, 2 layers, small vocabulary, 64-pixel images (224 where "
+    "the config names no size), short audio; "
     f"every declared head dim set to {FREE_HEAD_DIM}, unequal to width / heads, except in "
     "a tower transformers does not run with it, which the row names). mhaudit audits it "
     f"twice: `mhaudit report CONFIG --format json` at {SEQ} tokens with its own inputs, and "
