@@ -32,7 +32,8 @@ class Spec:
     shape: tuple[int, ...]
     high: int = 0
     values: tuple[int, ...] = ()
-    """The integers of a tensor whose values are fixed (a patch grid), row-major."""
+    """The integers of a tensor whose values are fixed (a patch grid), row-major; one
+    value for a tensor filled with it (a mask of ones)."""
 
 
 class NoConvention(Exception):
@@ -183,6 +184,8 @@ def conventional_inputs(model: Any) -> list[dict[str, Spec]]:
             and main != "decoder_input_ids":
         names.append("decoder_input_ids")
     names = list(dict.fromkeys(names))
+    masks = [n for n in names if n.endswith("_mask") and n[: -len("_mask")] in names]
+    names = [n for n in names if n not in masks]
     for name in names:
         if name not in BY_NAME:
             raise NoConvention(f"no convention for the required input {name!r}")
@@ -194,7 +197,14 @@ def conventional_inputs(model: Any) -> list[dict[str, Spec]]:
             except NoConvention:
                 continue
             more.append(name)
-    return _sets(names, config) + (_sets(more, config) if more != names else [])
+    sets = _sets(names, config) + (_sets(more, config) if more != names else [])
+    return [{**found, **{m: _ones(found[m[: -len("_mask")]]) for m in masks}} for found in sets]
+
+
+def _ones(base: Spec) -> Spec:
+    """A required ``X_mask`` beside input X: ones over X's batch and positions (every frame
+    real), as feature extractors return it."""
+    return Spec(base.shape[:2], values=(1,))
 
 
 def make(specs: dict[str, Spec], seed: int = 0) -> dict[str, Any]:
@@ -202,7 +212,8 @@ def make(specs: dict[str, Spec], seed: int = 0) -> dict[str, Any]:
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    return {name: torch.tensor(s.values).reshape(s.shape) if s.values
+    return {name: torch.full(s.shape, s.values[0]) if len(s.values) == 1
+            else torch.tensor(s.values).reshape(s.shape) if s.values
             else torch.randint(0, s.high, s.shape, generator=gen) if s.high
             else torch.randn(s.shape, generator=gen) for name, s in specs.items()}
 
@@ -227,7 +238,8 @@ def build_model():
 def example_inputs():
     gen = torch.Generator().manual_seed(0)
     specs = {specs}
-    return {{name: torch.tensor(values).reshape(shape) if values
+    return {{name: torch.full(shape, values[0]) if len(values) == 1
+             else torch.tensor(values).reshape(shape) if values
              else torch.randint(0, high, shape, generator=gen) if high
              else torch.randn(shape, generator=gen)
              for name, (shape, high, values) in specs.items()}}

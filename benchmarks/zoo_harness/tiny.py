@@ -29,6 +29,9 @@ EXPERTS_PER_TOKEN = 2
 AUDIO_POSITIONS = 32
 """Encoder positions of Whisper-style audio models (the input is twice as many frames)."""
 MIN_VOCAB = 256
+QUERIES = 16
+"""Object queries of detection decoders: each picks its top-k encoder tokens, and a tiny
+image has fewer tokens than the default 300 or 900."""
 FILTERS = 8
 """Channels of the first conv stage of audio tokenizers (``num_filters``), which double at
 each downsampling: VibeVoice's default 32 over six stages ends at 2,048 channels, eight
@@ -189,7 +192,7 @@ def _shrink_sizes(config: dict[str, Any]) -> None:
                        (("num_frames", "frames_per_clip"), FRAMES),
                        (("mm_tokens_per_image",), (IMAGE // PATCH) ** 2),
                        (("patch_size",), PATCH), (("max_source_positions",), AUDIO_POSITIONS),
-                       (("num_filters",), FILTERS)):
+                       (("num_filters",), FILTERS), (("num_queries",), QUERIES)):
         for key in keys:
             if _is_int(config.get(key)) and config[key] > size:
                 config[key] = size

@@ -37,7 +37,7 @@ SLOW = {
     "clip": "text and image towers",
     "video_llava": "a video tower beside the text, no frame count in the config",
     "kosmos-2.5": "flattened patches placed by a position mask",
-    "fun_asr_nano_encoder": "first attention reads stacked mel frames (input_size)",
+    "rt_detr": "detection decoder over the top-k encoder tokens",
     "pe_audio_encoder": "rotary pairs as a broadcast product and a sum",
 }
 KNOWN_MISSES: dict[str, str] = {}
