@@ -143,11 +143,15 @@ def reference(config: Path) -> Reference:
 
 
 def _build(config_path: Path) -> Any:
-    """The model of a config.json as transformers builds it: the config class's fields, then
-    ``AutoModel.from_config``."""
+    """The model of a config.json as transformers builds it (:func:`_build_data`)."""
+    return _build_data(json.loads(config_path.read_text()))
+
+
+def _build_data(data: dict[str, Any]) -> Any:
+    """The model of config ``data`` as transformers builds it: the config class's fields,
+    then ``AutoModel.from_config``."""
     import transformers
 
-    data = json.loads(config_path.read_text())
     fields = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
     config = transformers.AutoConfig.for_model(data["model_type"], **fields)
     return transformers.AutoModel.from_config(config)
@@ -340,14 +344,11 @@ def _runs(data: dict[str, Any]) -> bool | None:
     """Whether transformers builds the model of config ``data`` and runs it on one of its
     conventional input sets; None when it cannot build it at all."""
     import torch
-    import transformers
 
     from zoo_harness.inputs import conventional_inputs, make
 
-    fields = {k: v for k, v in data.items() if k not in ("model_type", "transformers_version")}
     try:
-        config = transformers.AutoConfig.for_model(data["model_type"], **fields)
-        model = transformers.AutoModel.from_config(config).eval()
+        model = _build_data(data).eval()
         candidates = conventional_inputs(model)
     except Exception:  # NoConvention included
         return None

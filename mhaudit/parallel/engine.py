@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,8 @@ from mhaudit.fake.commcount import CommBytesMode
 from mhaudit.fake.mode import FakeMode
 from mhaudit.parallel.roles import COLWISE, EMBEDDING, SEQUENCE, TpModule
 from mhaudit.parallel.world import DATA_AXES, fake_world, mesh_axes, submesh
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,18 @@ def model_key(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     inputs = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t)
                    for t in tree_leaves((args, dict(kwargs))))
     return tuple((name, type(mod)) for name, mod in model.named_modules()), inputs
+
+
+def read_once(cache: weakref.WeakKeyDictionary[nn.Module, tuple[Any, Any]], model: nn.Module,
+              key: Any, read: Callable[[], T]) -> T:
+    """``read()``, kept in ``cache`` for ``model`` under ``key``: the last reading of each
+    model, read again only when what it was read from (``key``) changes."""
+    known = cache.get(model)
+    if known is None or known[0] != key:
+        known = key, read()
+        cache[model] = known
+    value: T = known[1]
+    return value
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from mhaudit.data import AttentionBlock
-from mhaudit.parallel.engine import model_key
+from mhaudit.parallel.engine import model_key, read_once
 from mhaudit.parallel.roles import COLWISE, EMBEDDING, SEQUENCE, TpModule, fsdp_units
 
 
@@ -130,12 +130,8 @@ def _key(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
 def sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
               blocks: Sequence[AttentionBlock], modules: Sequence[TpModule]) -> SpLayout:
     """:func:`read_sp_layout`, read once per model and inputs (a sweep's plans share it)."""
-    key = _key(model, args, kwargs, blocks, modules)
-    known = _LAYOUTS.get(model)
-    if known is None or known[0] != key:
-        known = key, read_sp_layout(model, args, kwargs, blocks, modules)
-        _LAYOUTS[model] = known
-    return known[1]
+    return read_once(_LAYOUTS, model, _key(model, args, kwargs, blocks, modules),
+                     lambda: read_sp_layout(model, args, kwargs, blocks, modules))
 
 
 def read_sp_layout(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],

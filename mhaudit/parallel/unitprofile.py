@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from mhaudit.fake.mode import FakeMode
-from mhaudit.parallel.engine import _fake_inputs, _loss, _meta_copy, model_key
+from mhaudit.parallel.engine import _fake_inputs, _loss, _meta_copy, model_key, read_once
 
 ROOT_FIRST = "<root before the layers>"
 """Key of what the root saves before the first layer runs (the embeddings' part)."""
@@ -128,11 +128,8 @@ def profile_units(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
                   units: Sequence[str], precision: str) -> UnitProfile:
     """:func:`read_unit_profile`, read once per model, inputs, units and precision."""
     key = model_key(model, args, kwargs), tuple(units), precision
-    known = _PROFILES.get(model)
-    if known is None or known[0] != key:
-        known = key, read_unit_profile(model, args, kwargs, units, precision)
-        _PROFILES[model] = known
-    return known[1]
+    return read_once(_PROFILES, model, key,
+                     lambda: read_unit_profile(model, args, kwargs, units, precision))
 
 
 def read_unit_profile(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
